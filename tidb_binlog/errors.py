@@ -1,0 +1,154 @@
+"""One exception tree for the whole project.
+
+Every error we raise derives from :class:`BinlogError`. Foreign errors (pymysql,
+grpc, plyvel, OS) are translated into this tree at the one boundary that talks to
+the foreign library, with the original kept as ``__cause__``.
+
+::
+
+    BinlogError
+    ├── ConfigError                  bad or unknown option in a TOML file or flag
+    ├── CodecError                   malformed datum / row bytes (names offset and flag)
+    ├── ProtocolError                malformed binlog or gRPC payload
+    │   └── ClusterIDMismatch        "cluster ID are mismatch"
+    ├── StorageError                 pump storage (vlog, index)
+    │   ├── CorruptRecord            a vlog record failed magic/length/CRC
+    │   ├── DiskSpaceError           "no available space" guard
+    │   └── PurgedError              a request below gc_ts
+    ├── StateError                   an action the node state forbids ("no online: paused")
+    ├── UnavailableError             no pump / downstream reachable (retryable)
+    ├── SchemaError                  unknown table / schema version, bad DDL job
+    │   └── UnsupportedDDL           a DDL we cannot apply (skip with ignore-txn-commit-ts)
+    ├── DownstreamError              the downstream database refused a statement
+    │   └── TransientDownstreamError a retryable downstream failure (lost connection, deadlock)
+    └── TSOError                     the timestamp oracle cannot hand out a timestamp
+
+All classes pickle round trip with their message and extra fields, because Ray
+re-raises errors in other processes. Subclasses that add fields must keep the
+``__reduce__`` contract: every constructor argument is stored on the instance
+under the same name and listed in ``_fields``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BinlogError",
+    "ConfigError",
+    "CodecError",
+    "ProtocolError",
+    "ClusterIDMismatch",
+    "StorageError",
+    "CorruptRecord",
+    "DiskSpaceError",
+    "PurgedError",
+    "StateError",
+    "UnavailableError",
+    "SchemaError",
+    "UnsupportedDDL",
+    "DownstreamError",
+    "TransientDownstreamError",
+    "TSOError",
+]
+
+
+class BinlogError(Exception):
+    """Root of every error this project raises on purpose."""
+
+    _fields: tuple[str, ...] = ()
+
+    def __init__(self, message: str = "", **fields):
+        super().__init__(message)
+        self.message = message
+        for name in self._fields:
+            setattr(self, name, fields.pop(name, None))
+        if fields:
+            raise TypeError(f"{type(self).__name__} got unknown fields {sorted(fields)}")
+
+    def __reduce__(self):
+        kwargs = {name: getattr(self, name) for name in self._fields}
+        return (_rebuild, (type(self), self.message, kwargs))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls, message, kwargs):
+    return cls(message, **kwargs)
+
+
+class ConfigError(BinlogError):
+    """A configuration file or flag is wrong: names the key and the file."""
+
+    _fields = ("key", "path")
+
+
+class CodecError(BinlogError):
+    """Datum or row bytes are malformed: names the byte offset and the flag."""
+
+    _fields = ("offset", "flag")
+
+
+class ProtocolError(BinlogError):
+    """A binlog payload or RPC request is malformed."""
+
+
+class ClusterIDMismatch(ProtocolError):
+    """The request's cluster id is not this cluster's."""
+
+    _fields = ("expected", "got")
+
+
+class StorageError(BinlogError):
+    """The pump's storage failed (value log or index)."""
+
+
+class CorruptRecord(StorageError):
+    """A value-log record failed its magic, length or CRC check."""
+
+    _fields = ("path", "offset")
+
+
+class DiskSpaceError(StorageError):
+    """Free disk space is below ``stop-write-at-available-space``."""
+
+    _fields = ("available_bytes", "threshold_bytes")
+
+
+class PurgedError(StorageError):
+    """A reader asked for binlogs at or below the garbage-collected ts."""
+
+    _fields = ("requested_ts", "gc_ts")
+
+
+class StateError(BinlogError):
+    """The node's state forbids this action (e.g. a Prewrite while paused)."""
+
+    _fields = ("state",)
+
+
+class UnavailableError(BinlogError):
+    """A peer (pump, registry, downstream) cannot be reached; retrying may help."""
+
+
+class SchemaError(BinlogError):
+    """A table, schema version or DDL job is unknown or inconsistent."""
+
+
+class UnsupportedDDL(SchemaError):
+    """A DDL cannot be applied; skip it with ``ignore-txn-commit-ts``."""
+
+    _fields = ("commit_ts", "query")
+
+
+class DownstreamError(BinlogError):
+    """The downstream database refused a statement (permanent)."""
+
+    _fields = ("sql", "code")
+
+
+class TransientDownstreamError(DownstreamError):
+    """The downstream failed in a way that retrying may fix."""
+
+
+class TSOError(BinlogError):
+    """The timestamp oracle cannot hand out a timestamp."""
