@@ -1,0 +1,402 @@
+"""The pump node: storage owner, state machine, heartbeats, fake binlogs, GC.
+
+A :class:`PumpNode` wraps one ``Storage`` and is what the gRPC server, the HTTP
+status server, the standalone CLI and the Ray actor drive. It never imports ray.
+
+State machine (TiDB Binlog's, ``tidb_binlog.node``)::
+
+    start ──► online ──pause──► pausing ──► paused          (stop / SIGTERM: ──► paused)
+                 └────close──► closing ──(safe to offline)──► offline
+
+- Only ``online`` accepts Prewrite binlogs (``no online: <state>``); Commit,
+  Rollback and fake binlogs are accepted in every state so in-flight
+  transactions finish. Actions are accepted only while ``online``.
+- *Safe to offline*: write a fake binlog, wait until it is stored and every
+  prewrite is matched, note ``max_commit_ts`` as the target, then wait until
+  every non-offline drainer's ``max_commit_ts`` (its checkpoint) reaches the
+  target, writing a fake binlog every ``offline_fake_interval_s``.
+- Node id: ``data-dir/.node`` if present, else the configured ``node_id``,
+  else ``hostname:port`` of the advertise address; the chosen id is written to
+  ``.node`` so a restart keeps it.
+- Start: if the registry had no record of this node or its state was
+  ``offline``, every online drainer is told through ``Cistern.Notify``
+  (``notify_retries`` attempts each); a failure writes ``offline`` back and
+  refuses to start with "fail to notify all living drainer".
+
+Periodic work is step-driven: :meth:`PumpNode.tick` does whatever is due at the
+injected ``clock`` (heartbeat every ``heartbeat_interval_s``, a fake binlog
+when nothing was written for ``gen_binlog_interval_s``, GC every
+``gc_interval_s``) and returns the seconds until the next duty. ``start()``
+runs it on one background thread; unit tests call it directly.
+
+GC target: ``TSO(now - gc_s)``, never past the smallest ``max_commit_ts`` of a
+non-offline drainer unless forced (the hold-back is logged and counted in
+``binlog_pump_detected_drainer_binlog_purge_count{id}``), and skipped when it
+is not above the current ``gc_ts`` or not below ``max_commit_ts``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidb_binlog import binlog as bl
+from tidb_binlog.errors import ClusterIDMismatch, StateError, UnavailableError
+from tidb_binlog.node import CLOSING, DRAINER, OFFLINE, ONLINE, PAUSED, PAUSING, PUMP, NodeStatus
+from tidb_binlog.pump.metrics import PumpMetrics
+from tidb_binlog.tso import compose, extract_physical
+
+__all__ = [
+    "NODE_ID_FILE",
+    "PumpNodeOptions",
+    "PumpNode",
+    "GCDecision",
+    "resolve_node_id",
+    "needs_notify",
+    "next_state",
+    "fake_binlog_due",
+    "decide_gc",
+    "lagging_drainers",
+]
+
+log = logging.getLogger(__name__)
+
+# File under data-dir holding this pump's node id. Invariant: once written it is
+# never changed, so the registry record of a restarted pump stays the same.
+NODE_ID_FILE = ".node"
+ACTIONS = ("pause", "close")
+
+
+@dataclass(frozen=True)
+class PumpNodeOptions:
+    """What the node needs from ``PumpConfig`` (see :meth:`from_config`)."""
+
+    data_dir: str
+    advertise_addr: str = "127.0.0.1:8250"
+    node_id: str = ""
+    cluster_id: int = 0
+    heartbeat_interval_s: float = 2.0
+    gen_binlog_interval_s: float = 3.0
+    gc_s: float = 7 * 86400.0
+    gc_interval_s: float = 3600.0
+    offline_fake_interval_s: float = 1.0
+    notify_retries: int = 3
+    label: dict | None = field(default=None, compare=False)
+
+    @classmethod
+    def from_config(cls, cfg) -> PumpNodeOptions:
+        """Adapt a ``tidb_binlog.config.PumpConfig`` (or any object with its field names)."""
+        names = [f for f in cls.__dataclass_fields__ if hasattr(cfg, f)]
+        kwargs = {n: getattr(cfg, n) for n in names}
+        if not kwargs.get("advertise_addr"):
+            kwargs["advertise_addr"] = getattr(cfg, "addr", cls.advertise_addr)
+        kwargs["node_id"] = kwargs.get("node_id") or ""
+        kwargs["cluster_id"] = kwargs.get("cluster_id") or 0
+        return cls(**kwargs)
+
+
+# -- decision functions (pure) -------------------------------------------------------
+def resolve_node_id(data_dir: str | Path, configured: str, advertise_addr: str) -> str:
+    """``.node`` file, else ``configured``, else ``hostname:port``; persisted to ``.node``."""
+    path = Path(data_dir) / NODE_ID_FILE
+    if path.exists():
+        saved = path.read_text().strip()
+        if saved:
+            return saved
+    node_id = configured or f"{socket.gethostname()}:{advertise_addr.rsplit(':', 1)[-1]}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(node_id + "\n")
+    return node_id
+
+
+def needs_notify(previous: NodeStatus | None) -> bool:
+    """A new or re-added pump (no record, or ``offline``) must notify the drainers."""
+    return previous is None or previous.state == OFFLINE
+
+
+def next_state(state: str, action: str) -> str:
+    """The state an HTTP action moves to; only an ``online`` node accepts actions."""
+    if action not in ACTIONS:
+        raise StateError(f"unknown action {action!r}; expected one of {ACTIONS}", state=state)
+    if state != ONLINE:
+        raise StateError(f"cannot {action} a pump in state {state}; only an online pump "
+                         "accepts actions", state=state)
+    return PAUSING if action == "pause" else CLOSING
+
+
+def fake_binlog_due(now_s: float, last_write_s: float, interval_s: float) -> bool:
+    """True when nothing (binlog or fake) was written for ``interval_s``."""
+    return now_s - last_write_s >= interval_s
+
+
+@dataclass(frozen=True)
+class GCDecision:
+    gc_ts: int | None          # None: do not GC this round
+    held_back_by: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def decide_gc(now_ts: int, gc_s: float, current_gc_ts: int, max_commit_ts: int,
+              drainers: list[NodeStatus], force: bool = False) -> GCDecision:
+    """Where GC may cut: ``TSO(now - gc_s)`` held back by non-offline drainers."""
+    target = compose(max(extract_physical(now_ts) - int(gc_s * 1000), 0), 0)
+    blockers = [d for d in drainers if d.state != OFFLINE and d.max_commit_ts < target]
+    ids = tuple(sorted(d.node_id for d in blockers))
+    reason = ""
+    if blockers and not force:
+        target = min(d.max_commit_ts for d in blockers)
+        reason = f"held back by drainer checkpoint(s) {', '.join(ids)}"
+    elif blockers:
+        reason = f"forced past drainer checkpoint(s) {', '.join(ids)}"
+    if target <= current_gc_ts:
+        return GCDecision(None, ids, reason or "nothing older than gc_ts to collect")
+    if target >= max_commit_ts:
+        return GCDecision(None, ids, reason or "gc target is not below max_commit_ts")
+    return GCDecision(target, ids, reason)
+
+
+def lagging_drainers(drainers: list[NodeStatus], target_ts: int) -> list[str]:
+    """Ids of non-offline drainers whose checkpoint is below ``target_ts``."""
+    return [d.node_id for d in drainers if d.state != OFFLINE and d.max_commit_ts < target_ts]
+
+
+# -- the node ------------------------------------------------------------------------
+class PumpNode:
+    """One pump: storage + registry record + periodic duties. Thread-safe."""
+
+    def __init__(self, options: PumpNodeOptions, storage, *, registry=None, tso=None,
+                 notifier=None, metrics: PumpMetrics | None = None, clock=time.monotonic):
+        self.options = options
+        self.storage = storage
+        self.registry = registry
+        self.metrics = metrics or PumpMetrics()
+        self._clock = clock
+        if tso is None:
+            if registry is not None:
+                tso = registry.get_ts
+            else:
+                from tidb_binlog.tso import TimestampOracle
+                tso = TimestampOracle(Path(options.data_dir) / "tso").get_ts
+        self._tso = tso
+        self._notifier = notifier
+        self.cluster_id = registry.cluster_id() if registry is not None else options.cluster_id
+        self.node_id = resolve_node_id(options.data_dir, options.node_id, options.advertise_addr)
+        self._lock = threading.RLock()
+        self._state = PAUSED
+        now = clock()
+        self._last_write_s = now
+        self._next_heartbeat_s = now
+        self._next_gc_s = now + options.gc_interval_s
+        self._stop = threading.Event()
+        self.done = threading.Event()      # set once paused/offline by an action, or stopped
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle -------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def start(self, background: bool = True) -> None:
+        """Register ``online`` (notifying drainers if needed) and start the duty loop."""
+        previous = self.registry.node(PUMP, self.node_id) if self.registry else None
+        self._set_state(ONLINE)
+        if self.registry is not None and needs_notify(previous):
+            try:
+                self._notify_drainers()
+            except UnavailableError as exc:
+                self._set_state(OFFLINE)
+                raise UnavailableError(f"fail to notify all living drainer: {exc}") from exc
+        log.info("pump %s online at %s (cluster id %d)", self.node_id,
+                 self.options.advertise_addr, self.cluster_id)
+        if background:
+            self._spawn(self._run, "pump-duties")
+
+    def stop(self) -> None:
+        """Graceful stop (SIGTERM): ``online``/``pausing`` become ``paused`` (``closing``
+        and ``offline`` stay), stop the loops, close the storage."""
+        with self._lock:
+            if self._state in (ONLINE, PAUSING):
+                self._set_state(PAUSED)
+        self._stop.set()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=10)
+        self.storage.close()
+        self.done.set()
+
+    def apply_action(self, node_id: str, action: str) -> str:
+        """HTTP ``PUT /state/{node_id}/{action}``: validate, then act asynchronously."""
+        if node_id != self.node_id:
+            raise StateError(f"node {node_id!r} is not this pump ({self.node_id!r}); "
+                             "send the action to that pump's own address", state=self._state)
+        with self._lock:
+            self._set_state(next_state(self._state, action))
+        target = self._pause if action == "pause" else self._wait_safe_to_offline
+        self._spawn(target, f"pump-{action}")
+        return f"apply action {action} success!"
+
+    def _pause(self) -> None:
+        with self._lock:
+            self._set_state(PAUSED)
+        self.done.set()
+
+    def _wait_safe_to_offline(self) -> None:
+        fake_ts = self.write_fake_binlog()
+        while not self._stop.is_set():
+            self.storage.wait_for_commit(fake_ts - 1, 1.0)
+            if self.storage.max_commit_ts >= fake_ts and self.storage.all_matched():
+                break
+        target = self.storage.max_commit_ts
+        while not self._stop.is_set():
+            lagging = lagging_drainers(self.drainers(), target)
+            if not lagging:
+                break
+            log.info("pump %s closing: waiting for drainers %s to reach %d", self.node_id,
+                     lagging, target)
+            self.write_fake_binlog()
+            self._stop.wait(self.options.offline_fake_interval_s)
+        if self._stop.is_set():
+            return
+        with self._lock:
+            self._set_state(OFFLINE)
+        log.info("pump %s is offline", self.node_id)
+        self.done.set()
+
+    # -- writing / reading -------------------------------------------------------------
+    def write_binlog(self, cluster_id: int, payload: bytes) -> None:
+        """The WriteBinlog rule set; raises a BinlogError naming what was refused."""
+        if cluster_id != self.cluster_id:
+            raise ClusterIDMismatch(f"cluster ID are mismatch, {cluster_id} vs {self.cluster_id}",
+                                    expected=self.cluster_id, got=cluster_id)
+        b = bl.decode(payload)
+        if bl.is_probe(b):
+            return
+        if b.tp == bl.BinlogType.PREWRITE and self._state != ONLINE:
+            raise StateError(f"no online: {self._state}", state=self._state)
+        self.storage.write_binlog(b, payload)
+        self._last_write_s = self._clock()
+
+    def write_fake_binlog(self) -> int:
+        ts = self._tso()
+        self.storage.write_binlog(bl.fake(ts))
+        self._last_write_s = self._clock()
+        self.metrics.fake_binlog_count.inc()
+        return ts
+
+    def pull(self, since_commit_ts: int, max_bytes: int = 4 << 20,
+             timeout_s: float = 0.0) -> tuple[list[tuple[int, bytes]], int]:
+        """Commits above ``since_commit_ts`` and the watermark they are complete up to.
+
+        Every binlog this pump will ever serve with commit_ts <= watermark is either
+        at or below ``since_commit_ts`` or in the returned batch. With nothing new,
+        waits up to ``timeout_s`` on the storage (no polling).
+        """
+        watermark = self.storage.max_commit_ts
+        batch = self.storage.pull_commit_binlogs(since_commit_ts, max_bytes)
+        if not batch and timeout_s > 0:
+            self.storage.wait_for_commit(since_commit_ts, timeout_s)
+            watermark = self.storage.max_commit_ts
+            batch = self.storage.pull_commit_binlogs(since_commit_ts, max_bytes)
+        if batch:
+            # Everything in (since, last] was returned; beyond `last` the batch may
+            # have been cut by max_bytes, so the watermark is exactly `last`.
+            return batch, batch[-1][0]
+        # Nothing in (since, max_commit_ts as read before the pull].
+        return batch, max(watermark, since_commit_ts)
+
+    # -- periodic duties -----------------------------------------------------------------
+    def tick(self) -> float:
+        """Do every duty that is due now; return seconds until the next one."""
+        now = self._clock()
+        opts = self.options
+        if self._state != OFFLINE and fake_binlog_due(now, self._last_write_s,
+                                                      opts.gen_binlog_interval_s):
+            self.write_fake_binlog()
+            now = self._clock()
+        if now >= self._next_heartbeat_s:
+            self.heartbeat()
+            self._next_heartbeat_s = now + opts.heartbeat_interval_s
+        if now >= self._next_gc_s:
+            self._next_gc_s = now + opts.gc_interval_s
+            self.gc()
+        next_fake_s = self._last_write_s + opts.gen_binlog_interval_s
+        return max(0.0, min(next_fake_s, self._next_heartbeat_s, self._next_gc_s) - now)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                wait_s = self.tick()
+            except Exception:
+                log.exception("pump %s: periodic duty failed; retrying in 1 s", self.node_id)
+                wait_s = 1.0
+            self._stop.wait(min(wait_s, 1.0))
+
+    def heartbeat(self) -> None:
+        if self.registry is not None:
+            self.registry.update_node(PUMP, self.status())
+
+    def gc(self, force: bool = False) -> GCDecision:
+        d = decide_gc(self._tso(), self.options.gc_s, self.storage.gc_ts,
+                      self.storage.max_commit_ts, self.drainers(), force)
+        for drainer_id in d.held_back_by:
+            self.metrics.drainer_purge_count.labels(drainer_id).inc()
+        if d.held_back_by:
+            log.warning("pump %s GC %s", self.node_id, d.reason)
+        if d.gc_ts is not None:
+            log.info("pump %s GC up to ts %d%s", self.node_id, d.gc_ts,
+                     f" ({d.reason})" if d.reason else "")
+            self.storage.gc(d.gc_ts)
+        return d
+
+    # -- status ------------------------------------------------------------------------
+    def status(self) -> NodeStatus:
+        return NodeStatus(node_id=self.node_id, host=self.options.advertise_addr,
+                          state=self._state, is_alive=self._state != OFFLINE,
+                          label=self.options.label, max_commit_ts=self.storage.max_commit_ts,
+                          update_ts=self._tso())
+
+    def pumps(self) -> list[NodeStatus]:
+        if self.registry is None:
+            return [self.status()]
+        return self.registry.nodes(PUMP)
+
+    def drainers(self) -> list[NodeStatus]:
+        return self.registry.nodes(DRAINER) if self.registry is not None else []
+
+    def get_ts(self) -> int:
+        return self._tso()
+
+    # -- internals -----------------------------------------------------------------------
+    def _set_state(self, state: str) -> None:
+        self._state = state
+        if self.registry is not None:
+            self.registry.update_node(PUMP, self.status())
+
+    def _notify_drainers(self) -> None:
+        notifier = self._notifier
+        if notifier is None:
+            from tidb_binlog.pump.server import notify_drainer as notifier
+        failed = []
+        for d in self.drainers():
+            if d.state != ONLINE:
+                continue
+            for attempt in range(1, self.options.notify_retries + 1):
+                try:
+                    notifier(d.host)
+                    break
+                except Exception as exc:  # any transport error: retry, then report
+                    log.warning("notify drainer %s at %s failed (attempt %d/%d): %s",
+                                d.node_id, d.host, attempt, self.options.notify_retries, exc)
+            else:
+                failed.append(f"{d.node_id}@{d.host}")
+        if failed:
+            raise UnavailableError(f"drainers {failed} did not answer Notify")
+
+    def _spawn(self, target, name: str) -> None:
+        t = threading.Thread(target=target, name=f"{name}-{self.node_id}", daemon=True)
+        self._threads.append(t)
+        t.start()
