@@ -1,0 +1,469 @@
+"""PumpClient: what TiDB embeds to write binlogs to the pumps.
+
+Pumps come from the registry (every record of kind ``pumps``, followed by a
+watcher thread that long-polls ``RegistryClient.watch``), from a static address
+list, or are the single local unix socket (strategy ``local``).
+
+Prewrite (``write_binlog`` of a ``Prewrite``; synchronous, raises)
+    Sent to the pump the strategy picks. A failed attempt (RPC error or a
+    non-empty errmsg) counts against that pump and the binlog goes to the next
+    available pump at once; a retry interval (0.1 s) is slept only between
+    rounds, when every available pump has failed it. Each attempt waits at most
+    ``rpc_timeout_s``. The client gives up when ``write_timeout_s`` has passed
+    *and* every available pump was tried (TiDB's rule), or when no pump is
+    available; it then tries each unavailable-but-online pump once, and finally
+    raises :class:`~tidb_binlog.errors.UnavailableError` naming every pump it
+    tried and its last error. A message the pump refuses as too large or
+    malformed, and a cluster id mismatch, raise at once (retrying elsewhere
+    cannot help). On success the client remembers which pump took ``start_ts``.
+
+Commit / Rollback (never raises)
+    Sent to the pump that took the prewrite, retried *only there* with
+    exponential backoff (0.1 s doubling to 1 s) for up to ``commit_retry_s``
+    (10 min), even while that pump is unavailable or restarting. When the budget
+    is spent, the client is closed, the pump refuses the message, or no prewrite
+    of that start_ts went through this client, the binlog is dropped with an
+    error log and ``binlog_pump_client_commit_given_up_total{reason}``; the pump
+    resolves the transaction itself after ``max-txn-timeout``.
+    ``write_binlog_async`` runs this on a small thread pool.
+
+Unavailable pumps and probing
+    ``unavailable_after_errors`` failed writes in a row move a pump to the
+    unavailable list (see :mod:`.book`). A prober thread sends the empty probe
+    binlog (``start_ts == commit_ts == 0``) to every unavailable pump whose
+    registry state is ``online`` each ``probe_interval_s`` (TiDB: 30 s) and
+    brings back the ones that answer; :meth:`PumpClient.probe_now` runs one round.
+
+Batched path (``write_binlogs``)
+    For high-throughput callers: the first attempt of every binlog is pipelined
+    (gRPC futures, one channel per pump); prewrites go first, then
+    commits/rollbacks, so a commit in the same batch as its prewrite follows it.
+    A failed prewrite falls back to the retrying path above; a failed commit is
+    handed to the async retry pool. Results come back in input order.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+
+from tidb_binlog.binlog import Binlog, BinlogType, encode, probe
+from tidb_binlog.errors import (
+    BinlogError,
+    ClusterIDMismatch,
+    ProtocolError,
+    UnavailableError,
+)
+from tidb_binlog.node import PUMP, NodeStatus, RegistryClient
+from tidb_binlog.pump_client import metrics
+from tidb_binlog.pump_client.book import DEFAULT_UNAVAILABLE_AFTER_ERRORS, PumpBook, PumpEntry
+from tidb_binlog.pump_client.selector import LOCAL, RANGE, new_selector
+from tidb_binlog.pump_client.transport import (
+    DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+    PumpChannel,
+    PumpTLS,
+)
+
+__all__ = ["PumpClient", "WriteResult", "LOCAL_PUMP_ID"]
+
+log = logging.getLogger("tidb_binlog.pump_client")
+
+LOCAL_PUMP_ID = "localPump"
+_TYPE_NAMES = {BinlogType.PREWRITE: "prewrite", BinlogType.COMMIT: "commit",
+               BinlogType.ROLLBACK: "rollback"}
+
+
+@dataclass
+class WriteResult:
+    """One binlog of a ``write_binlogs`` batch: the pump that took it, or the error.
+
+    ``pending`` is set for a Commit/Rollback whose first attempt failed: it is
+    being retried in the background and resolves to the node id (or None if
+    given up).
+    """
+
+    node_id: str | None = None
+    error: BinlogError | None = None
+    pending: Future | None = None
+
+
+class PumpClient:
+    def __init__(self, registry: RegistryClient | None, *, cluster_id: int | None = None,
+                 pumps: Sequence[str] | None = None, strategy: str = RANGE,
+                 local_socket: str | None = None, write_timeout_s: float = 15.0,
+                 rpc_timeout_s: float = 5.0, commit_retry_s: float = 600.0,
+                 retry_interval_s: float = 0.1, commit_backoff_max_s: float = 1.0,
+                 unavailable_after_errors: int = DEFAULT_UNAVAILABLE_AFTER_ERRORS,
+                 probe_interval_s: float = 30.0, watch_timeout_s: float = 10.0,
+                 max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+                 tls: PumpTLS | None = None, async_workers: int = 4,
+                 rng: random.Random | None = None):
+        if strategy == LOCAL and not local_socket:
+            raise ValueError("strategy 'local' needs local_socket (the pump's unix socket path)")
+        if registry is None and not pumps and strategy != LOCAL:
+            raise ValueError("PumpClient needs a registry, a static pumps list or a local_socket")
+        if cluster_id is None:
+            if registry is None:
+                raise ValueError("cluster_id is required when there is no registry")
+            cluster_id = registry.cluster_id()
+        self.cluster_id = cluster_id
+        self.write_timeout_s = write_timeout_s
+        self.rpc_timeout_s = rpc_timeout_s
+        self.commit_retry_s = commit_retry_s
+        self._retry_interval_s = retry_interval_s
+        self._commit_backoff_max_s = commit_backoff_max_s
+        self._max_message_size_bytes = max_message_size_bytes
+        self._tls = tls
+        self._lock = threading.Lock()
+        self._book = PumpBook(new_selector(strategy, rng=rng),
+                              unavailable_after_errors=unavailable_after_errors)
+        self._channels: dict[str, PumpChannel] = {}
+        self._closed = threading.Event()
+        self._executor = ThreadPoolExecutor(max_workers=async_workers,
+                                            thread_name_prefix="pump-client-commit")
+        self._threads: list[threading.Thread] = []
+        self._async_pending: set[Future] = set()
+        if strategy == LOCAL:
+            self._apply([NodeStatus(LOCAL_PUMP_ID, local_socket)], complete=True)
+        elif registry is None:
+            self._apply([NodeStatus(addr, addr) for addr in pumps], complete=True)
+        else:
+            revision, records = registry.watch(PUMP, 0, 0.0)
+            self._apply(records, complete=True)
+            self._spawn("pump-client-watch", self._watch_loop, registry, revision,
+                        watch_timeout_s)
+        self._spawn("pump-client-probe", self._probe_loop, probe_interval_s)
+
+    # -- public API --------------------------------------------------------------
+
+    def write_binlog(self, binlog: Binlog) -> str | None:
+        """Write one binlog; return the node id of the pump that took it.
+
+        A Prewrite raises UnavailableError when no pump took it in time (the
+        transaction must not commit). A Commit/Rollback never raises; it returns
+        None when it was given up.
+        """
+        kind = _TYPE_NAMES.get(binlog.tp, "other")
+        started = time.monotonic()
+        try:
+            if binlog.tp == BinlogType.PREWRITE:
+                return self._write_prewrite(binlog, self._encode(binlog), {})
+            return self._write_finish(binlog, encode(binlog))
+        finally:
+            metrics.WRITE_DURATION.labels(kind).observe(time.monotonic() - started)
+
+    def write_binlog_async(self, binlog: Binlog) -> Future:
+        """``write_binlog`` on the client's thread pool (meant for Commit/Rollback)."""
+        fut = self._executor.submit(self.write_binlog, binlog)
+        with self._lock:
+            self._async_pending.add(fut)
+        fut.add_done_callback(self._async_done)
+        return fut
+
+    def _async_done(self, fut: Future) -> None:
+        with self._lock:
+            self._async_pending.discard(fut)
+
+    def write_binlogs(self, binlogs: Sequence[Binlog]) -> list[WriteResult]:
+        """Write a batch, pipelining first attempts; per-binlog results in input order."""
+        results = [WriteResult() for _ in binlogs]
+        prewrites = [i for i, b in enumerate(binlogs) if b.tp == BinlogType.PREWRITE]
+        finishes = [i for i, b in enumerate(binlogs) if b.tp != BinlogType.PREWRITE]
+        self._batch_prewrites(binlogs, prewrites, results)
+        self._batch_finishes(binlogs, finishes, results)
+        return results
+
+    def probe_now(self) -> list[str]:
+        """Probe every unavailable online pump once; return the ones brought back."""
+        with self._lock:
+            candidates = self._book.probe_candidates()
+        payload = encode(probe())
+        back = []
+        for entry in candidates:
+            channel = self._channel(entry)
+            channel.reset()
+            try:
+                errmsg = channel.write(self.cluster_id, payload, self.rpc_timeout_s)
+            except BinlogError as exc:
+                errmsg = str(exc)
+            if errmsg:
+                metrics.PROBE_TOTAL.labels("error").inc()
+                log.debug("probe of pump %s failed: %s", entry.node_id, errmsg)
+                continue
+            metrics.PROBE_TOTAL.labels("ok").inc()
+            with self._lock:
+                if self._book.mark_available(entry.node_id):
+                    back.append(entry.node_id)
+                    log.info("pump %s answered the probe: available again", entry.node_id)
+        return back
+
+    def available_pumps(self) -> list[str]:
+        with self._lock:
+            return self._book.available()
+
+    def unavailable_pumps(self) -> list[str]:
+        with self._lock:
+            return self._book.unavailable()
+
+    def pump_of(self, start_ts: int) -> str | None:
+        """The pump that took the prewrite of ``start_ts`` (None once committed)."""
+        with self._lock:
+            entry = self._book.owner(start_ts)
+        return None if entry is None else entry.node_id
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """Stop the threads; async commits get ``wait_s`` to finish, then are given up."""
+        with self._lock:
+            pending = list(self._async_pending)
+        wait_futures(pending, timeout=wait_s)
+        self._closed.set()
+        self._executor.shutdown(wait=True)
+        for t in self._threads:
+            t.join(0.5)  # a watcher blocked in watch() exits when its long poll returns
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+    def __enter__(self) -> PumpClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- prewrite ------------------------------------------------------------------
+
+    def _encode(self, binlog: Binlog) -> bytes:
+        payload = encode(binlog)
+        if len(payload) > self._max_message_size_bytes:
+            raise ProtocolError(
+                f"prewrite binlog start_ts={binlog.start_ts} is {len(payload)} bytes, above "
+                f"max_message_size_bytes={self._max_message_size_bytes}; raise max-message-size "
+                "on the pumps and the client, or split the transaction")
+        return payload
+
+    def _write_prewrite(self, binlog: Binlog, payload: bytes, tried: dict[str, str]) -> str:
+        start_ts = binlog.start_ts
+        deadline = time.monotonic() + self.write_timeout_s
+        attempt = len(tried)
+        while not self._closed.is_set():
+            with self._lock:
+                entry = self._book.select(start_ts, attempt, tried.keys())
+                available = len(self._book.available())
+            if entry is None:
+                break
+            if entry.node_id in tried:  # a new round over pumps that all failed
+                self._closed.wait(self._retry_interval_s)
+            timeout_s = min(self.rpc_timeout_s, max(deadline - time.monotonic(), 0.05))
+            error = self._attempt(entry, payload, timeout_s)
+            if error is None:
+                with self._lock:
+                    self._book.remember(start_ts, entry.node_id)
+                metrics.WRITE_TOTAL.labels("prewrite", "ok").inc()
+                return entry.node_id
+            tried[entry.node_id] = error
+            attempt += 1
+            if time.monotonic() >= deadline and len(tried) >= available:
+                break
+        # TiDB's last resort: every pump the registry says is online, once more.
+        with self._lock:
+            last_resort = self._book.probe_candidates()
+        for entry in last_resort:
+            self._channel(entry).reset()
+            error = self._attempt(entry, payload, self.rpc_timeout_s)
+            if error is None:
+                with self._lock:
+                    self._book.mark_available(entry.node_id)
+                    self._book.remember(start_ts, entry.node_id)
+                metrics.WRITE_TOTAL.labels("prewrite", "ok").inc()
+                return entry.node_id
+            tried[entry.node_id] = error
+        metrics.WRITE_TOTAL.labels("prewrite", "error").inc()
+        detail = "; ".join(f"{node}: {err}" for node, err in tried.items()) or "no pump is online"
+        raise UnavailableError(
+            f"no pump took the prewrite binlog of start_ts={start_ts} within "
+            f"{self.write_timeout_s:g}s ({detail}); the transaction must not commit. "
+            "Check that pumps are running and online (binlogctl -cmd pumps).")
+
+    def _attempt(self, entry: PumpEntry, payload: bytes, timeout_s: float) -> str | None:
+        """One WriteBinlog; None on success, else the error text (also booked)."""
+        try:
+            errmsg = self._channel(entry).write(self.cluster_id, payload, timeout_s)
+        except UnavailableError as exc:
+            errmsg = str(exc)
+        return self._outcome(entry, errmsg)
+
+    def _outcome(self, entry: PumpEntry, errmsg: str) -> str | None:
+        if not errmsg:
+            with self._lock:
+                self._book.record_success(entry.node_id)
+            return None
+        if "cluster ID are mismatch" in errmsg:
+            raise ClusterIDMismatch(
+                f"pump {entry.node_id} at {entry.addr} belongs to another cluster: {errmsg}; "
+                f"this client uses cluster id {self.cluster_id}", got=self.cluster_id)
+        metrics.RPC_ERRORS.labels(entry.node_id).inc()
+        with self._lock:
+            moved = self._book.record_failure(entry.node_id)
+        if moved:
+            metrics.PUMP_UNAVAILABLE.labels(entry.node_id).inc()
+            log.warning("pump %s failed %d writes in a row, moved to unavailable: %s",
+                        entry.node_id, entry.errors, errmsg)
+        else:
+            log.debug("write to pump %s failed: %s", entry.node_id, errmsg)
+        return errmsg
+
+    # -- commit / rollback -------------------------------------------------------
+
+    def _write_finish(self, binlog: Binlog, payload: bytes) -> str | None:
+        kind = _TYPE_NAMES.get(binlog.tp, "other")
+        with self._lock:
+            entry = self._book.owner(binlog.start_ts)
+        if entry is None:
+            return self._give_up(binlog, kind, "no_prewrite",
+                                 "no prewrite of this start_ts went through this client")
+        deadline = time.monotonic() + self.commit_retry_s
+        backoff_s = self._retry_interval_s
+        error = ""
+        while True:
+            try:
+                error = self._attempt(entry, payload, self.rpc_timeout_s)
+            except BinlogError as exc:  # refused for good (too large, other cluster)
+                return self._give_up(binlog, kind, "rejected", str(exc))
+            if error is None:
+                with self._lock:
+                    self._book.forget(binlog.start_ts)
+                metrics.WRITE_TOTAL.labels(kind, "ok").inc()
+                return entry.node_id
+            if self._closed.is_set():
+                return self._give_up(binlog, kind, "closed", f"client closed; last error: {error}")
+            if time.monotonic() >= deadline:
+                return self._give_up(binlog, kind, "timeout",
+                                     f"pump {entry.node_id} did not take it within "
+                                     f"{self.commit_retry_s:g}s; last error: {error}")
+            self._closed.wait(min(backoff_s, max(deadline - time.monotonic(), 0.0)))
+            backoff_s = min(backoff_s * 2, self._commit_backoff_max_s)
+
+    def _give_up(self, binlog: Binlog, kind: str, reason: str, why: str) -> None:
+        with self._lock:
+            self._book.forget(binlog.start_ts)
+        metrics.COMMIT_GIVEN_UP.labels(reason).inc()
+        metrics.WRITE_TOTAL.labels(kind, "given_up").inc()
+        log.error("gave up the %s binlog of start_ts=%d commit_ts=%d: %s; the pump resolves "
+                  "the transaction after max-txn-timeout", kind, binlog.start_ts,
+                  binlog.commit_ts, why)
+        return None
+
+    # -- batched path ------------------------------------------------------------
+
+    def _batch_prewrites(self, binlogs, indexes, results) -> None:
+        inflight = []
+        for i in indexes:
+            try:
+                payload = self._encode(binlogs[i])
+            except BinlogError as exc:
+                results[i].error = exc
+                continue
+            with self._lock:
+                entry = self._book.select(binlogs[i].start_ts)
+            if entry is None:
+                inflight.append((i, payload, None, None))
+                continue
+            channel = self._channel(entry)
+            inflight.append((i, payload, entry, channel.write_future(
+                self.cluster_id, payload, self.rpc_timeout_s)))
+        for i, payload, entry, fut in inflight:
+            tried: dict[str, str] = {}
+            try:
+                if entry is not None:
+                    error = self._finish_future(entry, fut)
+                    if error is None:
+                        with self._lock:
+                            self._book.remember(binlogs[i].start_ts, entry.node_id)
+                        metrics.WRITE_TOTAL.labels("prewrite", "ok").inc()
+                        results[i].node_id = entry.node_id
+                        continue
+                    tried[entry.node_id] = error
+                results[i].node_id = self._write_prewrite(binlogs[i], payload, tried)
+            except BinlogError as exc:
+                results[i].error = exc
+
+    def _batch_finishes(self, binlogs, indexes, results) -> None:
+        inflight = []
+        for i in indexes:
+            with self._lock:
+                entry = self._book.owner(binlogs[i].start_ts)
+            payload = encode(binlogs[i])
+            fut = None if entry is None else self._channel(entry).write_future(
+                self.cluster_id, payload, self.rpc_timeout_s)
+            inflight.append((i, entry, fut))
+        for i, entry, fut in inflight:
+            binlog = binlogs[i]
+            try:
+                error = None if entry is None else self._finish_future(entry, fut)
+            except BinlogError as exc:
+                self._give_up(binlog, _TYPE_NAMES.get(binlog.tp, "other"), "rejected", str(exc))
+                results[i].error = exc
+                continue
+            if entry is not None and error is None:
+                with self._lock:
+                    self._book.forget(binlog.start_ts)
+                metrics.WRITE_TOTAL.labels(_TYPE_NAMES.get(binlog.tp, "other"), "ok").inc()
+                results[i].node_id = entry.node_id
+            else:
+                results[i].pending = self.write_binlog_async(binlog)
+
+    def _finish_future(self, entry: PumpEntry, fut) -> str | None:
+        channel = self._channel(entry)
+        try:
+            errmsg = channel.result(fut)
+        except UnavailableError as exc:
+            errmsg = str(exc)
+        return self._outcome(entry, errmsg)
+
+    # -- membership and background threads ----------------------------------------
+
+    def _channel(self, entry: PumpEntry) -> PumpChannel:
+        with self._lock:
+            channel = self._channels.get(entry.node_id)
+            if channel is None or channel.addr != entry.addr:
+                if channel is not None:
+                    channel.close()
+                channel = PumpChannel(entry.node_id, entry.addr, tls=self._tls,
+                                      max_message_size_bytes=self._max_message_size_bytes)
+                self._channels[entry.node_id] = channel
+            return channel
+
+    def _apply(self, records: list[NodeStatus], *, complete: bool) -> None:
+        with self._lock:
+            events = self._book.apply_statuses(records, complete=complete)
+        for line in events:
+            log.info("pump client: %s", line)
+
+    def _spawn(self, name: str, target, *args) -> None:
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _watch_loop(self, registry: RegistryClient, revision: int, timeout_s: float) -> None:
+        while not self._closed.is_set():
+            try:
+                revision, records = registry.watch(PUMP, revision, timeout_s)
+            except Exception as exc:  # noqa: BLE001 - the registry may restart; keep following
+                log.warning("watching the registry failed, retrying in 1 s: %s", exc)
+                self._closed.wait(1.0)
+                continue
+            self._apply(records, complete=True)
+
+    def _probe_loop(self, interval_s: float) -> None:
+        while not self._closed.wait(interval_s):
+            try:
+                self.probe_now()
+            except Exception:  # noqa: BLE001 - logged; the next round tries again
+                log.exception("probing unavailable pumps failed")

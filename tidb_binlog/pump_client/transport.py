@@ -1,0 +1,140 @@
+"""One gRPC channel per pump, and the one place grpc errors become ours.
+
+:class:`PumpChannel` speaks TiDB's ``binlog.Pump/WriteBinlog``: it returns the
+pump's ``errmsg`` ("" = stored) or raises:
+
+- :class:`~tidb_binlog.errors.ProtocolError` for ``RESOURCE_EXHAUSTED`` and
+  ``INVALID_ARGUMENT`` (the message is too large or malformed: another pump
+  would refuse it too, so the client does not retry it elsewhere);
+- :class:`~tidb_binlog.errors.UnavailableError` for everything else (refused,
+  reset, deadline exceeded, ...). On ``UNAVAILABLE`` the channel is dropped and
+  the next call dials afresh, so a restarted pump is found at once instead of
+  after gRPC's reconnect backoff (TiDB resets its client the same way).
+
+Addresses are ``host:port`` or a unix socket (``unix:/path`` or a bare absolute
+path). TLS is optional (:class:`PumpTLS`); message size limits apply to both
+directions.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from tidb_binlog.errors import ConfigError, ProtocolError, UnavailableError
+from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
+
+__all__ = ["DEFAULT_MAX_MESSAGE_SIZE_BYTES", "PumpTLS", "PumpChannel", "grpc_target"]
+
+# gRPC's largest message (a signed 32-bit length); TiDB's own limit is the same order.
+DEFAULT_MAX_MESSAGE_SIZE_BYTES = (1 << 31) - 1
+
+_NOT_RETRYABLE = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT)
+
+
+@dataclass(frozen=True)
+class PumpTLS:
+    """PEM files for TLS to the pumps (``[security] ssl-ca/ssl-cert/ssl-key``)."""
+
+    ca_path: str
+    cert_path: str | None = None
+    key_path: str | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        def read(path: str | None, key: str) -> bytes | None:
+            if path is None:
+                return None
+            try:
+                return Path(path).read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"cannot read {key} {path}: {exc}", key=key, path=path) from exc
+
+        if (self.cert_path is None) != (self.key_path is None):
+            raise ConfigError("ssl-cert and ssl-key must be given together", key="ssl-cert")
+        return grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca_path, "ssl-ca"),
+            private_key=read(self.key_path, "ssl-key"),
+            certificate_chain=read(self.cert_path, "ssl-cert"))
+
+
+def grpc_target(addr: str) -> str:
+    """A gRPC target for ``host:port``, ``unix:/path`` or ``/path``."""
+    if addr.startswith("/"):
+        return f"unix:{addr}"
+    return addr
+
+
+class PumpChannel:
+    """A lazily dialled, resettable channel to one pump."""
+
+    def __init__(self, node_id: str, addr: str, *, tls: PumpTLS | None = None,
+                 max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES):
+        self.node_id = node_id
+        self.addr = addr
+        self._tls = tls
+        self._options = [
+            ("grpc.max_send_message_length", max_message_size_bytes),
+            ("grpc.max_receive_message_length", max_message_size_bytes),
+            ("grpc.enable_retries", 0),  # the pump client does its own retries
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ]
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._stub: pump_pb2_grpc.PumpStub | None = None
+
+    def _get_stub(self) -> pump_pb2_grpc.PumpStub:
+        with self._lock:
+            if self._stub is None:
+                target = grpc_target(self.addr)
+                if self._tls is None:
+                    self._channel = grpc.insecure_channel(target, options=self._options)
+                else:
+                    self._channel = grpc.secure_channel(target, self._tls.credentials(),
+                                                        options=self._options)
+                self._stub = pump_pb2_grpc.PumpStub(self._channel)
+            return self._stub
+
+    def write(self, cluster_id: int, payload: bytes, timeout_s: float) -> str:
+        """Send one WriteBinlog; the pump's errmsg ("" = stored)."""
+        req = pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=payload)
+        try:
+            return self._get_stub().WriteBinlog(req, timeout=timeout_s).errmsg
+        except grpc.RpcError as exc:
+            raise self.translate(exc) from exc
+
+    def write_future(self, cluster_id: int, payload: bytes, timeout_s: float) -> grpc.Future:
+        """Start a WriteBinlog without waiting; finish it with :meth:`result`."""
+        req = pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=payload)
+        return self._get_stub().WriteBinlog.future(req, timeout=timeout_s)
+
+    def result(self, future: grpc.Future) -> str:
+        try:
+            return future.result().errmsg
+        except grpc.RpcError as exc:
+            raise self.translate(exc) from exc
+
+    def translate(self, exc: grpc.RpcError) -> ProtocolError | UnavailableError:
+        code = exc.code() if hasattr(exc, "code") else None
+        detail = exc.details() if hasattr(exc, "details") else str(exc)
+        where = f"pump {self.node_id} at {self.addr}"
+        name = code.name if code is not None else "UNKNOWN"
+        if code in _NOT_RETRYABLE:
+            return ProtocolError(f"{where} refused the binlog: {name}: {detail}")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            self.reset()
+        return UnavailableError(f"{where}: {name}: {detail}")
+
+    def reset(self) -> None:
+        """Drop the channel; the next call dials again."""
+        with self._lock:
+            channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None:
+            channel.close()
+
+    def close(self) -> None:
+        self.reset()
