@@ -1,0 +1,310 @@
+"""The pump's gRPC and HTTP servers on real sockets (127.0.0.1, ephemeral ports)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+import grpc
+import pytest
+
+from tidb_binlog import binlog as bl
+from tidb_binlog.node import DRAINER, PAUSED, PUMP, NodeStatus
+from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
+from tidb_binlog.pump.node import PumpNode, PumpNodeOptions
+from tidb_binlog.pump.server import open_channel, serve_pump
+from tidb_binlog.testing.memory_storage import MemoryStorage
+from tidb_binlog.testing.registry import InMemoryRegistry
+
+CLUSTER_ID = 7
+
+
+def make_storage(tmp_path, guard_bytes=0):
+    return MemoryStorage(stop_write_at_available_space_bytes=guard_bytes)
+
+
+@pytest.fixture
+def start_pump(tmp_path):
+    started = []
+
+    def start(*, guard_bytes=0, registry=None, security=None, max_message_size_bytes=1 << 20,
+              socket_path="", **opts):
+        opts.setdefault("gen_binlog_interval_s", 3600.0)
+        storage = make_storage(tmp_path, guard_bytes)
+        options = PumpNodeOptions(data_dir=str(tmp_path / f"pump{len(started)}"),
+                                  advertise_addr="127.0.0.1:0", node_id="pump-1",
+                                  cluster_id=CLUSTER_ID, **opts)
+        node = PumpNode(options, storage, registry=registry, notifier=lambda addr: None)
+        proc = serve_pump(node, "127.0.0.1:0", status_addr="127.0.0.1:0",
+                          socket_path=socket_path, security=security,
+                          max_message_size_bytes=max_message_size_bytes)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def stub(proc, security=None):
+    return pump_pb2_grpc.PumpStub(open_channel(proc.addr, security))
+
+
+def write(s, payload, cluster_id=CLUSTER_ID):
+    return s.WriteBinlog(pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=payload),
+                         timeout=10).errmsg
+
+
+def pw(start_ts, value=b"v"):
+    return bl.encode(bl.prewrite(start_ts, value, prewrite_key=b"pk"))
+
+
+def cm(start_ts, commit_ts):
+    return bl.encode(bl.commit(start_ts, commit_ts))
+
+
+def http(proc, method, path):
+    req = urllib.request.Request(f"http://{proc.status_addr}{path}", method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def loss_count(proc) -> float:
+    return proc.node.metrics.loss_binlog_count._value.get()
+
+
+# -- WriteBinlog refusals: each with its errmsg, nothing stored -----------------------------
+def test_wrong_cluster_id(start_pump):
+    proc = start_pump()
+    assert write(stub(proc), pw(10), cluster_id=8) == "cluster ID are mismatch, 8 vs 7"
+    assert proc.node.storage.writes == 0 and loss_count(proc) == 1
+
+
+def test_garbage_payload(start_pump):
+    proc = start_pump()
+    errmsg = write(stub(proc), b"\x0a\xff\xff\xff\xff")
+    assert errmsg.startswith("malformed binlog payload (5 bytes)")
+    assert write(stub(proc), b"") == "malformed binlog payload (0 bytes): field tp missing"
+    assert proc.node.storage.writes == 0 and loss_count(proc) == 2
+
+
+def test_oversize_payload_refused_by_grpc(start_pump):
+    proc = start_pump(max_message_size_bytes=64 << 10)
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub(proc), pw(10, b"x" * (100 << 10)))
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "larger than max" in info.value.details()
+    assert proc.node.storage.writes == 0
+    assert write(stub(proc), pw(10, b"x" * (60 << 10))) == ""
+
+
+def test_prewrite_while_paused(start_pump):
+    reg = InMemoryRegistry()
+    proc = start_pump(registry=reg)
+    s = stub(proc)
+    cid = reg.cluster_id()
+    assert write(s, pw(10), cid) == ""
+    code, body = http(proc, "PUT", "/state/pump-1/pause")
+    assert code == 200
+    assert json.loads(body) == {"message": "apply action pause success!", "code": 200}
+    assert proc.node.done.wait(5) and reg.node(PUMP, "pump-1").state == PAUSED
+    assert write(s, pw(20), cid) == "no online: paused"
+    assert write(s, cm(10, 11), cid) == ""
+    assert proc.node.storage.get_binlog(20) is None
+    code, body = http(proc, "PUT", "/state/pump-1/close")
+    assert code == 400 and "only an online pump" in json.loads(body)["message"]
+
+
+def test_disk_space_guard(start_pump):
+    proc = start_pump(guard_bytes=1 << 60)
+    assert write(stub(proc), pw(10)).startswith("no available space")
+    assert proc.node.storage.writes == 0 and loss_count(proc) == 1
+
+
+def test_probe_acknowledged_not_stored(start_pump):
+    proc = start_pump()
+    assert write(stub(proc), bl.encode(bl.probe())) == ""
+    assert proc.node.storage.writes == 0 and loss_count(proc) == 0
+
+
+# -- PullBinlogs ------------------------------------------------------------------------------
+def test_pull_streams_in_order_and_waits_for_new_data(start_pump):
+    proc = start_pump()
+    s = stub(proc)
+    assert write(s, pw(100, b"first")) == ""
+    assert write(s, pw(102, b"second")) == ""
+    assert write(s, cm(102, 103)) == ""       # waits behind the unmatched prewrite 100
+    assert write(s, cm(100, 101)) == ""
+    call = s.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=CLUSTER_ID,
+                                                startFrom=pump_pb2.Pos(offset=0)))
+    got = []
+    for resp in call:
+        b = bl.decode(resp.entity.payload)
+        got.append((resp.entity.meta.startTs, resp.entity.meta.commitTs, b.prewrite_value))
+        assert resp.entity.pos.offset == b.commit_ts
+        if len(got) == 2:
+            break
+    assert got == [(100, 101, b"first"), (102, 103, b"second")]
+    # A new stream from offset 103 blocks until new commits arrive, then gets them.
+    received = []
+    call = s.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=CLUSTER_ID,
+                                                startFrom=pump_pb2.Pos(offset=103)))
+
+    def consume():
+        for resp in call:
+            received.append(resp.entity.meta.commitTs)
+            if len(received) == 3:
+                return
+
+    t = threading.Thread(target=consume)
+    t.start()
+    t.join(0.3)
+    assert received == []
+    for i in range(3):
+        assert write(s, pw(200 + 2 * i)) == ""
+        assert write(s, cm(200 + 2 * i, 201 + 2 * i)) == ""
+    t.join(10)
+    assert received == [201, 203, 205]
+    call.cancel()
+
+
+def test_pull_below_gc_is_an_error(start_pump):
+    proc = start_pump()
+    s = stub(proc)
+    for i in range(5):
+        write(s, bl.encode(bl.fake(100 + i)))
+    proc.node.storage.gc(102)
+    call = s.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=CLUSTER_ID,
+                                                startFrom=pump_pb2.Pos(offset=50)))
+    with pytest.raises(grpc.RpcError) as info:
+        next(iter(call))
+    assert info.value.code() == grpc.StatusCode.OUT_OF_RANGE
+    assert "gc_ts 102" in info.value.details()
+    call = s.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=CLUSTER_ID + 1))
+    with pytest.raises(grpc.RpcError) as info:
+        next(iter(call))
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_unix_socket_listener(start_pump, tmp_path):
+    sock = str(tmp_path / "pump.sock")
+    proc = start_pump(socket_path=sock)
+    with grpc.insecure_channel(f"unix:{sock}") as ch:
+        assert write(pump_pb2_grpc.PumpStub(ch), bl.encode(bl.fake(77))) == ""
+    assert proc.node.storage.max_commit_ts == 77
+
+
+# -- HTTP ----------------------------------------------------------------------------------------
+def test_http_endpoints(start_pump):
+    reg = InMemoryRegistry()
+    reg.update_node(DRAINER, NodeStatus("d1", "127.0.0.1:1", max_commit_ts=0))
+    proc = start_pump(registry=reg)
+    s = stub(proc)
+    cid = reg.cluster_id()
+    pv = bl.encode(bl.new_prewrite_value(5, [bl.new_table_mutation(42, inserted_rows=[b"r"])]))
+    assert write(s, pw(10, pv), cid) == ""
+    assert write(s, cm(10, 11), cid) == ""
+    write(s, b"junk", cid)
+
+    code, body = http(proc, "GET", "/status")
+    doc = json.loads(body)
+    assert code == 200 and doc["ErrMsg"] == "" and doc["CommitTS"] > 11
+    assert doc["status"]["pump-1"]["state"] == "online"
+    assert doc["Checkpoint"]["maxCommitTS"] == 11
+    code, body = http(proc, "GET", "/drainers")
+    assert code == 200 and [d["nodeId"] for d in json.loads(body)] == ["d1"]
+    code, body = http(proc, "GET", "/debug/binlog/10")
+    assert code == 200 and "table_id: 42" in body and "schema_version: 5" in body
+    assert http(proc, "GET", "/debug/binlog/999")[0] == 404
+    assert http(proc, "GET", "/debug/binlog/abc")[0] == 400
+    code, body = http(proc, "POST", "/debug/gc/trigger")
+    assert code == 200 and body.startswith("trigger gc success")
+    code, body = http(proc, "GET", "/metrics")
+    assert code == 200
+    assert "binlog_pump_loss_binlog_count_total 1.0" in body
+    assert 'binlog_pump_rpc_duration_seconds_count{label="succ",method="WriteBinlog"} 2.0' in body
+    assert "binlog_pump_storage_max_commit_ts" in body
+    code, body = http(proc, "PUT", "/state/other-pump/close")
+    assert code == 400 and "not this pump" in body
+    assert http(proc, "GET", "/nope")[0] == 404
+
+
+def test_close_action_goes_offline_via_http(start_pump):
+    reg = InMemoryRegistry()
+    proc = start_pump(registry=reg, offline_fake_interval_s=0.05)
+    code, _ = http(proc, "PUT", "/state/pump-1/close")
+    assert code == 200
+    assert proc.node.done.wait(10)
+    assert reg.node(PUMP, "pump-1").state == "offline"
+
+
+# -- TLS -------------------------------------------------------------------------------------------
+@dataclass
+class Security:
+    ssl_ca: str = ""
+    ssl_cert: str = ""
+    ssl_key: str = ""
+
+
+def _make_pki(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def key_pem(key):
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    (tmp_path / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    for name in ("server", "client"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        import ipaddress
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+                .issuer_name(ca_name).public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(days=1))
+                .not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.SubjectAlternativeName(
+                    [x509.DNSName("localhost"),
+                     x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        (tmp_path / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (tmp_path / f"{name}-key.pem").write_bytes(key_pem(key))
+    return (Security(str(tmp_path / "ca.pem"), str(tmp_path / "server.pem"),
+                     str(tmp_path / "server-key.pem")),
+            Security(str(tmp_path / "ca.pem"), str(tmp_path / "client.pem"),
+                     str(tmp_path / "client-key.pem")))
+
+
+def test_tls_mutual_auth(start_pump, tmp_path):
+    pytest.importorskip("cryptography")
+    server_sec, client_sec = _make_pki(tmp_path)
+    proc = start_pump(security=server_sec)
+    assert write(stub(proc, client_sec), bl.encode(bl.fake(55))) == ""
+    assert proc.node.storage.max_commit_ts == 55
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub(proc), bl.encode(bl.fake(56)))      # plaintext client
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    no_cert = Security(ssl_ca=client_sec.ssl_ca)
+    with pytest.raises(grpc.RpcError):
+        write(stub(proc, no_cert), bl.encode(bl.fake(57)))   # no client certificate
+    assert proc.node.storage.max_commit_ts == 55
