@@ -35,11 +35,7 @@ Unavailable pumps and probing
     brings back the ones that answer; :meth:`PumpClient.probe_now` runs one round.
 
 Batched path (``write_binlogs``)
-    For high-throughput callers: the first attempt of every binlog is pipelined
-    (gRPC futures, one channel per pump); prewrites go first, then
-    commits/rollbacks, so a commit in the same batch as its prewrite follows it.
-    A failed prewrite falls back to the retrying path above; a failed commit is
-    handed to the async retry pool. Results come back in input order.
+    Pipelined first attempts for high-throughput callers; see :mod:`.batch`.
 """
 
 from __future__ import annotations
@@ -51,7 +47,6 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
 
 from tidb_binlog.binlog import Binlog, BinlogType, encode, probe
 from tidb_binlog.errors import (
@@ -62,6 +57,7 @@ from tidb_binlog.errors import (
 )
 from tidb_binlog.node import PUMP, NodeStatus, RegistryClient
 from tidb_binlog.pump_client import metrics
+from tidb_binlog.pump_client.batch import WriteResult, write_batch
 from tidb_binlog.pump_client.book import DEFAULT_UNAVAILABLE_AFTER_ERRORS, PumpBook, PumpEntry
 from tidb_binlog.pump_client.selector import LOCAL, RANGE, new_selector
 from tidb_binlog.pump_client.transport import (
@@ -77,20 +73,6 @@ log = logging.getLogger("tidb_binlog.pump_client")
 LOCAL_PUMP_ID = "localPump"
 _TYPE_NAMES = {BinlogType.PREWRITE: "prewrite", BinlogType.COMMIT: "commit",
                BinlogType.ROLLBACK: "rollback"}
-
-
-@dataclass
-class WriteResult:
-    """One binlog of a ``write_binlogs`` batch: the pump that took it, or the error.
-
-    ``pending`` is set for a Commit/Rollback whose first attempt failed: it is
-    being retried in the background and resolves to the node id (or None if
-    given up).
-    """
-
-    node_id: str | None = None
-    error: BinlogError | None = None
-    pending: Future | None = None
 
 
 class PumpClient:
@@ -172,12 +154,7 @@ class PumpClient:
 
     def write_binlogs(self, binlogs: Sequence[Binlog]) -> list[WriteResult]:
         """Write a batch, pipelining first attempts; per-binlog results in input order."""
-        results = [WriteResult() for _ in binlogs]
-        prewrites = [i for i, b in enumerate(binlogs) if b.tp == BinlogType.PREWRITE]
-        finishes = [i for i, b in enumerate(binlogs) if b.tp != BinlogType.PREWRITE]
-        self._batch_prewrites(binlogs, prewrites, results)
-        self._batch_finishes(binlogs, finishes, results)
-        return results
+        return write_batch(self, binlogs)
 
     def probe_now(self) -> list[str]:
         """Probe every unavailable online pump once; return the ones brought back."""
@@ -225,7 +202,8 @@ class PumpClient:
         self._closed.set()
         self._executor.shutdown(wait=True)
         for t in self._threads:
-            t.join(0.5)  # a watcher blocked in watch() exits when its long poll returns
+            if t.name != "pump-client-watch":  # that one exits when its long poll returns
+                t.join()
         with self._lock:
             channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
@@ -359,73 +337,6 @@ class PumpClient:
                   "the transaction after max-txn-timeout", kind, binlog.start_ts,
                   binlog.commit_ts, why)
         return None
-
-    # -- batched path ------------------------------------------------------------
-
-    def _batch_prewrites(self, binlogs, indexes, results) -> None:
-        inflight = []
-        for i in indexes:
-            try:
-                payload = self._encode(binlogs[i])
-            except BinlogError as exc:
-                results[i].error = exc
-                continue
-            with self._lock:
-                entry = self._book.select(binlogs[i].start_ts)
-            if entry is None:
-                inflight.append((i, payload, None, None))
-                continue
-            channel = self._channel(entry)
-            inflight.append((i, payload, entry, channel.write_future(
-                self.cluster_id, payload, self.rpc_timeout_s)))
-        for i, payload, entry, fut in inflight:
-            tried: dict[str, str] = {}
-            try:
-                if entry is not None:
-                    error = self._finish_future(entry, fut)
-                    if error is None:
-                        with self._lock:
-                            self._book.remember(binlogs[i].start_ts, entry.node_id)
-                        metrics.WRITE_TOTAL.labels("prewrite", "ok").inc()
-                        results[i].node_id = entry.node_id
-                        continue
-                    tried[entry.node_id] = error
-                results[i].node_id = self._write_prewrite(binlogs[i], payload, tried)
-            except BinlogError as exc:
-                results[i].error = exc
-
-    def _batch_finishes(self, binlogs, indexes, results) -> None:
-        inflight = []
-        for i in indexes:
-            with self._lock:
-                entry = self._book.owner(binlogs[i].start_ts)
-            payload = encode(binlogs[i])
-            fut = None if entry is None else self._channel(entry).write_future(
-                self.cluster_id, payload, self.rpc_timeout_s)
-            inflight.append((i, entry, fut))
-        for i, entry, fut in inflight:
-            binlog = binlogs[i]
-            try:
-                error = None if entry is None else self._finish_future(entry, fut)
-            except BinlogError as exc:
-                self._give_up(binlog, _TYPE_NAMES.get(binlog.tp, "other"), "rejected", str(exc))
-                results[i].error = exc
-                continue
-            if entry is not None and error is None:
-                with self._lock:
-                    self._book.forget(binlog.start_ts)
-                metrics.WRITE_TOTAL.labels(_TYPE_NAMES.get(binlog.tp, "other"), "ok").inc()
-                results[i].node_id = entry.node_id
-            else:
-                results[i].pending = self.write_binlog_async(binlog)
-
-    def _finish_future(self, entry: PumpEntry, fut) -> str | None:
-        channel = self._channel(entry)
-        try:
-            errmsg = channel.result(fut)
-        except UnavailableError as exc:
-            errmsg = str(exc)
-        return self._outcome(entry, errmsg)
 
     # -- membership and background threads ----------------------------------------
 
