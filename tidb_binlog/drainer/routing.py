@@ -1,0 +1,80 @@
+"""Deterministic routing of rows to workers, for exactly-once apply.
+
+In exactly-once mode every worker commits its own progress (the last commit_ts it
+applied) in the same downstream transaction as its rows; after a crash the replay
+skips, per worker, what that worker already committed.  That is only sound if a
+replayed row lands on the same worker as before, whatever happened before it in
+the stream.  :class:`Causality` cannot promise that (a row joins whatever group an
+earlier row founded), so exactly-once uses this kernel instead.
+
+**Rule.**  The worker of a row is a function of the row alone::
+
+    worker(row) = stable_hash(routing_key(row)) % worker_count
+
+where ``routing_key`` is the row's first key: its first non-NULL unique key (the
+primary key first), table-qualified, on the new image, or the CRC32 of all its
+values when no unique key qualifies (:mod:`tidb_binlog.drainer.causality`).
+
+**Conflicts.**  The kernel remembers, for the current window (since the last
+flush), the worker every key of every routed row went to (all unique keys, old and
+new images).  A row any of whose keys sits with *another* worker in the window is
+a conflict: :meth:`Router.route` returns :data:`CONFLICT` and records nothing; the
+caller waits for every worker to commit what it holds, calls :meth:`Router.flushed`,
+and routes the row again (now it cannot conflict).  Rows that share a key therefore
+never run concurrently on two workers, and the worker of each row never depends on
+the window, so a restarted task routes every row exactly as before (the flush
+points may differ; the assignment does not).
+
+Changing ``worker_count`` changes the assignment: the shell must only do that from
+a consistent checkpoint (every worker at the same commit_ts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tidb_binlog.drainer.causality import CONFLICT, Conflict, row_keys, stable_hash
+from tidb_binlog.drainer.dml import DML
+
+__all__ = ["Router", "CONFLICT"]
+
+
+class Router:
+    """The deterministic dispatcher kernel; see the module docstring."""
+
+    def __init__(self, worker_count: int):
+        if worker_count < 1:
+            raise ValueError(f"worker_count must be >= 1, got {worker_count}")
+        self.worker_count = worker_count
+        self._worker_of: dict[str, int] = {}
+        self.conflicts = 0
+
+    def worker_for_key(self, key: str) -> int:
+        """The worker a routing key maps to, independent of any state."""
+        return stable_hash(key) % self.worker_count
+
+    def route_keys(self, keys: Sequence[str]) -> int | Conflict:
+        """Route a row given its keys (``keys[0]`` is its routing key)."""
+        if not keys:
+            raise ValueError("a row has at least one key (see row_keys)")
+        worker = self.worker_for_key(keys[0])
+        window = self._worker_of
+        for key in keys:
+            held = window.get(key)
+            if held is not None and held != worker:
+                self.conflicts += 1
+                return CONFLICT
+        for key in keys:
+            window[key] = worker
+        return worker
+
+    def route(self, dml: DML) -> int | Conflict:
+        """The row's worker, or CONFLICT (flush every worker, call flushed(), retry)."""
+        return self.route_keys(row_keys(dml))
+
+    def flushed(self) -> None:
+        """Every worker has committed what it held: start a new window."""
+        self._worker_of.clear()
+
+    def __len__(self) -> int:
+        return len(self._worker_of)

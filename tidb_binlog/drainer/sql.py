@@ -1,0 +1,173 @@
+"""SQL for one row change or one DDL, as TiDB Binlog's loader writes it.
+
+Every statement is a :class:`Statement` ``(sql, args)`` in pymysql's ``%s``
+paramstyle: run it with ``cursor.execute(stmt.sql, stmt.args)``.  ``args`` is a
+tuple for row changes and None for DDL (pymysql then does no ``%`` interpolation,
+so a DDL containing ``%`` runs verbatim).
+
+Identifiers are backquoted, a backquote inside a name doubled
+(:func:`quote_name`); values are never spliced into the text.  Columns are named
+explicitly, in the order of ``TableSchema.columns`` restricted to the columns the
+image carries (TiDB sorts them by name; any fixed order works, and table order
+reads better).
+
+Row changes (:func:`dml_statements`):
+
+=========  ===========================================================================
+INSERT     ``INSERT INTO `db`.`t` (`a`,`b`) VALUES (%s,%s)``
+UPDATE     ``UPDATE `db`.`t` SET `a` = %s,`b` = %s WHERE <where(old image)> LIMIT 1``
+           (SET lists every column of the new image)
+DELETE     ``DELETE FROM `db`.`t` WHERE <where> LIMIT 1``
+=========  ===========================================================================
+
+Safe mode (idempotent replay): INSERT becomes ``REPLACE INTO``; UPDATE becomes
+``DELETE ... WHERE <where(old)> LIMIT 1`` followed by ``REPLACE INTO`` of the new
+image; DELETE is unchanged.
+
+WHERE (:func:`where_clause`): the first unique key of the schema (the primary key
+first) whose columns are all present and non-NULL in the image, as
+```k1` = %s AND `k2` = %s``; when no key qualifies, every column of the image, with
+```c` IS NULL`` for the NULL ones (the table-without-key case; ``LIMIT 1`` then
+touches one of several identical rows, which is what the upstream did).
+
+DDL (:func:`ddl_statements`): ``USE `db``` and then the query verbatim, except for
+``CREATE DATABASE``/``CREATE SCHEMA`` (the database may not exist yet) or when the
+DDL names no database.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema
+from tidb_binlog.errors import SchemaError
+
+__all__ = [
+    "Statement",
+    "quote_name",
+    "quote_table",
+    "image_columns",
+    "where_clause",
+    "insert_statement",
+    "update_statement",
+    "delete_statement",
+    "dml_statements",
+    "ddl_statements",
+    "is_create_database",
+]
+
+
+class Statement(NamedTuple):
+    """One SQL statement and its ``%s`` arguments (None: no interpolation)."""
+
+    sql: str
+    args: tuple[Any, ...] | None
+
+
+def quote_name(name: str) -> str:
+    """``name`` as a MySQL identifier: backquoted, inner backquotes doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quote_table(database: str, table: str) -> str:
+    """```db`.`t``` (or just ```t``` when ``database`` is empty)."""
+    if not database:
+        return quote_name(table)
+    return quote_name(database) + "." + quote_name(table)
+
+
+def image_columns(schema: TableSchema, image: Mapping[str, Any]) -> list[str]:
+    """The columns ``image`` carries, in table order (DML validated it has no others)."""
+    return [c for c in schema.columns if c in image]
+
+
+def where_clause(schema: TableSchema, image: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """The WHERE condition (without ``WHERE``) identifying ``image``'s row, and its args."""
+    for key in schema.unique_keys:
+        values = [image.get(c) for c in key.columns]
+        if all(c in image for c in key.columns) and None not in values:
+            return " AND ".join(f"{quote_name(c)} = %s" for c in key.columns), values
+    parts: list[str] = []
+    args: list[Any] = []
+    for name in image_columns(schema, image):
+        value = image[name]
+        if value is None:
+            parts.append(f"{quote_name(name)} IS NULL")
+        else:
+            parts.append(f"{quote_name(name)} = %s")
+            args.append(value)
+    return " AND ".join(parts), args
+
+
+def _placeholders(n: int) -> str:
+    return "(" + ",".join(["%s"] * n) + ")"
+
+
+def _column_list(names: Iterable[str]) -> str:
+    return "(" + ",".join(quote_name(n) for n in names) + ")"
+
+
+def insert_statement(dml: DML, *, replace: bool = False) -> Statement:
+    """``INSERT INTO`` (or ``REPLACE INTO``) of ``dml.values``."""
+    schema = dml.require_schema()
+    names = image_columns(schema, dml.values)
+    verb = "REPLACE" if replace else "INSERT"
+    sql = (f"{verb} INTO {quote_table(dml.database, dml.table)} {_column_list(names)} "
+           f"VALUES {_placeholders(len(names))}")
+    return Statement(sql, tuple(dml.values[n] for n in names))
+
+
+def update_statement(dml: DML) -> Statement:
+    """``UPDATE ... SET <every new column> WHERE <where(old)> LIMIT 1``."""
+    if dml.tp is not DMLType.UPDATE:
+        raise SchemaError(f"update_statement needs an UPDATE, got {dml.tp.name} on "
+                          f"`{dml.database}`.`{dml.table}`")
+    schema = dml.require_schema()
+    names = image_columns(schema, dml.values)
+    where, where_args = where_clause(schema, dml.old_values)
+    sets = ",".join(f"{quote_name(n)} = %s" for n in names)
+    sql = f"UPDATE {quote_table(dml.database, dml.table)} SET {sets} WHERE {where} LIMIT 1"
+    return Statement(sql, (*(dml.values[n] for n in names), *where_args))
+
+
+def delete_statement(dml: DML) -> Statement:
+    """``DELETE FROM ... WHERE <where> LIMIT 1`` (the old image for an UPDATE)."""
+    schema = dml.require_schema()
+    where, args = where_clause(schema, dml.where_image)
+    sql = f"DELETE FROM {quote_table(dml.database, dml.table)} WHERE {where} LIMIT 1"
+    return Statement(sql, tuple(args))
+
+
+def dml_statements(dml: DML, *, safe_mode: bool = False) -> list[Statement]:
+    """The statements that apply ``dml`` (two for an UPDATE in safe mode, else one)."""
+    if dml.tp is DMLType.INSERT:
+        return [insert_statement(dml, replace=safe_mode)]
+    if dml.tp is DMLType.UPDATE:
+        if safe_mode:
+            return [delete_statement(dml), insert_statement(dml, replace=True)]
+        return [update_statement(dml)]
+    return [delete_statement(dml)]
+
+
+_CREATE_DATABASE = re.compile(
+    r"^\s*(?:(?:/\*.*?\*/|--[^\n]*\n|#[^\n]*\n)\s*)*CREATE\s+(?:DATABASE|SCHEMA)\b",
+    re.IGNORECASE | re.DOTALL)
+
+
+def is_create_database(sql: str) -> bool:
+    """True for ``CREATE DATABASE``/``CREATE SCHEMA`` (leading comments allowed)."""
+    return _CREATE_DATABASE.match(sql) is not None
+
+
+def ddl_statements(ddl: DDL) -> list[Statement]:
+    """``USE `db``` (unless CREATE DATABASE or no database) and the query verbatim."""
+    if not ddl.sql.strip():
+        raise SchemaError(f"DDL at commit_ts {ddl.commit_ts} on `{ddl.database}`."
+                          f"`{ddl.table}` has an empty query; skip it with "
+                          f"ignore-txn-commit-ts = [{ddl.commit_ts}]")
+    query = Statement(ddl.sql, None)
+    if not ddl.database or is_create_database(ddl.sql):
+        return [query]
+    return [Statement(f"USE {quote_name(ddl.database)}", None), query]
