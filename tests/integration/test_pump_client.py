@@ -252,3 +252,68 @@ def test_local_unix_socket_and_static_list(tmp_path):
     finally:
         local.stop()
         tcp.stop()
+
+
+# -- the real pump server (PumpNode + in-memory storage behind tidb_binlog.pump.server) --
+
+
+@pytest.fixture
+def real_cluster(tmp_path):
+    server = pytest.importorskip("tidb_binlog.pump.server")
+    from tidb_binlog.pump.node import PumpNode, PumpNodeOptions
+    from tidb_binlog.testing.memory_storage import MemoryStorage
+
+    registry = InMemoryRegistry()
+    procs = {}
+    for i in (1, 2, 3):
+        options = PumpNodeOptions(data_dir=str(tmp_path / f"pump{i}"), node_id=f"pump-{i}",
+                                  advertise_addr="127.0.0.1:0", gen_binlog_interval_s=3600.0)
+        node = PumpNode(options, MemoryStorage(), registry=registry, notifier=lambda addr: None)
+        procs[f"pump-{i}"] = server.serve_pump(node, "127.0.0.1:0", http=False)
+    yield registry, procs, server
+    for proc in procs.values():
+        proc.stop()
+
+
+def committed_start_ts(proc) -> set[int]:
+    return {decode(payload).start_ts
+            for _, payload in proc.node.storage.pull_commit_binlogs(0)}
+
+
+def test_real_pumps_failover_probe_and_commit_follows_prewrite(real_cluster):
+    registry, procs, server = real_cluster
+    assert {n.node_id for n in registry.nodes(PUMP)} == set(procs)  # the pumps registered
+    placed = {}
+    with client_for(registry) as client:
+        for _ in range(6):
+            start_ts, node = txn_with_tso(client, registry)
+            placed[start_ts] = node
+        # pump-2's gRPC endpoint dies while its record still says online
+        dead = procs["pump-2"]
+        dead.grpc_server.stop(0)
+        for _ in range(9):
+            start_ts, node = txn_with_tso(client, registry)
+            assert node != "pump-2"
+            placed[start_ts] = node
+        assert client.unavailable_pumps() == ["pump-2"]
+        dead.grpc_server = server.build_server(dead.node, dead.addr)
+        assert client.probe_now() == ["pump-2"]
+        for _ in range(6):
+            start_ts, node = txn_with_tso(client, registry)
+            placed[start_ts] = node
+    assert "pump-2" in list(placed.values())[-6:]
+    for node, proc in procs.items():
+        assert committed_start_ts(proc) == {ts for ts, n in placed.items() if n == node}
+
+
+def txn_with_tso(client: PumpClient, registry) -> tuple[int, str]:
+    start_ts = registry.get_ts()
+    node = client.write_binlog(prewrite(start_ts, encode_pv(), prewrite_key=b"k"))
+    assert client.write_binlog(commit(start_ts, registry.get_ts())) == node
+    return start_ts, node
+
+
+def encode_pv() -> bytes:
+    from tidb_binlog.binlog import new_prewrite_value
+
+    return encode(new_prewrite_value(1))
