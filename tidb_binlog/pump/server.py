@@ -28,6 +28,7 @@ signed by it), optionally also on a unix socket (insecure, local only), with
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -53,6 +54,8 @@ __all__ = [
     "make_notifier",
     "PumpProcess",
     "serve_pump",
+    "open_storage",
+    "open_pump",
 ]
 
 log = logging.getLogger(__name__)
@@ -279,6 +282,8 @@ def serve_pump(node, addr: str, *, status_addr: str = "", socket_path: str = "",
     grpc_server = build_server(node, addr, socket_path=socket_path, security=security,
                                max_message_size_bytes=max_message_size_bytes,
                                max_workers=max_workers)
+    if node.options.advertise_addr.rsplit(":", 1)[-1] == "0":
+        node.options = dataclasses.replace(node.options, advertise_addr=grpc_server.addr)
     http_server = None
     try:
         if http:
@@ -305,3 +310,54 @@ def _http_ssl_context(security):
         ctx.load_verify_locations(security.ssl_ca)
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+def open_storage(cfg, *, resolver=None, current_ts=None):
+    """The durable ``tidb_binlog.pump.storage.Storage`` for ``cfg.data_dir``.
+
+    ``StorageOptions`` fields are taken by name from ``cfg.storage`` (then ``cfg``).
+    """
+    from tidb_binlog.pump.storage import Storage, StorageOptions
+
+    sources = [s for s in (getattr(cfg, "storage", None), cfg) if s is not None]
+    if hasattr(StorageOptions, "from_config"):
+        options = StorageOptions.from_config(cfg)
+    else:
+        kwargs = {}
+        for f in dataclasses.fields(StorageOptions):
+            for src in sources:
+                if hasattr(src, f.name):
+                    kwargs[f.name] = getattr(src, f.name)
+                    break
+        options = StorageOptions(**kwargs)
+    return Storage(cfg.data_dir, options, resolver=resolver, current_ts=current_ts)
+
+
+def open_pump(cfg, *, registry=None, resolver=None, storage=None,
+              max_workers: int = 128) -> PumpProcess:
+    """Assemble and start a pump from a ``PumpConfig``: storage, node, gRPC and HTTP.
+
+    Without a registry the node is standalone (``cfg.cluster_id``, embedded TSO in
+    ``<data_dir>/tso``). ``storage`` overrides the durable storage (tests).
+    """
+    from tidb_binlog.pump.node import PumpNode, PumpNodeOptions
+    from tidb_binlog.tso import TimestampOracle
+
+    Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
+    options = PumpNodeOptions.from_config(cfg)
+    tso = registry.get_ts if registry is not None else \
+        TimestampOracle(Path(cfg.data_dir) / "tso").get_ts
+    if storage is None:
+        storage = open_storage(cfg, resolver=resolver, current_ts=tso)
+    security = getattr(cfg, "security", None)
+    node = PumpNode(options, storage, registry=registry, tso=tso,
+                    notifier=make_notifier(security))
+    try:
+        return serve_pump(node, cfg.addr, status_addr=getattr(cfg, "status_addr", "") or "",
+                          socket_path=getattr(cfg, "socket", "") or "", security=security,
+                          max_message_size_bytes=getattr(cfg, "max_message_size_bytes",
+                                                         MAX_GRPC_MESSAGE_BYTES),
+                          max_workers=max_workers)
+    except BaseException:
+        storage.close()
+        raise

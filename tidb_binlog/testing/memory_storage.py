@@ -29,7 +29,7 @@ from collections import deque
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import DiskSpaceError, PurgedError, StorageError
 
-__all__ = ["MemoryStorage"]
+__all__ = ["MemoryStorage", "memory_storage_factory"]
 
 
 class MemoryStorage:
@@ -173,3 +173,8 @@ class MemoryStorage:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+
+def memory_storage_factory(cfg) -> MemoryStorage:
+    """A ``storage_factory`` for ``actors.pump.PumpActor`` in tests (ignores ``cfg``)."""
+    return MemoryStorage()

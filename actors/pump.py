@@ -1,0 +1,125 @@
+"""PumpActor: the pump as a Ray actor, pinned to the node that holds its data dir.
+
+:class:`PumpActor` is a plain class around a running pump
+(:func:`tidb_binlog.pump.server.open_pump`: storage, node, gRPC and HTTP
+servers), so TiDB and the pump client write to it over gRPC exactly as to a
+standalone pump. :func:`start_pump_actor` is the one factory that makes it
+remote, and :class:`_Ray` holds every Ray API call, so the plain class is usable
+(and testable) without Ray.
+
+- Placement: ``NodeAffinitySchedulingStrategy(<node id>, soft=False)`` (the
+  caller's node by default): the data dir lives on that node's disk.
+- Crashes: ``max_restarts`` (default -1, unlimited); Ray reruns ``__init__``
+  with the same config, which reopens the same ``data_dir`` (the storage
+  recovers; the node id stays in ``data_dir/.node``). Calls are retried
+  ``max_task_retries`` times across a restart; ``pull`` is idempotent.
+- Threads: ``max_concurrency`` calls run at once, so a long-polling ``pull``
+  does not block ``status``.
+
+``pull(since_commit_ts, max_bytes, timeout_s) -> (batch, watermark)``:
+``batch`` is one ``list[tuple[int, bytes]]`` of ``(commit_ts, payload)`` in
+ascending commit_ts (payload = the marshalled Commit binlog with its prewrite
+value filled, or a fake binlog), at most about ``max_bytes``. ``watermark`` is
+an ``int``: every binlog this pump will serve with commit_ts <= watermark is in
+the batch or at or below ``since_commit_ts``. With nothing new the call
+long-polls up to ``timeout_s`` (default 1 s) and returns an empty batch.
+Call it as ``actor.pull.options(num_returns=2).remote(...)`` to get
+``(batch_ref, watermark_ref)``: the batch then stays in the object store, owned
+by the caller (so it outlives a pump crash), and can be handed to another actor
+without passing through the caller.
+"""
+
+from __future__ import annotations
+
+from tidb_binlog.node import NodeStatus
+
+__all__ = ["PumpActor", "start_pump_actor"]
+
+DEFAULT_PULL_TIMEOUT_S = 1.0
+
+
+class PumpActor:
+    """A running pump (storage, node, gRPC and HTTP servers) for one data dir."""
+
+    def __init__(self, config, *, registry=None, resolver=None, storage_factory=None):
+        from tidb_binlog.pump.server import open_pump
+
+        storage = storage_factory(config) if storage_factory is not None else None
+        self._proc = open_pump(config, registry=registry, resolver=resolver, storage=storage)
+
+    @property
+    def node(self):
+        return self._proc.node
+
+    def address(self) -> str:
+        """The gRPC ``host:port`` TiDB / the pump client writes to."""
+        return self._proc.addr
+
+    def status_address(self) -> str:
+        return self._proc.status_addr
+
+    def status(self) -> NodeStatus:
+        return self._proc.node.status()
+
+    def pull(self, since_commit_ts: int, max_bytes: int = 4 << 20,
+             timeout_s: float = DEFAULT_PULL_TIMEOUT_S):
+        return self._proc.node.pull(since_commit_ts, max_bytes, timeout_s)
+
+    def pause(self) -> str:
+        return self._proc.node.apply_action(self._proc.node.node_id, "pause")
+
+    def close(self) -> str:
+        """Start going offline (closing → offline once every drainer caught up)."""
+        return self._proc.node.apply_action(self._proc.node.node_id, "close")
+
+    def stop(self) -> None:
+        """Graceful stop: paused, servers down, storage closed (the actor stays)."""
+        self._proc.stop()
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+
+class _Ray:
+    """Every Ray API call the pump shell makes."""
+
+    @staticmethod
+    def current_node_id() -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    @staticmethod
+    def remote_class(*, max_restarts: int, max_task_retries: int, max_concurrency: int,
+                     num_cpus: float):
+        import ray
+
+        return ray.remote(max_restarts=max_restarts, max_task_retries=max_task_retries,
+                          max_concurrency=max_concurrency, num_cpus=num_cpus)(PumpActor)
+
+    @staticmethod
+    def pinned(node_id: str):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+
+
+def start_pump_actor(config, *, name: str | None = None, namespace: str | None = None,
+                     registry=None, resolver=None, storage_factory=None,
+                     node_id: str | None = None, max_restarts: int = -1,
+                     max_task_retries: int = 3, max_concurrency: int = 16,
+                     num_cpus: float = 0, lifetime: str | None = None):
+    """Create a PumpActor pinned to ``node_id`` (default: the caller's node)."""
+    cls = _Ray.remote_class(max_restarts=max_restarts, max_task_retries=max_task_retries,
+                            max_concurrency=max_concurrency, num_cpus=num_cpus)
+    options = {"scheduling_strategy": _Ray.pinned(node_id or _Ray.current_node_id())}
+    if name is not None:
+        options["name"] = name
+    if namespace is not None:
+        options["namespace"] = namespace
+    if lifetime is not None:
+        options["lifetime"] = lifetime
+    return cls.options(**options).remote(config, registry=registry, resolver=resolver,
+                                         storage_factory=storage_factory)

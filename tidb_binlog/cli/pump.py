@@ -1,0 +1,93 @@
+"""``tidb-binlog pump``: run one pump as a plain process (no Ray), as TiDB would use it.
+
+    tidb-binlog pump --config pump.toml [--addr 127.0.0.1:8250] [--data-dir data.pump]
+
+With no registry configured the pump is standalone: the cluster id comes from
+``cluster-id`` in pump.toml, timestamps from an embedded oracle persisted in
+``<data-dir>/tso``, and it starts ``online``. It logs where it listens (gRPC and
+HTTP status), and on SIGTERM or SIGINT it stops serving, records ``paused`` and
+closes the storage, then exits 0. A ``pause`` or ``close`` action through
+``PUT /state/{nodeID}/{action}`` also ends the process once the node is
+``paused`` / ``offline`` (TiDB's behaviour).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+__all__ = ["register", "run", "load_config"]
+
+log = logging.getLogger("tidb_binlog.pump")
+
+# flag -> pump.toml key; flags override the file.
+_FLAG_KEYS = {
+    "addr": "addr",
+    "advertise_addr": "advertise-addr",
+    "status_addr": "status-addr",
+    "socket": "socket",
+    "data_dir": "data-dir",
+    "node_id": "node-id",
+    "cluster_id": "cluster-id",
+    "heartbeat_interval": "heartbeat-interval",
+    "gen_binlog_interval": "gen-binlog-interval",
+    "gc": "gc",
+    "max_message_size": "max-message-size",
+}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("pump", help="run a pump (binlog store behind TiDB's gRPC Pump API)",
+                       description=__doc__.split("\n\n")[1])
+    p.add_argument("--config", "-config", help="pump.toml")
+    p.add_argument("--addr", help="gRPC listen address host:port (default 127.0.0.1:8250)")
+    p.add_argument("--advertise-addr", help="address registered for clients (default addr)")
+    p.add_argument("--status-addr", help="HTTP status address (default: gRPC port + 1)")
+    p.add_argument("--socket", help="also serve gRPC on this unix socket")
+    p.add_argument("--data-dir", help="data directory (default data.pump)")
+    p.add_argument("--node-id", help="node id (default: data-dir/.node, else hostname:port)")
+    p.add_argument("--cluster-id", type=int, help="cluster id (standalone mode)")
+    p.add_argument("--heartbeat-interval", type=float, help="seconds between heartbeats")
+    p.add_argument("--gen-binlog-interval", "--fake-binlog-interval", dest="gen_binlog_interval",
+                   type=float, help="seconds of idleness before a fake binlog (fractions ok)")
+    p.add_argument("--gc", help="keep binlogs this long: days (7) or a duration (8h)")
+    p.add_argument("--max-message-size", type=int, help="gRPC message size limit in bytes")
+    p.set_defaults(func=run)
+
+
+def load_config(args):
+    """The frozen PumpConfig from ``--config`` with the given flags applied."""
+    from tidb_binlog.config import load_pump_config
+
+    overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
+                 if getattr(args, flag, None) is not None}
+    return load_pump_config(args.config, overrides)
+
+
+def run(args) -> int:
+    from tidb_binlog.errors import ConfigError
+    from tidb_binlog.pump.server import open_pump
+
+    cfg = load_config(args)
+    if getattr(cfg, "registry", None):
+        raise ConfigError("a registry is configured: the standalone `tidb-binlog pump` runs "
+                          "without one; start pumps in a cluster with the PumpActor instead",
+                          key="registry", path=args.config)
+    proc = open_pump(cfg)
+    log.info("pump %s serving gRPC on %s, HTTP status on %s%s", proc.node.node_id, proc.addr,
+             proc.status_addr, f", unix socket {proc.grpc_server.socket_path}"
+             if proc.grpc_server.socket_path else "")
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stop.is_set() and not proc.node.done.is_set():
+        stop.wait(0.5)
+    proc.stop()
+    log.info("pump %s stopped (state %s)", proc.node.node_id, proc.node.state)
+    return 0
