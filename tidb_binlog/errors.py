@@ -21,7 +21,8 @@ the foreign library, with the original kept as ``__cause__``.
     │   └── UnsupportedDDL           a DDL we cannot apply (skip with ignore-txn-commit-ts)
     ├── DownstreamError              the downstream database refused a statement
     │   └── TransientDownstreamError a retryable downstream failure (lost connection, deadlock)
-    └── TSOError                     the timestamp oracle cannot hand out a timestamp
+    ├── TSOError                     the timestamp oracle cannot hand out a timestamp
+    └── LocalServerError             a throwaway local server (MariaDB for tests, demo) failed
 
 All classes pickle round trip with their message and extra fields, because Ray
 re-raises errors in other processes. Subclasses that add fields must keep the
@@ -48,6 +49,7 @@ __all__ = [
     "DownstreamError",
     "TransientDownstreamError",
     "TSOError",
+    "LocalServerError",
 ]
 
 
@@ -152,3 +154,9 @@ class TransientDownstreamError(DownstreamError):
 
 class TSOError(BinlogError):
     """The timestamp oracle cannot hand out a timestamp."""
+
+
+class LocalServerError(BinlogError):
+    """A throwaway local server (tests, demo) could not be set up, started or stopped."""
+
+    _fields = ("name", "log_path")

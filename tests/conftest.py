@@ -1,0 +1,155 @@
+"""Shared fixtures: throwaway MariaDB servers, one local Ray per session, markers.
+
+Markers are applied by directory: tests/integration -> ``integration``,
+tests/ray -> ``ray``, tests/spark -> ``spark``.  Nothing is skipped silently:
+a missing ``mariadbd`` makes the test error with the set-up hint
+(``scripts/setup.sh``).
+
+Fixtures:
+
+- ``mariadb``: a session-scoped :class:`~tidb_binlog.testing.mariadb.MariaDBServer`.
+- ``fresh_database``: ``fresh_database(*servers) -> str`` creates one uniquely named
+  database on each server given (on ``mariadb`` when none is) and drops it at test end;
+  ``fresh_database(pair.upstream, pair.downstream)`` gives both sides the same name.
+- ``mariadb_pair``: session-scoped ``(upstream, downstream)`` servers.
+- ``mariadb_factory``: ``mariadb_factory(name="db", **kw)`` starts extra servers that
+  are closed at test end (restart and crash tests).
+- ``ray_local``: a session-scoped local Ray (4 CPUs, ~300 MB object store, namespace
+  ``tidb-binlog-test``), shut down at session end; yields the ``ray`` module.
+- ``free_port``: ``free_port() -> int``, a currently free TCP port on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import socket
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from tidb_binlog.testing.mariadb import MariaDBServer
+
+TESTS_DIR = Path(__file__).resolve().parent
+_MARKER_BY_DIR = {"integration": "integration", "ray": "ray", "spark": "spark"}
+_RAY_OBJECT_STORE_BYTES = 300 * 1024 * 1024
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        try:
+            top = Path(item.path).resolve().relative_to(TESTS_DIR).parts[0]
+        except (ValueError, IndexError):
+            continue
+        marker = _MARKER_BY_DIR.get(top)
+        if marker is not None:
+            item.add_marker(getattr(pytest.mark, marker))
+
+
+class MariaDBPair(NamedTuple):
+    upstream: MariaDBServer
+    downstream: MariaDBServer
+
+
+def _started(server: MariaDBServer) -> MariaDBServer:
+    try:
+        return server.start()
+    except BaseException:
+        server.close()
+        raise
+
+
+@pytest.fixture(scope="session")
+def mariadb():
+    server = _started(MariaDBServer(name="session"))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def mariadb_pair():
+    upstream = _started(MariaDBServer(name="upstream"))
+    try:
+        downstream = _started(MariaDBServer(name="downstream"))
+    except BaseException:
+        upstream.close()
+        raise
+    yield MariaDBPair(upstream, downstream)
+    try:
+        downstream.close()
+    finally:
+        upstream.close()
+
+
+@pytest.fixture
+def mariadb_factory(tmp_path):
+    servers: list[MariaDBServer] = []
+
+    def make(name: str = "db", **kw) -> MariaDBServer:
+        kw.setdefault("base_dir", tmp_path)
+        server = MariaDBServer(name=name, **kw)
+        servers.append(server)
+        return server.start()
+
+    yield make
+    errors = []
+    for server in servers:
+        try:
+            server.close()
+        except Exception as exc:  # close them all, then report
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+_db_counter = itertools.count()
+
+
+@pytest.fixture
+def fresh_database(request):
+    created: list[tuple[MariaDBServer, str]] = []
+
+    def make(*servers: MariaDBServer) -> str:
+        servers = servers or (request.getfixturevalue("mariadb"),)
+        stem = re.sub(r"\W", "_", request.node.name)[:40].lower()
+        name = f"t{next(_db_counter)}_{stem}"
+        for server in servers:
+            conn = server.connect(autocommit=True)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(f"CREATE DATABASE `{name}`")
+            finally:
+                conn.close()
+            created.append((server, name))
+        return name
+
+    yield make
+    for server, name in created:
+        if server.is_running():
+            conn = server.connect(autocommit=True)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            finally:
+                conn.close()
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=_RAY_OBJECT_STORE_BYTES,
+             namespace="tidb-binlog-test", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def free_port():
+    def pick() -> int:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    return pick
