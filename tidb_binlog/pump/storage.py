@@ -1,0 +1,497 @@
+"""The pump's durable, ordered binlog storage (TiDB Binlog's ``Append``).
+
+Directory layout under ``data_dir``: ``value/NNNNNN.vlog`` (:mod:`.vlog`), ``kv/``
+(LevelDB index, :mod:`.index`), ``.lock`` (``flock``: one process per data dir).
+
+Write path, per binlog: encode + frame in the caller's thread → group commit
+(:mod:`.group_commit`: one write + one fdatasync per group; the caller returns
+once durable) → indexer (:mod:`.chaser`: one LevelDB batch per group with the
+headPointer, slow-chaser fallback) → sorter (:mod:`.sorter`) → ``max_commit_ts``.
+
+Read path: :meth:`Storage.pull_commit_binlogs` walks ``ts:`` keys in
+``(since, max_commit_ts]``, skips prewrites (told apart by the payload's first
+two bytes, ``08 <tp>``) and returns commits filled with their prewrite's
+fields (``feedPreWriteValue``) and fake binlogs unchanged.
+
+Recovery on open: the value log truncates a torn tail and skips corrupt
+records; then every record from ``min(headPointer, handlePointer)`` is
+re-indexed (idempotent) and those from ``handlePointer`` re-fed to the sorter,
+which ignores commits at or below the persisted ``maxCommitTS``.
+
+Missing commits: a prewrite still unmatched ``max_txn_timeout_s`` after it was
+stored (injected ``clock``) is looked up through the ``resolver``: committed at
+X → the storage writes that Commit binlog itself (durable, then indexed);
+rolled back → dropped; unknown → keeps waiting (logged at most every 10 s).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidb_binlog import binlog as bl
+from tidb_binlog.errors import (
+    CorruptRecord,
+    DiskSpaceError,
+    ProtocolError,
+    PurgedError,
+    StorageError,
+)
+from tidb_binlog.node import TxnStatus
+from tidb_binlog.pump import index as ix
+from tidb_binlog.pump.chaser import Indexer
+from tidb_binlog.pump.group_commit import GroupCommitter
+from tidb_binlog.pump.sorter import Sorter
+from tidb_binlog.pump.storage_metrics import StorageMetrics, default_metrics
+from tidb_binlog.pump.vlog import ValueLog, ValuePointer, encode_record
+from tidb_binlog.tso import compose, extract_physical
+
+__all__ = ["StorageOptions", "Storage"]
+
+log = logging.getLogger(__name__)
+
+_PREWRITE, _COMMIT, _ROLLBACK = bl.BinlogType.PREWRITE, bl.BinlogType.COMMIT, bl.BinlogType.ROLLBACK
+_SPACE_POLL_S = 3.0
+_LOG_EVERY_S = 10.0
+_SEAL_ON_CLOSE_BYTES = 50 * 1024
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    sync_log: bool = True  # False for tests only: no fdatasync, a power loss may lose acked writes
+    value_log_file_size_bytes: int = 500 * 2**20
+    stop_write_at_available_space_bytes: int = 10 * 2**30
+    max_txn_timeout_s: float = 600.0  # a prewrite unmatched this long is resolved
+    kv_chan_cap: int = 1 << 20  # records in flight to the indexer (counted as groups of 128)
+    slow_write_threshold_s: float = 1.0
+    gc_margin_s: float = 600.0
+    kv_forward_timeout_s: float = 1.0  # queue full this long -> slow chaser on
+    resolve_interval_s: float = 1.0  # how often unmatched prewrites are checked
+    max_group_bytes: int = 1 << 20
+    kv: ix.KVOptions = field(default_factory=ix.KVOptions)
+
+
+def _item_of(payload: bytes) -> tuple[int, int, int, int]:
+    """``(key_ts, start_ts, commit_ts, tp)`` of a stored payload."""
+    b = bl.Binlog()
+    b.ParseFromString(payload)
+    key = b.start_ts if b.tp == _PREWRITE else b.commit_ts
+    return key, b.start_ts, b.commit_ts, b.tp
+
+
+def _ts_of(payload: bytes) -> int:
+    _, s, c, _ = _item_of(payload)
+    return max(s, c)
+
+
+class Storage:
+    """Durable binlog storage for one pump; see the module docstring. Thread-safe."""
+
+    def __init__(self, data_dir, options: StorageOptions = StorageOptions(), *, resolver=None,
+                 current_ts=None, clock=time.monotonic, metrics: StorageMetrics | None = None):
+        self.dir = Path(data_dir)
+        self.options = options
+        self._resolver = resolver
+        self._current_ts = current_ts
+        self._clock = clock
+        self.metrics = m = metrics if metrics is not None else default_metrics()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = self._lock_dir()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._space_at = -_SPACE_POLL_S
+        self._avail_bytes = self._capacity_bytes = 0
+        self._last_wait_log = -_LOG_EVERY_S
+        self._resolving: set[int] = set()
+        try:
+            self.vlog = ValueLog(self.dir / "value", file_size_bytes=options.value_log_file_size_bytes,
+                                 sync=options.sync_log, ts_of=_ts_of, on_skip=self._on_skip)
+            self.index = ix.Index(str(self.dir / "kv"), options.kv)
+            self._gc_ts = self.index.get_int(ix.GC_TS_KEY)
+            self._done_gc_ts = self._gc_ts
+            head = self._recover()
+        except BaseException:
+            self._release()
+            raise
+        m.gc_ts.set(extract_physical(self._gc_ts))
+        m.max_commit_ts.set(extract_physical(self._max_commit_ts))
+        self._gc_thread: threading.Thread | None = None
+        self._committer = GroupCommitter(self._append, self._forward, metrics=m,
+                                         max_group_bytes=options.max_group_bytes,
+                                         slow_write_threshold_s=options.slow_write_threshold_s)
+        self._indexer = Indexer(self.vlog, self._apply, head=head, io_lock=self._committer.io_lock,
+                                decode=_item_of, metrics=m,
+                                queue_groups=max(1, options.kv_chan_cap // 128),
+                                forward_timeout_s=options.kv_forward_timeout_s,
+                                on_idle=self._flush_meta)
+        self._stop = threading.Event()
+        self._resolver_thread = threading.Thread(target=self._resolve_loop, daemon=True,
+                                                 name="pump-resolver")
+        self._resolver_thread.start()
+
+    # -- open / close --------------------------------------------------------------------
+    def _lock_dir(self) -> int:
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise StorageError(f"data dir {self.dir} is in use by another pump (lock file "
+                               f"{self.dir / '.lock'} is held); stop that process or choose "
+                               "another data-dir") from exc
+        return fd
+
+    def _release(self) -> None:
+        for closer in (getattr(self, "index", None), getattr(self, "vlog", None)):
+            if closer is not None:
+                closer.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
+
+    def _recover(self) -> ValuePointer:
+        """Rebuild index and sorter from the log; return the new head pointer."""
+        first = ValuePointer(self.vlog.segments()[0][0], 0)
+        end = self.vlog.end()
+        # A pointer past the end means the tail it covered was cut as torn or corrupt.
+        head = min(self.index.get_pointer(ix.HEAD_POINTER_KEY) or first, end)
+        handle = min(self.index.get_pointer(ix.HANDLE_POINTER_KEY) or first, end)
+        self._max_commit_ts = self.index.get_int(ix.MAX_COMMIT_TS_KEY)
+        self._sorter = Sorter(self._max_commit_ts, handle)
+        self._meta_dirty = False
+        batch: list[tuple[bytes, bytes]] = []
+        now = self._clock()
+        for ptr, nxt, payload in self.vlog.scan(min(head, handle), end):
+            key_ts, start_ts, commit_ts, tp = _item_of(payload)
+            if ptr >= head and key_ts:
+                batch.append((ix.ts_key(key_ts), ptr.encode()))
+            if ptr >= handle:
+                self._sorter.push(start_ts, commit_ts, tp, now, nxt)
+            if len(batch) >= 4096:
+                self.index.write(batch, {})
+                batch = []
+        self.index.write(batch, {ix.HEAD_POINTER_KEY: end.encode()})
+        self._advance()
+        self._flush_meta()
+        if not self._sorter.all_matched():
+            log.info("storage %s: %d prewrites wait for their commit after recovery", self.dir,
+                     self._sorter.waiting_count())
+        return end
+
+    def close(self, *, drain_index: bool = True) -> None:
+        """Finish writes, index everything (unless ``drain_index=False``, a test knob
+        that leaves the index behind as a crash would), seal the active file if it
+        holds >= 50 KiB, close LevelDB and release the data dir."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        self._stop.set()
+        self._committer.close()
+        self._indexer.stop(drain=drain_index)
+        self._resolver_thread.join()
+        if self._gc_thread is not None:
+            self._gc_thread.join()
+        if drain_index:
+            self._flush_meta()
+        self.vlog.close(seal_min_bytes=_SEAL_ON_CLOSE_BYTES if drain_index else 1 << 62)
+        self._release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------------
+    def write_binlog(self, binlog: bl.Binlog, payload: bytes | None = None) -> None:
+        """Store one binlog durably (see the module docstring). Thread-safe."""
+        tp, start_ts, commit_ts = binlog.tp, binlog.start_ts, binlog.commit_ts
+        if tp not in (_PREWRITE, _COMMIT, _ROLLBACK):
+            raise ProtocolError(f"binlog type {tp} (start_ts {start_ts}) is not stored by a pump; "
+                                "only Prewrite, Commit and Rollback are")
+        if not (start_ts == commit_ts and start_ts > 0):
+            avail = self.available_space_bytes()
+            limit = self.options.stop_write_at_available_space_bytes
+            if avail <= limit:
+                raise DiskSpaceError(
+                    f"no available space: available {avail} bytes, stop-write-at-available-space "
+                    f"{limit} bytes in {self.dir}; free space or lower the option",
+                    available_bytes=avail, threshold_bytes=limit)
+        if payload is None:
+            payload = binlog.SerializeToString()
+        key_ts = start_ts if tp == _PREWRITE else commit_ts
+        self._committer.submit((encode_record(payload), key_ts, start_ts, commit_ts, tp),
+                               commit_ts if commit_ts > start_ts else start_ts)
+
+    def _append(self, buf: bytes, max_ts: int) -> ValuePointer:
+        fid = self.vlog.active_fid
+        start = self.vlog.append(buf, max_ts)
+        m = self.metrics.write_duration_s
+        m.labels("to_disk").observe(self.vlog.last_write_s)
+        if self.options.sync_log:
+            m.labels("fsync").observe(self.vlog.last_sync_s)
+        if start.fid != fid:
+            log.info("value log rotated to file %06d.vlog", start.fid)
+        return start
+
+    def _forward(self, start: ValuePointer, items: list[tuple]) -> None:
+        self._indexer.forward(start, items)
+
+    def _apply(self, entries: list[tuple], head: ValuePointer) -> None:
+        """Indexer thread: one LevelDB batch, then feed the sorter."""
+        meta = {ix.HEAD_POINTER_KEY: head.encode()}
+        with self._cond:
+            if self._meta_dirty:
+                meta.update(self._meta_values())
+                self._meta_dirty = False
+        kv = [(ix.ts_key(e[0]), e[4].encode()) for e in entries if e[0]]
+        try:
+            self.index.write(kv, meta)
+        except StorageError:
+            self.metrics.error_count.labels("batch_write_kv").inc()
+            raise
+        now = self._clock()
+        with self._cond:
+            push = self._sorter.push
+            for e in entries:
+                push(e[1], e[2], e[3], now, e[5])
+            self._advance()
+
+    def _advance(self) -> None:
+        """Pop the sorter; publish a new max_commit_ts (caller holds _cond or is alone)."""
+        new_max = self._sorter.pop_ready()
+        if new_max is not None:
+            self._max_commit_ts = new_max
+            self._meta_dirty = True
+            self.metrics.max_commit_ts.set(extract_physical(new_max))
+            self._cond.notify_all()
+
+    def _meta_values(self) -> dict[bytes, bytes]:
+        vals = {ix.MAX_COMMIT_TS_KEY: ix.Index.int_value(self._max_commit_ts)}
+        if self._sorter.handle_pos is not None:
+            vals[ix.HANDLE_POINTER_KEY] = self._sorter.handle_pos.encode()
+        return vals
+
+    def _flush_meta(self) -> None:
+        with self._cond:
+            if not self._meta_dirty:
+                return
+            meta = self._meta_values()
+            self._meta_dirty = False
+        self.index.write([], meta)
+
+    def _on_skip(self, path: str, offset: int, nbytes: int) -> None:
+        self.metrics.corruption_skipped_bytes.inc(nbytes)
+
+    # -- reading ---------------------------------------------------------------------------
+    @property
+    def max_commit_ts(self) -> int:
+        return self._max_commit_ts
+
+    @property
+    def gc_ts(self) -> int:
+        return self._gc_ts
+
+    def pull_commit_binlogs(self, since_commit_ts: int, max_bytes: int = 4 << 20,
+                            max_count: int = 10_000) -> list[tuple[int, bytes]]:
+        """``(commit_ts, payload)`` of commits and fake binlogs in ``(since, max_commit_ts]``."""
+        gc_ts, upto = self._gc_ts, self._max_commit_ts
+        if since_commit_ts < gc_ts:
+            raise PurgedError(
+                f"binlogs up to gc_ts {gc_ts} were purged by GC; cannot serve from commit_ts "
+                f"{since_commit_ts}: restart the drainer from a checkpoint at or above {gc_ts}",
+                requested_ts=since_commit_ts, gc_ts=gc_ts)
+        out: list[tuple[int, bytes]] = []
+        size = 0
+        for ts, ptr in self.index.iter_range(since_commit_ts, upto):
+            try:
+                head = self.vlog.peek(ptr, 2)
+                if head[:2] == b"\x08\x00":  # tp = Prewrite
+                    continue
+                payload = self._filled(self.vlog.read(ptr), ts)
+            except CorruptRecord as exc:
+                log.error("not serving ts %d: %s", ts, exc)
+                self.metrics.error_count.labels("read_value").inc()
+                continue
+            if payload is None:
+                continue
+            if out and size + len(payload) > max_bytes:
+                break
+            out.append((ts, payload))
+            size += len(payload)
+            if len(out) >= max_count:
+                break
+        return out
+
+    def _filled(self, payload: bytes, ts: int) -> bytes | None:
+        c = bl.Binlog()
+        c.ParseFromString(payload)
+        if c.tp != _COMMIT:
+            return payload if c.start_ts == c.commit_ts else None  # fake passes through
+        ptr = self.index.lookup(c.start_ts)
+        if ptr is None:
+            log.error("commit binlog at commit_ts %d: its prewrite (start_ts %d) is not on this "
+                      "pump; skipped", ts, c.start_ts)
+            self.metrics.error_count.labels("feed_pre_write_value").inc()
+            return None
+        p = bl.Binlog()
+        p.ParseFromString(self.vlog.read(ptr))
+        if p.HasField("prewrite_key"):
+            c.prewrite_key = p.prewrite_key
+        c.prewrite_value = p.prewrite_value
+        if p.HasField("ddl_query"):
+            c.ddl_query = p.ddl_query
+        c.ddl_job_id = p.ddl_job_id
+        c.ddl_schema_state = p.ddl_schema_state
+        return c.SerializeToString()
+
+    def wait_for_commit(self, above_ts: int, timeout_s: float) -> int:
+        """Block until ``max_commit_ts > above_ts`` (or timeout / close); return it."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._max_commit_ts > above_ts or self._closed,
+                                timeout=timeout_s)
+            return self._max_commit_ts
+
+    def get_binlog(self, ts: int) -> bl.Binlog | None:
+        """The stored binlog under index key ``ts`` (P by start_ts, C by commit_ts)."""
+        ptr = self.index.lookup(ts)
+        return None if ptr is None else bl.decode(self.vlog.read(ptr))
+
+    def all_matched(self) -> bool:
+        with self._cond:
+            return self._sorter.all_matched()
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every durable record is indexed and fed to the sorter."""
+        return self._indexer.wait_caught_up(timeout_s)
+
+    def pause_indexing(self) -> None:
+        """Test knob: stall the indexer (as a blocked LevelDB would)."""
+        self._indexer.pause()
+
+    def resume_indexing(self) -> None:
+        self._indexer.resume()
+
+    # -- missing commits -------------------------------------------------------------------
+    def _resolve_loop(self) -> None:
+        while not self._stop.wait(self.options.resolve_interval_s):
+            try:
+                self.resolve_pending()
+            except Exception:
+                log.exception("resolving unmatched prewrites failed; will retry")
+
+    def resolve_pending(self) -> int:
+        """One resolution round (the background thread calls it); returns how many settled."""
+        now = self._clock()
+        with self._cond:
+            old = [p for p in self._sorter.pending(now)
+                   if p.age_s >= self.options.max_txn_timeout_s and p.start_ts not in self._resolving]
+        if not old:
+            return 0
+        if self._resolver is None:
+            self._log_waiting(f"{len(old)} prewrites unmatched for over "
+                              f"{self.options.max_txn_timeout_s} s and no resolver is configured; "
+                              f"oldest start_ts {old[0].start_ts}")
+            return 0
+        settled = 0
+        for p in old:
+            pre = self.get_binlog(p.start_ts)
+            key = pre.prewrite_key if pre is not None else b""
+            self.metrics.query_tikv_count.inc()
+            status = self._resolver.txn_status(p.start_ts, key)
+            if status.state == TxnStatus.COMMITTED:
+                log.info("prewrite %d: commit binlog missing, upstream says committed at %d; "
+                         "writing it", p.start_ts, status.commit_ts)
+                self._resolving.add(p.start_ts)
+                self.write_binlog(bl.commit(p.start_ts, status.commit_ts))
+                settled += 1
+            elif status.state == TxnStatus.ROLLED_BACK:
+                log.info("prewrite %d: upstream says rolled back; dropping it", p.start_ts)
+                with self._cond:
+                    self._sorter.resolve(p.start_ts, None)
+                    self._advance()
+                settled += 1
+            else:
+                self._log_waiting(f"prewrite {p.start_ts} unmatched for {p.age_s:.0f} s; upstream "
+                                  f"status unknown ({status.detail}); still waiting")
+        return settled
+
+    def _log_waiting(self, msg: str) -> None:
+        now = time.monotonic()
+        if now - self._last_wait_log >= _LOG_EVERY_S:
+            self._last_wait_log = now
+            log.warning(msg)
+
+    # -- GC and disk -----------------------------------------------------------------------
+    def gc(self, ts: int, *, wait: bool = False) -> None:
+        """Persist gc_ts = ts, then delete (in the background unless ``wait``) sealed vlog
+        files whose max ts <= ts - gc_margin and index keys at or below that."""
+        with self._cond:
+            if ts <= self._gc_ts:
+                return
+            if ts >= self._max_commit_ts:
+                log.warning("gc ts %d is not below max_commit_ts %d; ignored", ts,
+                            self._max_commit_ts)
+                return
+            self.index.put_int(ix.GC_TS_KEY, ts, sync=True)
+            self._gc_ts = ts
+            self.metrics.gc_ts.set(extract_physical(ts))
+            if self._gc_thread is None or not self._gc_thread.is_alive():
+                self._gc_thread = threading.Thread(target=self._gc_worker, daemon=True,
+                                                   name="pump-gc")
+                self._gc_thread.start()
+            thread = self._gc_thread
+        if wait:
+            thread.join()
+
+    def _gc_worker(self) -> None:
+        margin_ts = compose(int(self.options.gc_margin_s * 1000), 0)
+        while True:
+            with self._cond:
+                target = self._gc_ts
+                if target <= self._done_gc_ts or self._closed:
+                    return
+            upto = target - margin_ts
+            if upto > 0:
+                fids = self.vlog.delete_sealed_upto(upto)
+                n = self.index.delete_upto(upto)
+                self.metrics.deleted_kv.inc(n)
+                log.info("gc to ts %d (margin %.0f s): deleted value-log files %s and %d index "
+                         "keys", target, self.options.gc_margin_s, fids, n)
+            with self._cond:
+                self._done_gc_ts = target
+            self.metrics.done_gc_ts.set(extract_physical(target))
+
+    def available_space_bytes(self) -> int:
+        """Free bytes of the data dir's file system (polled at most every 3 s)."""
+        now = time.monotonic()
+        if now - self._space_at >= _SPACE_POLL_S:
+            st = os.statvfs(self.dir)
+            self._avail_bytes = st.f_bavail * st.f_frsize
+            self._capacity_bytes = st.f_blocks * st.f_frsize
+            self._space_at = now
+            self.metrics.storage_size_bytes.labels("available").set(self._avail_bytes)
+            self.metrics.storage_size_bytes.labels("capacity").set(self._capacity_bytes)
+        return self._avail_bytes
+
+    def stats(self) -> dict:
+        with self._cond:
+            waiting = self._sorter.waiting_count()
+        segs = self.vlog.segments()
+        return {
+            "max_commit_ts": self._max_commit_ts, "gc_ts": self._gc_ts,
+            "done_gc_ts": self._done_gc_ts, "pending_prewrites": waiting,
+            "vlog_files": len(segs), "vlog_bytes": sum(s[1] for s in segs),
+            "head_pointer": tuple(self._indexer.head), "slow_chaser_on": self._indexer.chasing,
+            "writes": self._committer.records_written, "groups": self._committer.groups_written,
+            "fsyncs": self.vlog.sync_count, "available_bytes": self.available_space_bytes(),
+            "capacity_bytes": self._capacity_bytes,
+        }
+
