@@ -210,7 +210,8 @@ def test_v2_int_widths(v, enc):
 
 
 @pytest.mark.parametrize(
-    ("v", "enc"), [(255, "ff"), (256, "0001"), (65536, "00000100"), ((1 << 64) - 1, "ffffffffffffffff")]
+    ("v", "enc"),
+    [(255, "ff"), (256, "0001"), (65536, "00000100"), ((1 << 64) - 1, "ffffffffffffffff")],
 )
 def test_v2_uint_widths(v, enc):
     row = encode_row_v2([1], [Datum.uint64(v)])
@@ -231,7 +232,9 @@ def test_v2_typed_enum_set_bit_and_timestamp_zone():
 def test_v2_checksum_tolerated_and_trailing_bytes_rejected():
     row = bytearray(encode_row_v2([1], [Datum.int64(2)]))
     row[1] |= 0x02
-    assert decode_row_v2(bytes(row) + b"\x00" + b"\x01\x02\x03\x04", {1: BIGINT}) == {1: Datum.int64(2)}
+    assert decode_row_v2(bytes(row) + b"\x00" + b"\x01\x02\x03\x04", {1: BIGINT}) == {
+        1: Datum.int64(2)
+    }
     assert decode_row_v2(bytes(row) + b"\x08" + bytes(8), {1: BIGINT}) == {1: Datum.int64(2)}
     with pytest.raises(CodecError, match="checksum"):
         decode_row_v2(bytes(row), {1: BIGINT})
@@ -242,7 +245,11 @@ def test_v2_checksum_tolerated_and_trailing_bytes_rejected():
 def test_v2_truncations():
     row = encode_row_v2([1, 2, 300], [Datum.int64(-1), Datum.string("abc"), Datum.null()])
     types = {1: BIGINT, 2: VARCHAR, 300: BIGINT}
-    assert decode_row_v2(row, types) == {1: Datum.int64(-1), 2: Datum.string("abc"), 300: Datum.null()}
+    assert decode_row_v2(row, types) == {
+        1: Datum.int64(-1),
+        2: Datum.string("abc"),
+        300: Datum.null(),
+    }
     for cut in range(len(row)):
         with pytest.raises(CodecError) as info:
             decode_row_v2(row[:cut], types)
@@ -250,7 +257,7 @@ def test_v2_truncations():
 
 
 def test_v2_bad_int_width_is_an_error():
-    row = h("800001000000" "01" "0300" "010203")  # one 3-byte int value
+    row = h("800001000000010300010203")  # one 3-byte int value
     with pytest.raises(CodecError, match="3 bytes"):
         decode_row_v2(row, {1: BIGINT})
 

@@ -210,7 +210,12 @@ FLOATS = [
     (float("-inf"), "000fffffffffffff"),
     (3.140000104904175, "c0091eb860000000"),
 ]
-COMPACT = [(b"", "00"), (b"a", "0261"), (b"abc", "06616263"), (b"hello world", "1668656c6c6f20776f726c64")]
+COMPACT = [
+    (b"", "00"),
+    (b"a", "0261"),
+    (b"abc", "06616263"),
+    (b"hello world", "1668656c6c6f20776f726c64"),
+]
 
 
 @pytest.mark.parametrize(("v", "enc"), VARINTS)
