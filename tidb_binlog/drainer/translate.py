@@ -1,0 +1,319 @@
+"""Binlog → :class:`~tidb_binlog.drainer.dml.Txn`: decode TiDB rows with the right schema.
+
+TiDB Binlog's ``drainer/translator/mysql.go`` and the DML/DDL branches of
+``drainer/syncer.go``, as one plain object the schema-keeper actor owns.
+
+**DML** (a Commit binlog with ``prewrite_value``): the schema keeper first
+applies every queued DDL job up to ``PrewriteValue.schema_version``. Then, per
+``TableMutation``: mutations of truncated table ids are dropped; the table's
+current info gives the names and the writable columns, the info at the
+binlog's schema version gives the defaults; ``sequence`` is walked with one
+cursor per row list (``Insert`` → ``inserted_rows``, ``Update`` →
+``updated_rows``, ``DeleteRow`` → ``deleted_rows``; anything else is an error).
+
+- Insert: ``EncodeValue(handle) ‖ row``. The handle is one datum (int PK or
+  ``_tidb_rowid``) or one per clustered PK column. Int-PK tables take the PK
+  column's value from the handle (reinterpreted as unsigned for UNSIGNED
+  columns); clustered tables take each full-length PK column missing from the
+  row from the handle. Writable columns missing from the row get
+  :func:`default_value` (origin default, else NULL when nullable, else zero).
+- Update: ``old ‖ new`` over the writable columns; a row lacking columns is
+  accepted only when :meth:`SchemaKeeper.can_append_default` says so (a DDL is
+  in flight), the missing columns then get defaults in both images.
+- Delete: the full old row; the writable columns present are kept.
+
+Values are the MySQL sink's SQL arguments (``format_sql_arg``: decimals, times
+and JSON as text, ENUM/SET/BIT as integers), in the downstream time zone ``tz``.
+
+**DDL** (``ddl_job_id > 0``): ``select setval`` pseudo-DDLs are skipped; the job
+is fetched by id from the upstream meta; DeleteOnly DROP COLUMN binlogs and
+failed jobs (schema version 0) only update the keeper; otherwise the job is
+applied and the binlog's ``ddl_query`` becomes a :class:`DDL` for its database.
+
+**Fake binlogs** (``start_ts == commit_ts``) translate to ``None``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+
+from tidb_binlog import binlog as bl
+from tidb_binlog.codec import (
+    decode_insert_row,
+    decode_old_and_new_row,
+    decode_row,
+    format_sql_arg,
+    unflatten,
+)
+from tidb_binlog.codec import mysql as m
+from tidb_binlog.codec.mytime import format_time, from_utc, parse_time_text
+from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, Txn, UniqueKey
+from tidb_binlog.drainer.schema import SchemaKeeper
+from tidb_binlog.errors import CodecError, SchemaError
+from tidb_binlog.model import ActionType, ColumnInfo, Job, SchemaState, TableInfo
+
+__all__ = ["Translator", "TableView", "default_value"]
+
+log = logging.getLogger(__name__)
+
+UTC = datetime.UTC
+HIDDEN_HANDLE = "_tidb_rowid"
+
+
+@dataclass(frozen=True)
+class TableView:
+    """What translating rows of one TableInfo needs, computed once per table version."""
+
+    info: TableInfo
+    schema: TableSchema
+    all_types: dict[int, m.FieldType]  # every column, any state
+    writable: tuple[ColumnInfo, ...]
+    writable_types: dict[int, m.FieldType]
+    pk_len: int
+    handle_targets: tuple[tuple[int, ColumnInfo], ...]  # (handle index, column) to fill
+
+    @classmethod
+    def build(cls, database: str, info: TableInfo) -> TableView:
+        all_types = {c.id: c.type.to_codec() for c in info.cols}
+        writable = tuple(c for c in info.writable_columns() if c.name.L != HIDDEN_HANDLE)
+        names = {c.name.O for c in writable}
+        keys = []
+        for uk in info.unique_keys():
+            cols = tuple(c.name.O for c in uk.columns)
+            if all(c in names for c in cols):
+                keys.append(UniqueKey("PRIMARY" if uk.primary else uk.name, cols, uk.primary))
+        schema = TableSchema(database, info.name.O, tuple(c.name.O for c in writable), tuple(keys))
+        targets: list[tuple[int, ColumnInfo]] = []
+        pk_len = 1
+        if info.is_common_handle:
+            idx = info.primary_index()
+            if idx is None:
+                raise SchemaError(f"table {database}.{info.name.O} (id {info.id}) is a clustered "
+                                  "table without a primary key: unsupported clustered index")
+            pk_len = len(idx.idx_cols)
+            targets = [(i, info.cols[ic.offset]) for i, ic in enumerate(idx.idx_cols)
+                       if ic.length == m.UNSPECIFIED_LENGTH]
+        elif info.pk_is_handle:
+            pk = info.pk_handle_column()
+            if pk is not None:
+                targets = [(0, pk)]
+        return cls(info, schema, all_types, writable, {c.id: all_types[c.id] for c in writable},
+                   pk_len, tuple(targets))
+
+
+class Translator:
+    """Turns pulled Commit binlogs into :class:`Txn` objects; see the module docstring.
+
+    ``job_of(job_id)`` fetches a finished DDL job from the upstream meta
+    (TiKV's history in TiDB); ``tz`` is the downstream time zone.
+    """
+
+    def __init__(self, keeper: SchemaKeeper, job_of: Callable[[int], Job | None], *,
+                 tz: datetime.tzinfo = UTC):
+        self.keeper = keeper
+        self.job_of = job_of
+        self.tz = tz
+        self._views: dict[tuple[int, int], TableView] = {}
+
+    # -- entry point ----------------------------------------------------------------
+    def translate(self, binlog: bl.Binlog) -> Txn | None:
+        """The Txn of one served Commit binlog, or None when there is nothing to apply."""
+        if bl.is_fake(binlog):
+            return None
+        if bl.is_ddl(binlog):
+            return self._ddl(binlog)
+        pv = bl.decode_prewrite_value(binlog.prewrite_value)
+        self.keeper.apply_until(pv.schema_version)
+        dmls: list[DML] = []
+        for mut in pv.mutations:
+            try:
+                self._mutation(binlog.commit_ts, pv.schema_version, mut, dmls)
+            except CodecError as exc:
+                raise CodecError(
+                    f"cannot decode a row of table id {mut.table_id} in the transaction at "
+                    f"commit_ts {binlog.commit_ts} (start_ts {binlog.start_ts}): {exc}",
+                    offset=exc.offset, flag=exc.flag) from exc
+        return Txn(binlog.commit_ts, tuple(dmls))
+
+    # -- DDL ------------------------------------------------------------------------------
+    def _ddl(self, binlog: bl.Binlog) -> Txn | None:
+        query = binlog.ddl_query.decode("utf-8", "replace")
+        if query.strip().lower().startswith("select setval"):
+            return None
+        job = self.job_of(binlog.ddl_job_id)
+        if job is None:
+            raise SchemaError(f"DDL job {binlog.ddl_job_id} of the binlog at commit_ts "
+                              f"{binlog.commit_ts} ({query!r}) is not in the upstream's history")
+        if binlog.ddl_schema_state == SchemaState.DELETE_ONLY:
+            job.schema_state = SchemaState.DELETE_ONLY
+        self.keeper.add_job(job)
+        database = self._ddl_database(job)
+        self.keeper.apply_until(job.schema_version)
+        if job.schema_version == 0:
+            log.warning("skipping failed DDL at commit_ts %s: %s", binlog.commit_ts, query)
+            return None
+        if job.type == ActionType.DROP_COLUMN and job.schema_state == SchemaState.DELETE_ONLY:
+            return None
+        if job.drainer_skips():
+            log.info("skipping unfinished DDL job %s at commit_ts %s", job.id, binlog.commit_ts)
+            return None
+        log.info("DDL at commit_ts %s (skip it with ignore-txn-commit-ts = [%s]): %s",
+                 binlog.commit_ts, binlog.commit_ts, query)
+        table = job.table_name or (job.binlog.table_info.name.O if job.binlog.table_info else "")
+        return Txn(binlog.commit_ts, ddl=DDL(database, table, query, binlog.commit_ts))
+
+    def _ddl_database(self, job: Job) -> str:
+        if job.schema_name:
+            return job.schema_name
+        if job.binlog.db_info is not None:
+            return job.binlog.db_info.db_name.O
+        return self.keeper.database_name(job.schema_id) or ""
+
+    # -- DML ----------------------------------------------------------------------------
+    def view(self, table_id: int) -> TableView:
+        info = self.keeper.table(table_id)
+        if info is None:
+            raise SchemaError(f"table id {table_id} is unknown at schema version "
+                              f"{self.keeper.schema_version}; the DDL history is incomplete")
+        key = (table_id, id(info))
+        view = self._views.get(key)
+        if view is None or view.info is not info:
+            database, _ = self.keeper.names(table_id)
+            view = TableView.build(database, info)
+            self._views[key] = view
+        return view
+
+    def _mutation(self, commit_ts: int, version: int, mut, out: list[DML]) -> None:
+        if self.keeper.is_truncated(mut.table_id):
+            return
+        view = self.view(mut.table_id)
+        old_info = self.keeper.table_at(mut.table_id, version) or view.info
+        cursors = {bl.MutationType.INSERT: 0, bl.MutationType.UPDATE: 0,
+                   bl.MutationType.DELETE_ROW: 0}
+        lists = {bl.MutationType.INSERT: mut.inserted_rows,
+                 bl.MutationType.UPDATE: mut.updated_rows,
+                 bl.MutationType.DELETE_ROW: mut.deleted_rows}
+        for tp in mut.sequence:
+            rows = lists.get(tp)
+            if rows is None:
+                raise SchemaError(f"unknown mutation type {tp} in the transaction at commit_ts "
+                                  f"{commit_ts}, table id {mut.table_id}")
+            i = cursors[tp]
+            if i >= len(rows):
+                raise SchemaError(f"mutation sequence of table id {mut.table_id} at commit_ts "
+                                  f"{commit_ts} names more rows of type {tp} than it carries")
+            cursors[tp] = i + 1
+            if tp == bl.MutationType.INSERT:
+                out.append(self._insert(view, old_info, rows[i]))
+            elif tp == bl.MutationType.UPDATE:
+                out.append(self._update(view, old_info, version, rows[i]))
+            else:
+                out.append(self._delete(view, rows[i]))
+
+    def _insert(self, view: TableView, old_info: TableInfo, row: bytes) -> DML:
+        handles, datums = decode_insert_row(row, view.all_types, view.pk_len, self.tz)
+        for i, col in view.handle_targets:
+            if col.id not in datums:
+                datums[col.id] = unflatten(handles[i], view.all_types[col.id], self.tz)
+        values = {}
+        for col in view.writable:
+            d = datums.get(col.id)
+            values[col.name.O] = (format_sql_arg(d, view.all_types[col.id], self.tz)
+                                  if d is not None else self._default(old_info, col))
+        return DML(view.schema.database, view.schema.table, DMLType.INSERT, values,
+                   schema=view.schema)
+
+    def _update(self, view: TableView, old_info: TableInfo, version: int, row: bytes) -> DML:
+        old, new = decode_old_and_new_row(row, view.writable_types, self.tz)
+        if len(new) < len(view.writable):
+            if not self.keeper.can_append_default(view.info.id, version):
+                missing = [c.name.O for c in view.writable if c.id not in new]
+                raise SchemaError(
+                    f"update row of {view.schema.qualified_name} lacks columns {missing} and no "
+                    f"DDL is in flight (row schema version {version}, table last changed at "
+                    f"{self.keeper.table_version.get(view.info.id)})")
+        values, old_values = {}, {}
+        for col in view.writable:
+            ft = view.all_types[col.id]
+            if col.id in new:
+                values[col.name.O] = format_sql_arg(new[col.id], ft, self.tz)
+                old_values[col.name.O] = format_sql_arg(old[col.id], ft, self.tz)
+            else:
+                values[col.name.O] = old_values[col.name.O] = self._default(old_info, col)
+        return DML(view.schema.database, view.schema.table, DMLType.UPDATE, values, old_values,
+                   schema=view.schema)
+
+    def _delete(self, view: TableView, row: bytes) -> DML:
+        datums = decode_row(row, view.all_types, self.tz)
+        values = {c.name.O: format_sql_arg(datums[c.id], view.all_types[c.id], self.tz)
+                  for c in view.writable if c.id in datums}
+        return DML(view.schema.database, view.schema.table, DMLType.DELETE, values,
+                   schema=view.schema)
+
+    def _default(self, old_info: TableInfo, col: ColumnInfo):
+        source = old_info.column_by_id(col.id) or col
+        return default_value(source, self.tz)
+
+
+def default_value(col: ColumnInfo, tz: datetime.tzinfo = UTC):
+    """TiDB's ``getDefaultOrZeroValue`` as a SQL argument for a column missing from a row.
+
+    The origin default when there is one (TIMESTAMP text is UTC, converted to
+    ``tz``; ENUM/SET names become their index/bitmask; BIT from its bytes); else
+    NULL for a nullable column; else the type's zero value. (TiDB sends ENUM 0
+    for a NOT NULL ENUM without default, which strict MySQL rejects; we send the
+    first member, which is what MySQL itself would store.)
+    """
+    ft = col.type
+    tp = ft.tp
+    if col.origin_default_bit is not None and tp == m.TYPE_BIT:
+        return int.from_bytes(base64.b64decode(col.origin_default_bit), "big")
+    value = col.origin_default
+    if value is not None:
+        if tp == m.TYPE_TIMESTAMP and isinstance(value, str) and value != "CURRENT_TIMESTAMP":
+            packed = parse_time_text(value)
+            if packed and tz is not UTC:
+                packed = from_utc(packed, tz)
+            return format_time(packed, tp, ft.decimal if ft.decimal > 0 else 0)
+        if tp == m.TYPE_ENUM and isinstance(value, str):
+            elems = [e.lower() for e in ft.elems or ()]
+            return elems.index(value.lower()) + 1 if value.lower() in elems else 0
+        if tp == m.TYPE_SET and isinstance(value, str):
+            elems = [e.lower() for e in ft.elems or ()]
+            mask = 0
+            for name in filter(None, value.lower().split(",")):
+                if name in elems:
+                    mask |= 1 << elems.index(name)
+            return mask
+        return value
+    if not ft.has(m.NOT_NULL_FLAG):
+        return None
+    return _zero_value(ft)
+
+
+def _zero_value(ft):
+    tp = ft.tp
+    if tp in m.INTEGER_TYPES or tp in (m.TYPE_YEAR, m.TYPE_BIT, m.TYPE_SET):
+        return 0
+    if tp in (m.TYPE_FLOAT, m.TYPE_DOUBLE):
+        return 0.0
+    if tp == m.TYPE_NEWDECIMAL:
+        frac = ft.decimal if ft.decimal > 0 else 0
+        return str(Decimal(0).quantize(Decimal(1).scaleb(-frac))) if frac else "0"
+    if tp in m.TIME_TYPES:
+        return format_time(0, tp, ft.decimal if ft.decimal > 0 else 0)
+    if tp == m.TYPE_DURATION:
+        return "00:00:00"
+    if tp == m.TYPE_ENUM:
+        return 1 if ft.elems else 0
+    if tp == m.TYPE_JSON:
+        return "null"
+    if ft.charset == m.BINARY_CHARSET:
+        return b""
+    return ""
+
