@@ -105,6 +105,16 @@ def encode_varint(v: int) -> bytes:
 def read_uvarint(buf: bytes, off: int) -> tuple[int, int]:
     """Go's ``binary.Uvarint``: overflow past 10 bytes or a 10th byte > 1."""
     n = len(buf)
+    if n - off >= 3:  # fast paths: 1-3 byte varints (column ids, lengths, small ints)
+        b0 = buf[off]
+        if b0 < 0x80:
+            return b0, off + 1
+        b1 = buf[off + 1]
+        if b1 < 0x80:
+            return (b0 & 0x7F) | (b1 << 7), off + 2
+        b2 = buf[off + 2]
+        if b2 < 0x80:
+            return (b0 & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14), off + 3
     x = 0
     shift = 0
     i = off

@@ -32,7 +32,13 @@ from collections.abc import Mapping, Sequence
 
 from tidb_binlog.codec.datum import INT64_MAX, INT64_MIN, Datum, Kind
 from tidb_binlog.codec.datum_codec import _cut_at, _decode_at, codec_error, encode_datum
-from tidb_binlog.codec.mysql import STRING_TYPES, FieldType
+from tidb_binlog.codec.mysql import (
+    INTEGER_TYPES,
+    STRING_TYPES,
+    TYPE_YEAR,
+    UNSIGNED_FLAG,
+    FieldType,
+)
 from tidb_binlog.codec.primitives import Malformed, encode_varint, read_int, read_varint
 from tidb_binlog.codec.typed import _UNFLATTEN, _same
 from tidb_binlog.errors import CodecError
@@ -53,6 +59,8 @@ _EMPTY_ROW = b"\x00"
 _new = tuple.__new__
 _NULL_KIND = Kind.NULL
 _STRING = Kind.STRING
+_INT64 = Kind.INT64
+_SIGNED_INT_TYPES = INTEGER_TYPES | {TYPE_YEAR}
 
 
 def flatten(d: Datum) -> Datum:
@@ -139,6 +147,7 @@ def _decode_old_typed(
     get = field_types.get
     unflatten_for = _UNFLATTEN.get
     string_types = STRING_TYPES
+    signed_int_types = _SIGNED_INT_TYPES
     start = off
     what = "column id"
     try:
@@ -176,6 +185,10 @@ def _decode_old_typed(
                     raise Malformed(f"compact bytes of length {length}, {n - p} bytes remain")
                 target[cid] = _new(Datum, (_STRING, buf[p:end], 0, 0))
                 off = end
+                continue
+            if buf[off] == 0x08 and ft.tp in signed_int_types and not ft.flag & UNSIGNED_FLAG:
+                v, off = read_varint(buf, off + 1)
+                target[cid] = _new(Datum, (_INT64, v, 0, 0))
                 continue
             d, off = _decode_at(buf, off)
             target[cid] = d if d[0] is _NULL_KIND else unflatten_for(ft.tp, _same)(d, ft, tz)
