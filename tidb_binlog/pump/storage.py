@@ -176,7 +176,8 @@ class Storage:
                 self.index.write(batch, {})
                 batch = []
         self.index.write(batch, {ix.HEAD_POINTER_KEY: end.encode()})
-        self._advance()
+        with self._cond:
+            self._advance()
         self._flush_meta()
         if not self._sorter.all_matched():
             log.info("storage %s: %d prewrites wait for their commit after recovery", self.dir,
@@ -265,7 +266,7 @@ class Storage:
             self._advance()
 
     def _advance(self) -> None:
-        """Pop the sorter; publish a new max_commit_ts (caller holds _cond or is alone)."""
+        """Pop the sorter; publish a new max_commit_ts (caller holds _cond)."""
         new_max = self._sorter.pop_ready()
         if new_max is not None:
             self._max_commit_ts = new_max
