@@ -19,6 +19,7 @@ the foreign library, with the original kept as ``__cause__``.
     ├── UnavailableError             no pump / downstream reachable (retryable)
     ├── SchemaError                  unknown table / schema version, bad DDL job
     │   └── UnsupportedDDL           a DDL we cannot apply (skip with ignore-txn-commit-ts)
+    ├── UpstreamError                the upstream (emulated TiDB) database refused a statement
     ├── DownstreamError              the downstream database refused a statement
     │   └── TransientDownstreamError a retryable downstream failure (lost connection, deadlock)
     ├── TSOError                     the timestamp oracle cannot hand out a timestamp
@@ -46,6 +47,7 @@ __all__ = [
     "UnavailableError",
     "SchemaError",
     "UnsupportedDDL",
+    "UpstreamError",
     "DownstreamError",
     "TransientDownstreamError",
     "TSOError",
@@ -140,6 +142,12 @@ class UnsupportedDDL(SchemaError):
     """A DDL cannot be applied; skip it with ``ignore-txn-commit-ts``."""
 
     _fields = ("commit_ts", "query")
+
+
+class UpstreamError(BinlogError):
+    """The upstream database (MariaDB behind the TiDB emulator) refused a statement."""
+
+    _fields = ("sql", "code")
 
 
 class DownstreamError(BinlogError):
