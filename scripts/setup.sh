@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Set up everything the tests and the demo need, idempotently.
+#
+# Works as root on a fresh Debian machine with only python3; a second run takes seconds.
+#   1. .venv/ in the repository root (python3 -m venv; installs python3-venv if needed)
+#   2. pip install -e '.[test]' into it, skipped when .venv/.setup-stamp holds the
+#      sha256 of the pyproject.toml already installed
+#   3. mariadb-server via apt-get when mariadbd is missing (the service is not started:
+#      tests and the demo run their own throwaway servers)
+#   4. a note when Java is missing (only the Spark jobs need it; nothing fails)
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$(pwd)
+VENV="$ROOT/.venv"
+STAMP="$VENV/.setup-stamp"
+
+say() { echo "setup: $*"; }
+die() { echo "setup: error: $*" >&2; exit 1; }
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then SUDO=(sudo); fi
+fi
+
+need_root() {
+    command -v apt-get >/dev/null 2>&1 \
+        || die "apt-get not found; install $* with your package manager, then re-run"
+    if [ "$(id -u)" -ne 0 ] && [ ${#SUDO[@]} -eq 0 ]; then
+        die "installing $* needs root (or sudo); run this script as root"
+    fi
+}
+
+apt_updated=0
+apt_install() {
+    need_root "$@"
+    if [ "$apt_updated" -eq 0 ]; then
+        say "apt-get update"
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        apt_updated=1
+    fi
+    say "apt-get install -y $*"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# --- 1. python and the virtualenv ------------------------------------------------
+command -v python3 >/dev/null 2>&1 || apt_install python3
+python3 - <<'EOF' || die "python >= 3.11 is required (found $(python3 --version 2>&1))"
+import sys
+sys.exit(0 if sys.version_info >= (3, 11) else 1)
+EOF
+
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        apt_install python3-venv
+    fi
+    say "creating $VENV"
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+fi
+
+# --- 2. the project and its test extras -------------------------------------------
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+have=$(cat "$STAMP" 2>/dev/null || true)
+if [ "$want" != "$have" ] || [ ! -x "$VENV/bin/tidb-binlog" ]; then
+    say "pip install -e '.[test]' (this takes a few minutes the first time)"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e '.[test]'
+    echo "$want" >"$STAMP"
+else
+    say "python packages up to date (.venv, pyproject.toml unchanged)"
+fi
+
+# --- 3. MariaDB binaries (no service) ---------------------------------------------
+find_mariadbd() {
+    command -v mariadbd 2>/dev/null || { [ -x /usr/sbin/mariadbd ] && echo /usr/sbin/mariadbd; }
+}
+if [ -z "$(find_mariadbd || true)" ] || ! command -v mariadb-install-db >/dev/null 2>&1; then
+    # policy-rc.d exit 101 tells the package scripts not to start the service.
+    need_root mariadb-server
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+        trap '"${SUDO[@]}" rm -f "$policy"' EXIT
+        printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "$policy" >/dev/null
+        "${SUDO[@]}" chmod +x "$policy"
+        apt_install mariadb-server
+        "${SUDO[@]}" rm -f "$policy"
+        trap - EXIT
+    else
+        apt_install mariadb-server
+    fi
+    [ -n "$(find_mariadbd || true)" ] || die "mariadb-server installed but mariadbd not found"
+fi
+say "mariadbd: $(find_mariadbd) ($("$(find_mariadbd)" --version | sed -E 's/.*Ver ([^ ]+).*/\1/'))"
+
+# --- 4. Java (only for the Spark jobs) --------------------------------------------
+if command -v java >/dev/null 2>&1; then
+    jv=$(java -version 2>&1 | head -n1)
+    major=$(echo "$jv" | sed -E 's/.*version "(1\.)?([0-9]+).*/\2/')
+    case "$major" in
+        8|11|17) say "java: $jv" ;;
+        *) say "note: $jv; RayDP/Spark 3.5 supports JDK 8, 11 and 17 (Spark jobs may fail)" ;;
+    esac
+else
+    say "note: java not found; only the Spark jobs (tests/spark, spark_on_ray) need it:"
+    say "      apt-get install -y openjdk-17-jre-headless"
+fi
+say "done"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set up everything (scripts/setup.sh), lint, then run the whole test suite:
+# unit, integration (throwaway MariaDB servers), ray (one local Ray) and spark.
+# Extra arguments go to pytest, e.g. scripts/test.sh -x -k pump.
+# The exit code is pytest's (or ruff's when lint fails).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+./scripts/setup.sh
+
+lint_paths=()
+for p in tidb_binlog actors cluster spark_on_ray bench tests; do
+    [ -e "$p" ] && lint_paths+=("$p")
+done
+echo "test: ruff check ${lint_paths[*]}"
+.venv/bin/ruff check "${lint_paths[@]}"
+
+echo "test: pytest -m '' tests $*"
+exec .venv/bin/pytest -m "" tests "$@"
