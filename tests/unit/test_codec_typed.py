@@ -22,7 +22,7 @@ from tidb_binlog.codec import (
     unflatten,
 )
 from tidb_binlog.codec import mysql as m
-from tidb_binlog.errors import CodecError
+from tidb_binlog.errors import CodecError, SchemaError
 
 h = bytes.fromhex
 UTC8 = datetime.timezone(datetime.timedelta(hours=8))
@@ -254,3 +254,24 @@ def test_round_trip_through_a_row_to_sql_args():
     decoded = decode_row(row, cols, UTC8)
     args = {i: format_sql_arg(decoded[i], cols[i], UTC8) for i in cols}
     assert args == {1: 7, 2: "1.50", 3: "2020-02-29 23:00:00.123", 4: 1, 5: "ok"}
+
+
+def test_field_type_from_model_json():
+    obj = {
+        "Tp": 246,
+        "Flag": 4099,
+        "Flen": 10,
+        "Decimal": 2,
+        "Charset": "binary",
+        "Collate": "binary",
+        "Elems": None,
+        "ElemsIsBinaryLit": None,
+        "Array": False,
+    }
+    col = FieldType.from_json(obj)
+    assert col == FieldType(
+        m.TYPE_NEWDECIMAL, flag=4099, flen=10, decimal=2, charset="binary", collate="binary"
+    )
+    assert col.not_null and not col.unsigned and FieldType.from_json(col.to_json()) == col
+    with pytest.raises(SchemaError, match="Tp"):
+        FieldType.from_json({"Flag": 1})

@@ -164,7 +164,10 @@ class Datum(tuple):
     def float64(cls, v: float) -> Datum:
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise CodecError(f"Datum.float64 needs a float, got {type(v).__name__} {v!r}")
-        return _new(cls, (Kind.FLOAT64, float(v), 0, 0))
+        try:
+            return _new(cls, (Kind.FLOAT64, float(v), 0, 0))
+        except OverflowError as err:
+            raise CodecError(f"Datum.float64({v!r}) is out of float64 range") from err
 
     @classmethod
     def float32(cls, v: float) -> Datum:

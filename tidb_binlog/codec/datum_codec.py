@@ -42,6 +42,7 @@ from collections.abc import Iterable
 
 from tidb_binlog.codec.datum import Datum, Kind
 from tidb_binlog.codec.mydecimal import (
+    MAX_DECIMAL_PRECISION,
     MAX_DECIMAL_SCALE,
     decimal_bin_size,
     encode_decimal_bin,
@@ -331,7 +332,9 @@ def _cut_at(buf: bytes, off: int) -> int:
         if len(buf) - p < 2:
             raise Malformed("decimal needs precision and frac bytes")
         precision, frac = buf[p], buf[p + 1]
-        if not (1 <= precision and frac <= precision and frac <= MAX_DECIMAL_SCALE):
+        if not (
+            1 <= precision <= MAX_DECIMAL_PRECISION and frac <= min(precision, MAX_DECIMAL_SCALE)
+        ):
             raise Malformed(f"invalid DECIMAL({precision},{frac}) header")
         end = p + 2 + decimal_bin_size(precision, frac)
     elif flag == BYTES_FLAG:
