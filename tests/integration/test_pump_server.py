@@ -7,47 +7,46 @@ import json
 import threading
 import urllib.error
 import urllib.request
+from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
 import pytest
 
 from tidb_binlog import binlog as bl
+from tidb_binlog.config import load_pump_config
+from tidb_binlog.errors import UnavailableError
 from tidb_binlog.node import DRAINER, PAUSED, PUMP, NodeStatus
-from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
-from tidb_binlog.pump.node import PumpNode, PumpNodeOptions
-from tidb_binlog.pump.server import open_channel, serve_pump
-from tidb_binlog.testing.memory_storage import MemoryStorage
+from tidb_binlog.proto import cistern_pb2, cistern_pb2_grpc, pump_pb2, pump_pb2_grpc
+from tidb_binlog.pump.server import open_channel, open_pump
 from tidb_binlog.testing.registry import InMemoryRegistry
 
 CLUSTER_ID = 7
 
 
-def make_storage(tmp_path, guard_bytes=0):
-    return MemoryStorage(stop_write_at_available_space_bytes=guard_bytes)
-
-
 @pytest.fixture
 def start_pump(tmp_path):
+    """Start a pump (durable storage, real gRPC and HTTP sockets) from pump.toml keys."""
     started = []
 
-    def start(*, guard_bytes=0, registry=None, security=None, max_message_size_bytes=1 << 20,
-              socket_path="", **opts):
-        opts.setdefault("gen_binlog_interval_s", 3600.0)
-        storage = make_storage(tmp_path, guard_bytes)
-        options = PumpNodeOptions(data_dir=str(tmp_path / f"pump{len(started)}"),
-                                  advertise_addr="127.0.0.1:0", node_id="pump-1",
-                                  cluster_id=CLUSTER_ID, **opts)
-        node = PumpNode(options, storage, registry=registry, notifier=lambda addr: None)
-        proc = serve_pump(node, "127.0.0.1:0", status_addr="127.0.0.1:0",
-                          socket_path=socket_path, security=security,
-                          max_message_size_bytes=max_message_size_bytes)
+    def start(*, registry=None, socket_path="", **overrides):
+        keys = {"data-dir": str(tmp_path / f"pump{len(started)}"), "addr": "127.0.0.1:0",
+                "node-id": "pump-1", "cluster-id": CLUSTER_ID, "gen-binlog-interval": 3600,
+                "max-message-size": 1 << 20, "socket": socket_path,
+                "storage.stop-write-at-available-space": 1 << 20}
+        keys.update(overrides)
+        proc = open_pump(load_pump_config(None, keys), registry=registry,
+                         status_addr="127.0.0.1:0")
         started.append(proc)
         return proc
 
     yield start
     for proc in started:
         proc.stop()
+
+
+def writes(proc) -> int:
+    return proc.node.storage.stats()["writes"]
 
 
 def stub(proc, security=None):
@@ -84,7 +83,7 @@ def loss_count(proc) -> float:
 def test_wrong_cluster_id(start_pump):
     proc = start_pump()
     assert write(stub(proc), pw(10), cluster_id=8) == "cluster ID are mismatch, 8 vs 7"
-    assert proc.node.storage.writes == 0 and loss_count(proc) == 1
+    assert writes(proc) == 0 and loss_count(proc) == 1
 
 
 def test_garbage_payload(start_pump):
@@ -92,16 +91,16 @@ def test_garbage_payload(start_pump):
     errmsg = write(stub(proc), b"\x0a\xff\xff\xff\xff")
     assert errmsg.startswith("malformed binlog payload (5 bytes)")
     assert write(stub(proc), b"") == "malformed binlog payload (0 bytes): field tp missing"
-    assert proc.node.storage.writes == 0 and loss_count(proc) == 2
+    assert writes(proc) == 0 and loss_count(proc) == 2
 
 
 def test_oversize_payload_refused_by_grpc(start_pump):
-    proc = start_pump(max_message_size_bytes=64 << 10)
+    proc = start_pump(**{"max-message-size": 64 << 10})
     with pytest.raises(grpc.RpcError) as info:
         write(stub(proc), pw(10, b"x" * (100 << 10)))
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "larger than max" in info.value.details()
-    assert proc.node.storage.writes == 0
+    assert writes(proc) == 0
     assert write(stub(proc), pw(10, b"x" * (60 << 10))) == ""
 
 
@@ -123,15 +122,15 @@ def test_prewrite_while_paused(start_pump):
 
 
 def test_disk_space_guard(start_pump):
-    proc = start_pump(guard_bytes=1 << 60)
+    proc = start_pump(**{"storage.stop-write-at-available-space": 1 << 60})
     assert write(stub(proc), pw(10)).startswith("no available space")
-    assert proc.node.storage.writes == 0 and loss_count(proc) == 1
+    assert writes(proc) == 0 and loss_count(proc) == 1
 
 
 def test_probe_acknowledged_not_stored(start_pump):
     proc = start_pump()
     assert write(stub(proc), bl.encode(bl.probe())) == ""
-    assert proc.node.storage.writes == 0 and loss_count(proc) == 0
+    assert writes(proc) == 0 and loss_count(proc) == 0
 
 
 # -- PullBinlogs ------------------------------------------------------------------------------
@@ -202,10 +201,32 @@ def test_unix_socket_listener(start_pump, tmp_path):
 
 
 # -- HTTP ----------------------------------------------------------------------------------------
-def test_http_endpoints(start_pump):
+class _Cistern(cistern_pb2_grpc.CisternServicer):
+    def __init__(self):
+        self.notified = 0
+
+    def Notify(self, request, context):
+        self.notified += 1
+        return cistern_pb2.NotifyResp()
+
+
+@pytest.fixture
+def drainer_stub():
+    """A real gRPC Cistern service standing in for an online drainer."""
+    cistern = _Cistern()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    cistern_pb2_grpc.add_CisternServicer_to_server(cistern, server)
+    cistern.addr = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    yield cistern
+    server.stop(0)
+
+
+def test_http_endpoints(start_pump, drainer_stub):
     reg = InMemoryRegistry()
-    reg.update_node(DRAINER, NodeStatus("d1", "127.0.0.1:1", max_commit_ts=0))
+    reg.update_node(DRAINER, NodeStatus("d1", drainer_stub.addr, max_commit_ts=0))
     proc = start_pump(registry=reg)
+    assert drainer_stub.notified == 1                 # a new pump notifies online drainers
     s = stub(proc)
     cid = reg.cluster_id()
     pv = bl.encode(bl.new_prewrite_value(5, [bl.new_table_mutation(42, inserted_rows=[b"r"])]))
@@ -236,9 +257,17 @@ def test_http_endpoints(start_pump):
     assert http(proc, "GET", "/nope")[0] == 404
 
 
+def test_unreachable_drainer_refuses_start(start_pump, free_port):
+    reg = InMemoryRegistry()
+    reg.update_node(DRAINER, NodeStatus("d1", f"127.0.0.1:{free_port()}"))
+    with pytest.raises(UnavailableError, match="fail to notify all living drainer"):
+        start_pump(registry=reg)
+    assert reg.node(PUMP, "pump-1").state == "offline"
+
+
 def test_close_action_goes_offline_via_http(start_pump):
     reg = InMemoryRegistry()
-    proc = start_pump(registry=reg, offline_fake_interval_s=0.05)
+    proc = start_pump(registry=reg)
     code, _ = http(proc, "PUT", "/state/pump-1/close")
     assert code == 200
     assert proc.node.done.wait(10)
@@ -251,6 +280,10 @@ class Security:
     ssl_ca: str = ""
     ssl_cert: str = ""
     ssl_key: str = ""
+
+    def keys(self) -> dict:
+        return {"security.ssl-ca": self.ssl_ca, "security.ssl-cert": self.ssl_cert,
+                "security.ssl-key": self.ssl_key}
 
 
 def _make_pki(tmp_path):
@@ -298,7 +331,7 @@ def _make_pki(tmp_path):
 def test_tls_mutual_auth(start_pump, tmp_path):
     pytest.importorskip("cryptography")
     server_sec, client_sec = _make_pki(tmp_path)
-    proc = start_pump(security=server_sec)
+    proc = start_pump(**server_sec.keys())
     assert write(stub(proc, client_sec), bl.encode(bl.fake(55))) == ""
     assert proc.node.storage.max_commit_ts == 55
     with pytest.raises(grpc.RpcError) as info:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import types
-
-import pytest
-
 from actors.pump import start_pump_actor
 from tidb_binlog import binlog as bl
+from tidb_binlog.config import load_pump_config
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.server import open_channel
 from tidb_binlog.testing.memory_storage import memory_storage_factory
@@ -16,12 +13,11 @@ CLUSTER_ID = 11
 
 
 def Cfg(data_dir, **kw):
-    """The PumpConfig fields the pump reads (a namespace pickles by value into Ray)."""
-    fields = dict(data_dir=data_dir, addr="127.0.0.1:0", status_addr="127.0.0.1:0",
-                  node_id="pump-ray", cluster_id=CLUSTER_ID, gen_binlog_interval_s=3600.0,
-                  heartbeat_interval_s=2.0)
-    fields.update(kw)
-    return types.SimpleNamespace(**fields)
+    overrides = {"data-dir": data_dir, "addr": "127.0.0.1:0", "node-id": "pump-ray",
+                 "cluster-id": CLUSTER_ID, "gen-binlog-interval": 3600,
+                 "storage.stop-write-at-available-space": "1 MiB"}
+    overrides.update(kw)
+    return load_pump_config(None, overrides)
 
 
 def write_pairs(addr, start, n):
@@ -65,9 +61,8 @@ def test_pull_batches_with_watermark(ray_local, tmp_path):
 
 
 def test_crash_restart_serves_everything(ray_local, tmp_path):
-    pytest.importorskip("tidb_binlog.pump.storage", reason="durable pump storage not landed")
     ray = ray_local
-    actor = start_pump_actor(Cfg(str(tmp_path / "p2"), addr="127.0.0.1:0"))
+    actor = start_pump_actor(Cfg(str(tmp_path / "p2")))
     try:
         addr = ray.get(actor.address.remote(), timeout=60)
         pid = ray.get(actor.pid.remote())

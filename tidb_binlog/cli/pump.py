@@ -25,7 +25,6 @@ log = logging.getLogger("tidb_binlog.pump")
 _FLAG_KEYS = {
     "addr": "addr",
     "advertise_addr": "advertise-addr",
-    "status_addr": "status-addr",
     "socket": "socket",
     "data_dir": "data-dir",
     "node_id": "node-id",
@@ -43,7 +42,8 @@ def register(sub) -> None:
     p.add_argument("--config", "-config", help="pump.toml")
     p.add_argument("--addr", help="gRPC listen address host:port (default 127.0.0.1:8250)")
     p.add_argument("--advertise-addr", help="address registered for clients (default addr)")
-    p.add_argument("--status-addr", help="HTTP status address (default: gRPC port + 1)")
+    p.add_argument("--status-addr", help="HTTP status address host:port (default: the gRPC "
+                   "port + 1 on the same host)")
     p.add_argument("--socket", help="also serve gRPC on this unix socket")
     p.add_argument("--data-dir", help="data directory (default data.pump)")
     p.add_argument("--node-id", help="node id (default: data-dir/.node, else hostname:port)")
@@ -74,7 +74,7 @@ def run(args) -> int:
         raise ConfigError("a registry is configured: the standalone `tidb-binlog pump` runs "
                           "without one; start pumps in a cluster with the PumpActor instead",
                           key="registry", path=args.config)
-    proc = open_pump(cfg)
+    proc = open_pump(cfg, status_addr=args.status_addr or "")
     log.info("pump %s serving gRPC on %s, HTTP status on %s%s", proc.node.node_id, proc.addr,
              proc.status_addr, f", unix socket {proc.grpc_server.socket_path}"
              if proc.grpc_server.socket_path else "")

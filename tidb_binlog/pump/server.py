@@ -312,34 +312,51 @@ def _http_ssl_context(security):
     return ctx
 
 
-def open_storage(cfg, *, resolver=None, current_ts=None):
+def _by_name(cls, *sources):
+    """``cls(**fields)`` taking each field from the first source that has that name;
+    nested dataclass fields are built the same way from the sources' same-named parts."""
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        for src in sources:
+            if src is None or not hasattr(src, f.name):
+                continue
+            value = getattr(src, f.name)
+            default = cls.__dataclass_fields__[f.name]
+            nested = default.default_factory if default.default_factory is not \
+                dataclasses.MISSING else None
+            if nested is not None and dataclasses.is_dataclass(nested) and \
+                    not isinstance(value, nested):
+                value = _by_name(nested, value)
+            kwargs[f.name] = value
+            break
+    return cls(**kwargs)
+
+
+def open_storage(cfg, *, resolver=None, current_ts=None, registry=None):
     """The durable ``tidb_binlog.pump.storage.Storage`` for ``cfg.data_dir``.
 
-    ``StorageOptions`` fields are taken by name from ``cfg.storage`` (then ``cfg``).
+    ``StorageOptions`` fields are taken by name from ``cfg.storage``, then ``cfg``
+    (``max_txn_timeout_s``); ``[storage.kv]`` fills the LevelDB options it shares.
+    With a Prometheus ``registry`` (the pump's ``PumpMetrics.registry``) the storage
+    metrics join it, minus the three gauges the pump refreshes itself at scrape time.
     """
     from tidb_binlog.pump.storage import Storage, StorageOptions
+    from tidb_binlog.pump.storage_metrics import StorageMetrics
 
-    sources = [s for s in (getattr(cfg, "storage", None), cfg) if s is not None]
-    if hasattr(StorageOptions, "from_config"):
-        options = StorageOptions.from_config(cfg)
-    else:
-        kwargs = {}
-        for f in dataclasses.fields(StorageOptions):
-            for src in sources:
-                if hasattr(src, f.name):
-                    kwargs[f.name] = getattr(src, f.name)
-                    break
-        options = StorageOptions(**kwargs)
-    return Storage(cfg.data_dir, options, resolver=resolver, current_ts=current_ts)
+    options = _by_name(StorageOptions, getattr(cfg, "storage", None), cfg)
+    metrics = StorageMetrics(registry, gauges=False) if registry is not None else None
+    return Storage(cfg.data_dir, options, resolver=resolver, current_ts=current_ts,
+                   metrics=metrics)
 
 
-def open_pump(cfg, *, registry=None, resolver=None, storage=None,
+def open_pump(cfg, *, registry=None, resolver=None, storage=None, status_addr: str = "",
               max_workers: int = 128) -> PumpProcess:
     """Assemble and start a pump from a ``PumpConfig``: storage, node, gRPC and HTTP.
 
     Without a registry the node is standalone (``cfg.cluster_id``, embedded TSO in
     ``<data_dir>/tso``). ``storage`` overrides the durable storage (tests).
     """
+    from tidb_binlog.pump.metrics import PumpMetrics
     from tidb_binlog.pump.node import PumpNode, PumpNodeOptions
     from tidb_binlog.tso import TimestampOracle
 
@@ -347,13 +364,15 @@ def open_pump(cfg, *, registry=None, resolver=None, storage=None,
     options = PumpNodeOptions.from_config(cfg)
     tso = registry.get_ts if registry is not None else \
         TimestampOracle(Path(cfg.data_dir) / "tso").get_ts
+    metrics = PumpMetrics()
     if storage is None:
-        storage = open_storage(cfg, resolver=resolver, current_ts=tso)
+        storage = open_storage(cfg, resolver=resolver, current_ts=tso, registry=metrics.registry)
     security = getattr(cfg, "security", None)
     node = PumpNode(options, storage, registry=registry, tso=tso,
-                    notifier=make_notifier(security))
+                    notifier=make_notifier(security), metrics=metrics)
     try:
-        return serve_pump(node, cfg.addr, status_addr=getattr(cfg, "status_addr", "") or "",
+        status_addr = status_addr or getattr(cfg, "status_addr", "") or ""
+        return serve_pump(node, cfg.addr, status_addr=status_addr,
                           socket_path=getattr(cfg, "socket", "") or "", security=security,
                           max_message_size_bytes=getattr(cfg, "max_message_size_bytes",
                                                          MAX_GRPC_MESSAGE_BYTES),
