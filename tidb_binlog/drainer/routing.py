@@ -72,6 +72,21 @@ class Router:
         """The row's worker, or CONFLICT (flush every worker, call flushed(), retry)."""
         return self.route_keys(row_keys(dml))
 
+    def conflicts_with(self, keys: Sequence[str], worker: int) -> bool:
+        """Whether any of ``keys`` sits with a worker other than ``worker`` in the window."""
+        window = self._worker_of
+        for key in keys:
+            held = window.get(key)
+            if held is not None and held != worker:
+                self.conflicts += 1
+                return True
+        return False
+
+    def hold(self, keys: Sequence[str], worker: int) -> None:
+        """Record that ``worker`` holds ``keys`` until the next flush."""
+        for key in keys:
+            self._worker_of[key] = worker
+
     def flushed(self) -> None:
         """Every worker has committed what it held: start a new window."""
         self._worker_of.clear()

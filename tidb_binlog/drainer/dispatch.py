@@ -1,0 +1,206 @@
+"""The coordinator's kernel: split transactions over workers, decide flushes and batches.
+
+Input: translated items in commit order (:meth:`Dispatcher.add`): a
+:class:`~tidb_binlog.drainer.dml.Txn` of DMLs, a DDL Txn, or ``None`` for a
+commit_ts with nothing to apply (fake binlog, filtered or ignored txn). Output:
+:class:`Send` / :class:`Flush` / :class:`RunDDL` actions, which the shell
+carries out **in order** and reports back (:meth:`acked`).
+
+**Rules.**
+
+- Each DML goes to the worker its dispatcher says: the deterministic
+  :class:`~tidb_binlog.drainer.routing.Router` (exactly-once mode) or TiDB's
+  :class:`~tidb_binlog.drainer.causality.Causality`. A conflict (the row's keys
+  sit with another worker in this window) emits every pending batch and a
+  :class:`Flush` (wait until every sent batch committed), resets the window and
+  routes the row again.
+- A transaction's DMLs for one worker form one *part* ``(commit_ts, dmls)``;
+  parts are never split across batches. The checkpoint :class:`Advancer` learns
+  the transaction with as many parts as workers it touched.
+- A worker's pending parts are emitted as one :class:`Send` once they hold
+  ``batch_dmls`` DMLs, and all pending parts are emitted by :meth:`drain`
+  (called by the shell when its input is momentarily empty).
+- A DDL emits every pending batch, a :class:`Flush`, then :class:`RunDDL`: it
+  runs alone, after everything before it committed and before anything after it.
+- ``None`` items and transactions without DMLs are registered as already done:
+  the checkpoint passes them once everything before them is acked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidb_binlog.drainer.causality import CONFLICT, Causality, row_keys
+from tidb_binlog.drainer.checkpoint import Advancer
+from tidb_binlog.drainer.dml import DDL, DML, Txn
+from tidb_binlog.drainer.routing import Router
+
+__all__ = ["Part", "Send", "Flush", "RunDDL", "Dispatcher"]
+
+Part = tuple[int, tuple[DML, ...]]
+"""One worker's share of one transaction: ``(commit_ts, dmls)``."""
+
+
+@dataclass(frozen=True)
+class Send:
+    """Hand ``parts`` to ``worker`` (one downstream batch, commit order within it)."""
+
+    worker: int
+    parts: tuple[Part, ...]
+
+    @property
+    def dml_count(self) -> int:
+        return sum(len(dmls) for _, dmls in self.parts)
+
+
+@dataclass(frozen=True)
+class Flush:
+    """Wait until every batch sent so far is committed (and acked) before going on."""
+
+
+@dataclass(frozen=True)
+class RunDDL:
+    """Run one DDL downstream, alone; ack it with ``acked_ddl``."""
+
+    ddl: DDL
+    schema_version: int = 0
+
+
+@dataclass
+class _Segment:
+    by_worker: dict[int, list[DML]] = field(default_factory=dict)
+    flush_before: bool = False
+
+
+@dataclass
+class _Pending:
+    parts: list[Part] = field(default_factory=list)
+    dmls: int = 0
+
+
+class Dispatcher:
+    """See the module docstring. ``exactly_once`` picks the deterministic router."""
+
+    def __init__(self, worker_count: int, advancer: Advancer, *, batch_dmls: int = 20,
+                 exactly_once: bool = True):
+        if batch_dmls < 1:
+            raise ValueError(f"batch_dmls must be >= 1, got {batch_dmls}")
+        self.worker_count = worker_count
+        self.advancer = advancer
+        self.batch_dmls = batch_dmls
+        self.exactly_once = exactly_once
+        self._router = Router(worker_count) if exactly_once else None
+        self._causality = None if exactly_once else Causality(worker_count)
+        self._pending = [_Pending() for _ in range(worker_count)]
+        self.flushes = 0
+
+    # -- input ----------------------------------------------------------------------
+    def add(self, commit_ts: int, txn: Txn | None, schema_version: int = 0) -> list:
+        """Dispatch one item; return the actions to carry out, in order."""
+        if txn is None or (not txn.dmls and txn.ddl is None):
+            self.advancer.register_done(commit_ts, schema_version=schema_version)
+            return []
+        if txn.ddl is not None:
+            actions = self._emit_all()
+            actions.append(Flush())
+            self._reset_window()
+            self.advancer.register(commit_ts, 1, ddl=True, schema_version=schema_version)
+            actions.append(RunDDL(txn.ddl, schema_version))
+            return actions
+        segments = (self._segments_exactly_once(txn) if self._router is not None
+                    else self._segments_causality(txn))
+        actions: list = []
+        parts = 0
+        for segment in segments:
+            if segment.flush_before:
+                actions += self._emit_all()
+                actions.append(Flush())
+            parts += len(segment.by_worker)
+            for worker, dmls in segment.by_worker.items():
+                pending = self._pending[worker]
+                pending.parts.append((commit_ts, tuple(dmls)))
+                pending.dmls += len(dmls)
+        self.advancer.register(commit_ts, parts, schema_version=schema_version)
+        for worker in sorted({w for seg in segments for w in seg.by_worker}):
+            if self._pending[worker].dmls >= self.batch_dmls:
+                actions.append(self._emit(worker))
+        return actions
+
+    def drain(self) -> list[Send]:
+        """Emit every pending batch (the input is momentarily empty)."""
+        return self._emit_all()
+
+    # -- feedback ----------------------------------------------------------------------
+    def acked(self, send: Send) -> None:
+        """The worker committed ``send``: every part of it counts for the checkpoint."""
+        for commit_ts, _ in send.parts:
+            self.advancer.ack(commit_ts)
+
+    def acked_ddl(self, ddl: DDL) -> None:
+        self.advancer.ack(ddl.commit_ts)
+
+    # -- internals -------------------------------------------------------------------
+    def _segments_exactly_once(self, txn: Txn) -> list[_Segment]:
+        """One segment: the txn's rows by worker, a function of the txn alone.
+
+        Each row goes to its routing key's worker, unless rows of this txn share a
+        key across two workers: then the whole txn goes to its first row's worker
+        (so one worker commits it in order, and a replay routes it the same way).
+        A key held by another worker in the window means a flush before the txn.
+        """
+        router = self._router
+        keys = [row_keys(d) for d in txn.dmls]
+        workers = [router.worker_for_key(k[0]) for k in keys]
+        owner: dict[str, int] = {}
+        for row_keys_, w in zip(keys, workers, strict=True):
+            for key in row_keys_:
+                if owner.setdefault(key, w) != w:
+                    workers = [workers[0]] * len(workers)
+                    break
+            else:
+                continue
+            break
+        flush = False
+        for row_keys_, w in zip(keys, workers, strict=True):
+            if router.conflicts_with(row_keys_, w):
+                flush = True
+                break
+        if flush:
+            self._reset_window()
+        segment = _Segment(flush_before=flush)
+        for dml, row_keys_, w in zip(txn.dmls, keys, workers, strict=True):
+            router.hold(row_keys_, w)
+            segment.by_worker.setdefault(w, []).append(dml)
+        return [segment]
+
+    def _segments_causality(self, txn: Txn) -> list[_Segment]:
+        """TiDB's rule: rows join their keys' group; a row bridging two groups is a
+        conflict, flushed mid-transaction (a new segment starts after the flush)."""
+        segments = [_Segment()]
+        for dml in txn.dmls:
+            keys = row_keys(dml)
+            worker = self._causality.assign(keys)
+            if worker is CONFLICT:
+                self._reset_window()
+                segments.append(_Segment(flush_before=True))
+                worker = self._causality.assign(keys)
+            segments[-1].by_worker.setdefault(worker, []).append(dml)
+        if not segments[0].by_worker:  # the first row already conflicted
+            segments.pop(0)
+        return segments
+
+    def _reset_window(self) -> None:
+        self.flushes += 1
+        if self._router is not None:
+            self._router.flushed()
+        else:
+            self._causality.reset()
+
+    def _emit(self, worker: int) -> Send:
+        pending = self._pending[worker]
+        send = Send(worker, tuple(pending.parts))
+        self._pending[worker] = _Pending()
+        return send
+
+    def _emit_all(self) -> list[Send]:
+        return [self._emit(w) for w in range(self.worker_count) if self._pending[w].parts]
