@@ -87,10 +87,11 @@ def image_keys(schema: TableSchema, database: str, table: str,
     """The keys of one row image (see the module docstring); never empty."""
     tag = _table_tag(database, table)
     keys = []
+    get = image.get
     for key in schema.unique_keys:
-        values = tuple(image.get(c) for c in key.columns)
-        if None not in values and all(c in image for c in key.columns):
-            keys.append(f"{tag}{key.columns!r}={values!r}")
+        values = tuple([get(c) for c in key.columns])
+        if None not in values:  # a missing column reads as None: not usable either
+            keys.append(f"{tag}{key.key_tag}{values!r}")
     if not keys:
         values = tuple(image.get(c) for c in schema.columns if c in image)
         keys.append(f"{tag}*={zlib.crc32(repr(values).encode('utf-8', 'surrogatepass')):08x}")

@@ -56,9 +56,11 @@ class UniqueKey:
     name: str
     columns: tuple[str, ...]
     primary: bool = False
+    key_tag: str = field(init=False, repr=False, compare=False)  # causality key prefix
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "columns", tuple(self.columns))
+        object.__setattr__(self, "key_tag", f"{self.columns!r}=")
         if not self.columns:
             raise SchemaError(f"unique key {self.name!r} has no columns")
 
