@@ -145,3 +145,16 @@ def test_missing_binary_names_setup_script(monkeypatch):
     monkeypatch.setattr(mariadb_mod.os, "access", lambda path, mode: False)
     with pytest.raises(LocalServerError, match=r"mariadbd not found.*scripts/setup\.sh"):
         MariaDBServer(name="nobinary").start()
+
+
+def test_start_after_stop_on_a_taken_port_fails_instead_of_moving(mariadb_factory):
+    server = mariadb_factory("moved")
+    port = server.port
+    server.stop()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        with pytest.raises(LocalServerError, match="already in use"):
+            server.start()
+    server.start()
+    assert server.port == port and _scalar(server, "SELECT 1") == 1

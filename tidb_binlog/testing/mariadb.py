@@ -260,6 +260,7 @@ class MariaDBServer:
             self._spawn(mariadbd)
             try:
                 self._wait_ready()
+                self._fixed_port = True  # restart() keeps this port or fails loudly
                 return self
             except LocalServerError:
                 if self._fixed_port or not self._bind_failed() or attempt == _PORT_RETRIES - 1:
