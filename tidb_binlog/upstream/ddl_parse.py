@@ -184,6 +184,8 @@ def _parse_alter(sql: str, schema: str | None, table: str | None, spec: str) -> 
         return DDLStatement("add_index", sql, index=_unq(m[2]), **base)
     if m := _m(rf"DROP (?:INDEX|KEY) {_ID}", spec):
         return DDLStatement("drop_index", sql, index=_unq(m[1]), **base)
+    if _m(r"ADD (?:COLUMN )?\(.*", spec):
+        raise _unsupported(sql, "ADD COLUMN (a ..., b ...) adds several columns")
     if m := _m(rf"ADD (?:COLUMN )?{_ID} .+", spec):
         if m[1].lower() in _RESERVED_AFTER_ADD or m[1].startswith("("):
             raise _unsupported(sql, f"ALTER TABLE ADD {m[1].upper()} is not modelled")
