@@ -276,3 +276,30 @@ def test_data_dir_is_exclusive(tmp_path):
         _open(tmp_path)
     s.close()
     _open(tmp_path).close()
+
+
+def test_commit_whose_prewrite_file_was_collected_is_skipped(tmp_path, metrics):
+    opts = StorageOptions(sync_log=False, stop_write_at_available_space_bytes=0,
+                          resolve_interval_s=3600, value_log_file_size_bytes=1, gc_margin_s=0)
+    s = _open(tmp_path, opts, metrics=metrics)
+    s.write_binlog(bl.prewrite(_ts(60), b"long txn"))  # its own file
+    _pair(s, _ts(120), _ts(120) + 1)
+    s.write_binlog(bl.commit(_ts(60), _ts(240)))  # a transaction that ran for 3 minutes
+    s.write_binlog(bl.fake(_ts(300)))
+    assert s.flush()
+    s.vlog.delete_sealed_upto(_ts(60))  # as GC with no margin would
+    got = _served(s, _ts(180))
+    assert [ts for ts, _ in got] == [_ts(300)]
+    assert metrics.value("binlog_pump_storage_error_count_total",
+                         {"type": "feed_pre_write_value"}) == 1
+    s.close()
+
+
+def test_undecodable_payload_is_ignored_on_recovery(tmp_path):
+    s = _open(tmp_path)
+    s.write_binlog(bl.fake(5), payload=b"\xff\xff not a binlog")  # caller bug: mismatched payload
+    _pair(s, 6, 7)
+    s.close(drain_index=False)
+    s = _open(tmp_path)
+    assert [ts for ts, _ in _served(s)] == [7]
+    s.close()

@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import (
     CorruptRecord,
@@ -67,7 +69,7 @@ class StorageOptions:
     value_log_file_size_bytes: int = 500 * 2**20
     stop_write_at_available_space_bytes: int = 10 * 2**30
     max_txn_timeout_s: float = 600.0  # a prewrite unmatched this long is resolved
-    kv_chan_cap: int = 1 << 20  # records in flight to the indexer (counted as groups of 128)
+    kv_chan_cap: int = 1 << 20  # records in flight to the indexer, bounded as kv_chan_cap/1024 groups
     slow_write_threshold_s: float = 1.0
     gc_margin_s: float = 600.0
     kv_forward_timeout_s: float = 1.0  # queue full this long -> slow chaser on
@@ -77,9 +79,18 @@ class StorageOptions:
 
 
 def _item_of(payload: bytes) -> tuple[int, int, int, int]:
-    """``(key_ts, start_ts, commit_ts, tp)`` of a stored payload."""
+    """``(key_ts, start_ts, commit_ts, tp)`` of a stored payload.
+
+    A payload that passed its CRC but is not a binlog (only possible if a caller
+    passed a ``payload`` that does not match its ``binlog``) yields ``(0, 0, 0,
+    ROLLBACK)``: never indexed, ignored by the sorter, logged.
+    """
     b = bl.Binlog()
-    b.ParseFromString(payload)
+    try:
+        b.ParseFromString(payload)
+    except DecodeError:
+        log.error("value log holds an undecodable payload of %d bytes; ignored", len(payload))
+        return 0, 0, 0, _ROLLBACK
     key = b.start_ts if b.tp == _PREWRITE else b.commit_ts
     return key, b.start_ts, b.commit_ts, b.tp
 
@@ -126,7 +137,7 @@ class Storage:
                                          slow_write_threshold_s=options.slow_write_threshold_s)
         self._indexer = Indexer(self.vlog, self._apply, head=head, io_lock=self._committer.io_lock,
                                 decode=_item_of, metrics=m,
-                                queue_groups=max(1, options.kv_chan_cap // 128),
+                                queue_groups=max(1, options.kv_chan_cap // 1024),
                                 forward_timeout_s=options.kv_forward_timeout_s,
                                 on_idle=self._flush_meta)
         self._stop = threading.Event()
@@ -317,7 +328,7 @@ class Storage:
                 if head[:2] == b"\x08\x00":  # tp = Prewrite
                     continue
                 payload = self._filled(self.vlog.read(ptr), ts)
-            except CorruptRecord as exc:
+            except (CorruptRecord, DecodeError) as exc:
                 log.error("not serving ts %d: %s", ts, exc)
                 self.metrics.error_count.labels("read_value").inc()
                 continue
@@ -337,9 +348,9 @@ class Storage:
         if c.tp != _COMMIT:
             return payload if c.start_ts == c.commit_ts else None  # fake passes through
         ptr = self.index.lookup(c.start_ts)
-        if ptr is None:
+        if ptr is None or not self.vlog.has_file(ptr.fid):
             log.error("commit binlog at commit_ts %d: its prewrite (start_ts %d) is not on this "
-                      "pump; skipped", ts, c.start_ts)
+                      "pump (never written here, or purged by GC); skipped", ts, c.start_ts)
             self.metrics.error_count.labels("feed_pre_write_value").inc()
             return None
         p = bl.Binlog()
@@ -410,8 +421,8 @@ class Storage:
             if status.state == TxnStatus.COMMITTED:
                 log.info("prewrite %d: commit binlog missing, upstream says committed at %d; "
                          "writing it", p.start_ts, status.commit_ts)
-                self._resolving.add(p.start_ts)
                 self.write_binlog(bl.commit(p.start_ts, status.commit_ts))
+                self._resolving.add(p.start_ts)  # matched once the indexer feeds it
                 settled += 1
             elif status.state == TxnStatus.ROLLED_BACK:
                 log.info("prewrite %d: upstream says rolled back; dropping it", p.start_ts)

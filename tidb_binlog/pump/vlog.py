@@ -309,10 +309,21 @@ class ValueLog:
             raise StorageError(f"value log file {fid:06d}.vlog does not exist (garbage collected?)")
         return seg.fd, seg
 
+    def has_file(self, fid: int) -> bool:
+        with self._lock:
+            return fid in self._segments
+
+    def _pread(self, fd: int, seg: _Segment, nbytes: int, offset: int) -> bytes:
+        try:
+            return os.pread(fd, nbytes, offset)
+        except OSError as exc:
+            raise StorageError(f"value log {seg.path}: read of {nbytes} bytes at offset "
+                               f"{offset} failed: {exc}") from exc
+
     def read(self, ptr: ValuePointer) -> bytes:
         """The payload of the record at ``ptr``; raises CorruptRecord on a bad record."""
         fd, seg = self._fd(ptr.fid)
-        head = os.pread(fd, HEADER_SIZE, ptr.offset)
+        head = self._pread(fd, seg, HEADER_SIZE, ptr.offset)
         if len(head) < HEADER_SIZE:
             raise CorruptRecord(f"value log {seg.path}: short header at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
@@ -320,7 +331,7 @@ class ValueLog:
         if magic != RECORD_MAGIC or length > seg.data_end - ptr.offset - HEADER_SIZE:
             raise CorruptRecord(f"value log {seg.path}: bad magic or length at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
-        payload = os.pread(fd, length, ptr.offset + HEADER_SIZE)
+        payload = self._pread(fd, seg, length, ptr.offset + HEADER_SIZE)
         if len(payload) != length or _crc(payload) != crc:
             raise CorruptRecord(f"value log {seg.path}: checksum mismatch at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
@@ -329,7 +340,7 @@ class ValueLog:
     def peek(self, ptr: ValuePointer, nbytes: int) -> bytes:
         """The first ``nbytes`` of the payload at ``ptr`` (magic checked, CRC not)."""
         fd, seg = self._fd(ptr.fid)
-        raw = os.pread(fd, HEADER_SIZE + nbytes, ptr.offset)
+        raw = self._pread(fd, seg, HEADER_SIZE + nbytes, ptr.offset)
         if len(raw) < HEADER_SIZE or _HEADER.unpack_from(raw)[0] != RECORD_MAGIC:
             raise CorruptRecord(f"value log {seg.path}: bad record at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
