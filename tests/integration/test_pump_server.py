@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -43,6 +44,11 @@ def start_pump(tmp_path):
     yield start
     for proc in started:
         proc.stop()
+
+
+def settled(proc, commit_ts: int) -> int:
+    """Wait until the storage's max_commit_ts (advanced after indexing) reaches commit_ts."""
+    return proc.node.storage.wait_for_commit(commit_ts - 1, 10.0)
 
 
 def writes(proc) -> int:
@@ -115,7 +121,9 @@ def test_prewrite_while_paused(start_pump):
     assert json.loads(body) == {"message": "apply action pause success!", "code": 200}
     assert proc.node.done.wait(5) and reg.node(PUMP, "pump-1").state == PAUSED
     assert write(s, pw(20), cid) == "no online: paused"
+    assert writes(proc) == 1
     assert write(s, cm(10, 11), cid) == ""
+    assert writes(proc) == 2 and settled(proc, 11) == 11
     assert proc.node.storage.get_binlog(20) is None
     code, body = http(proc, "PUT", "/state/pump-1/close")
     assert code == 400 and "only an online pump" in json.loads(body)["message"]
@@ -179,6 +187,7 @@ def test_pull_below_gc_is_an_error(start_pump):
     s = stub(proc)
     for i in range(5):
         write(s, bl.encode(bl.fake(100 + i)))
+    assert settled(proc, 104) == 104
     proc.node.storage.gc(102)
     call = s.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=CLUSTER_ID,
                                                 startFrom=pump_pb2.Pos(offset=50)))
@@ -197,7 +206,7 @@ def test_unix_socket_listener(start_pump, tmp_path):
     proc = start_pump(socket_path=sock)
     with grpc.insecure_channel(f"unix:{sock}") as ch:
         assert write(pump_pb2_grpc.PumpStub(ch), bl.encode(bl.fake(77))) == ""
-    assert proc.node.storage.max_commit_ts == 77
+    assert settled(proc, 77) == 77
 
 
 # -- HTTP ----------------------------------------------------------------------------------------
@@ -233,6 +242,7 @@ def test_http_endpoints(start_pump, drainer_stub):
     assert write(s, pw(10, pv), cid) == ""
     assert write(s, cm(10, 11), cid) == ""
     write(s, b"junk", cid)
+    assert settled(proc, 11) == 11
 
     code, body = http(proc, "GET", "/status")
     doc = json.loads(body)
@@ -333,11 +343,18 @@ def test_tls_mutual_auth(start_pump, tmp_path):
     server_sec, client_sec = _make_pki(tmp_path)
     proc = start_pump(**server_sec.keys())
     assert write(stub(proc, client_sec), bl.encode(bl.fake(55))) == ""
-    assert proc.node.storage.max_commit_ts == 55
+    assert settled(proc, 55) == 55
     with pytest.raises(grpc.RpcError) as info:
         write(stub(proc), bl.encode(bl.fake(56)))      # plaintext client
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    ctx = ssl.create_default_context(cafile=client_sec.ssl_ca)
+    ctx.load_cert_chain(client_sec.ssl_cert, client_sec.ssl_key)
+    with urllib.request.urlopen(f"https://{proc.status_addr}/status", context=ctx,
+                                timeout=10) as resp:
+        assert json.loads(resp.read())["Checkpoint"]["maxCommitTS"] == 55
+    with pytest.raises(OSError):          # plaintext HTTP is not served
+        urllib.request.urlopen(f"http://{proc.status_addr}/status", timeout=10).read()
     no_cert = Security(ssl_ca=client_sec.ssl_ca)
     with pytest.raises(grpc.RpcError):
         write(stub(proc, no_cert), bl.encode(bl.fake(57)))   # no client certificate
-    assert proc.node.storage.max_commit_ts == 55
+    assert writes(proc) == 1

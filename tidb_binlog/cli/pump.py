@@ -4,7 +4,10 @@
 
 With no registry configured the pump is standalone: the cluster id comes from
 ``cluster-id`` in pump.toml, timestamps from an embedded oracle persisted in
-``<data-dir>/tso``, and it starts ``online``. It logs where it listens (gRPC and
+``<data-dir>/tso``, and it starts ``online``. With ``registry = "<ray
+namespace>[/<actor name>]"`` it joins the running Ray cluster and takes the
+cluster id, TSO and node records from that registry actor (the process itself
+stays outside Ray). It logs where it listens (gRPC and
 HTTP status), and on SIGTERM or SIGINT it stops serving, records ``paused`` and
 closes the storage, then exits 0. A ``pause`` or ``close`` action through
 ``PUT /state/{nodeID}/{action}`` also ends the process once the node is
@@ -33,6 +36,7 @@ _FLAG_KEYS = {
     "gen_binlog_interval": "gen-binlog-interval",
     "gc": "gc",
     "max_message_size": "max-message-size",
+    "registry": "registry",
 }
 
 
@@ -53,6 +57,8 @@ def register(sub) -> None:
                    type=float, help="seconds of idleness before a fake binlog (fractions ok)")
     p.add_argument("--gc", help="keep binlogs this long: days (7) or a duration (8h)")
     p.add_argument("--max-message-size", type=int, help="gRPC message size limit in bytes")
+    p.add_argument("--registry", help='registry actor "<ray namespace>[/<actor name>]" '
+                   '(default: none, standalone)')
     p.set_defaults(func=run)
 
 
@@ -65,16 +71,28 @@ def load_config(args):
     return load_pump_config(args.config, overrides)
 
 
+def _registry(cfg):
+    """None (standalone) unless ``registry = "<ray namespace>[/<actor name>]"`` is set:
+    then join the running Ray cluster (``address="auto"``) and use its registry actor."""
+    from tidb_binlog.config import split_registry
+
+    where = split_registry(cfg.registry)
+    if where is None:
+        return None
+    import ray
+
+    from cluster.registry import connect_registry
+
+    namespace, name = where
+    ray.init(address="auto", namespace=namespace, log_to_driver=False)
+    return connect_registry(namespace=namespace, name=name)
+
+
 def run(args) -> int:
-    from tidb_binlog.errors import ConfigError
     from tidb_binlog.pump.server import open_pump
 
     cfg = load_config(args)
-    if getattr(cfg, "registry", None):
-        raise ConfigError("a registry is configured: the standalone `tidb-binlog pump` runs "
-                          "without one; start pumps in a cluster with the PumpActor instead",
-                          key="registry", path=args.config)
-    proc = open_pump(cfg, status_addr=args.status_addr or "")
+    proc = open_pump(cfg, registry=_registry(cfg), status_addr=args.status_addr or "")
     log.info("pump %s serving gRPC on %s, HTTP status on %s%s", proc.node.node_id, proc.addr,
              proc.status_addr, f", unix socket {proc.grpc_server.socket_path}"
              if proc.grpc_server.socket_path else "")

@@ -144,16 +144,29 @@ class _Handler(BaseHTTPRequestHandler):
         self._route("POST")
 
 
+class _Server(ThreadingHTTPServer):
+    """Threaded HTTP server; TLS handshakes run in the connection's own thread."""
+
+    daemon_threads = True
+    ssl_context: ssl.SSLContext | None = None
+
+    def finish_request(self, request, client_address):
+        if self.ssl_context is not None:
+            request = self.ssl_context.wrap_socket(request, server_side=True)
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request, client_address):
+        log.warning("HTTP connection from %s failed", client_address, exc_info=True)
+
+
 class StatusServer:
     """A ThreadingHTTPServer serving the API above for one node, on its own thread."""
 
     def __init__(self, node, addr: str, *, ssl_context: ssl.SSLContext | None = None):
         host, _, port = addr.rpartition(":")
         handler = type("PumpStatusHandler", (_Handler,), {"node": node})
-        self.httpd = ThreadingHTTPServer((host, int(port)), handler)
-        self.httpd.daemon_threads = True
-        if ssl_context is not None:
-            self.httpd.socket = ssl_context.wrap_socket(self.httpd.socket, server_side=True)
+        self.httpd = _Server((host, int(port)), handler)
+        self.httpd.ssl_context = ssl_context
         self.port = self.httpd.server_address[1]
         self.addr = f"{host}:{self.port}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.1,), name="pump-http",
