@@ -384,3 +384,36 @@ def test_execute_and_replace(env):
     [m] = bl.decode_prewrite_value(_prewrites(col)[0].prewrite_value).mutations
     # insert, insert, update, replace = delete(2) + insert(3), identical replace: nothing, delete
     assert list(m.sequence) == [0, 0, 1, 4, 0, 4]
+
+
+@pytest.mark.parametrize("kind", ["insert", "update_index", "delete", "mixed", "random_dml",
+                                  "all_types", "no_pk", "ddl", "large"])
+def test_workloads_write_paired_decodable_binlogs(env, kind):
+    from tidb_binlog.upstream import workload
+
+    up, col, db = env
+    if kind in ("update_index", "delete", "mixed"):
+        workload.run(up, "insert", sessions=1, ops=50, database=db)
+    col.clear()
+    stats = workload.run(up, kind, sessions=2, ops=1 if kind == "large" else 40, seed=7,
+                         rows_per_txn=3000, database=db)
+    assert stats.txns == (1 if kind == "large" else 40)
+    binlogs = [b for b in col.binlogs() if not b.ddl_job_id]
+    pre = {b.start_ts for b in binlogs if b.tp == bl.BinlogType.PREWRITE}
+    com = {b.start_ts for b in binlogs if b.tp == bl.BinlogType.COMMIT}
+    assert pre == com and pre
+    rows = 0
+    for b in binlogs:
+        if b.tp != bl.BinlogType.PREWRITE:
+            continue
+        for m in bl.decode_prewrite_value(b.prewrite_value).mutations:
+            info = next(t for t in up.snapshot.tables.values() if t.id == m.table_id)
+            pk_len = len(info.common_handle_columns()) or 1
+            for r in m.inserted_rows:
+                decode_old_row(split_insert_row(r, pk_len)[1])
+            for r in list(m.updated_rows) + list(m.deleted_rows):
+                decode_value(r)
+            rows += len(m.sequence)
+    assert rows >= stats.rows > 0
+    if kind == "large":
+        assert rows == 3000
