@@ -152,6 +152,7 @@ def test_start_after_stop_on_a_taken_port_fails_instead_of_moving(mariadb_factor
     port = server.port
     server.stop()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # old TIME_WAITs
         holder.bind(("127.0.0.1", port))
         holder.listen()
         with pytest.raises(LocalServerError, match="already in use"):
