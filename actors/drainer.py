@@ -1,0 +1,466 @@
+"""The drainer's Ray actors: merger, schema keeper, coordinator.
+
+One replication task is a pipeline of actors passing batches as object refs::
+
+    PumpActor ×N ──pull──▶ MergerActor ──items──▶ SchemaKeeperActor ──txns──▶ CoordinatorActor
+                                                                                │ Send/Flush/DDL
+                                                                  SqlWorkerActor ×W (syncer_workers)
+
+- :class:`MergerActor` drives the pipeline from a thread: it keeps fetches in
+  flight to every pump, merges by commit_ts (:class:`~tidb_binlog.drainer.merge.Merger`),
+  and hands each ready batch to the keeper; the keeper's result *ref* goes
+  straight to the coordinator, so translated rows never pass through the merger.
+  At most ``max_inflight`` batches are outstanding (backpressure).
+- :class:`SchemaKeeperActor` owns the :class:`~tidb_binlog.drainer.schema.SchemaKeeper`
+  and :class:`~tidb_binlog.drainer.translate.Translator` (decoding rows, DDL jobs
+  from the upstream meta, filters).
+- :class:`CoordinatorActor` owns the :class:`~tidb_binlog.drainer.dispatch.Dispatcher`
+  and the checkpoint: it carries out Send/Flush/RunDDL actions on the workers and
+  saves the checkpoint in the downstream every 3 s and after each DDL.
+
+**Failure model.** Every actor has ``max_restarts=-1``. Durable state is the
+downstream checkpoint (and, in exactly-once mode, each worker's progress row);
+everything else is rebuilt. When a call to the keeper, coordinator or a worker
+fails because the actor died, the merger *resets the pipeline*: the coordinator
+reloads the checkpoint, the keeper rebuilds the schema at its schema version, and
+the merger restarts every pump from its commit_ts. Workers skip the parts they
+already committed (exactly-once) or replay in safe mode. A restarted merger does
+the same from ``__init__``. Errors that retrying cannot fix (a downstream
+refusing a statement, an unsupported DDL, undecodable rows) stop the task; its
+status names the error.
+
+Every Ray API call sits in :class:`_Ray`, so the plain classes are importable
+and their logic testable without Ray.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from tidb_binlog import binlog as bl
+from tidb_binlog.drainer.checkpoint import Advancer, Checkpoint
+from tidb_binlog.drainer.dispatch import Dispatcher, Flush, RunDDL, Send
+from tidb_binlog.drainer.dml import Txn
+from tidb_binlog.drainer.merge import Merger
+from tidb_binlog.errors import BinlogError
+
+__all__ = ["TaskSettings", "SchemaKeeperActor", "CoordinatorActor", "MergerActor", "PipelineReset"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """Everything the pipeline actors need, derived once from drainer.toml."""
+
+    cluster_id: int
+    worker_count: int = 16
+    txn_batch: int = 20
+    exactly_once: bool = True
+    safe_mode: bool = False
+    merge: bool = True
+    initial_commit_ts: int = -1
+    ignore_schemas: tuple[str, ...] = ("information_schema", "performance_schema", "mysql")
+    ignore_txn_commit_ts: tuple[int, ...] = ()
+    time_zone: str = "+00:00"
+    downstream: object = None  # tidb_binlog.drainer.downstream.DownstreamConfig
+    checkpoint_schema: str = "tidb_binlog"
+    checkpoint_table: str = "checkpoint"
+    upstream_meta: dict = field(default_factory=dict)  # UpstreamMeta params
+    max_inflight: int = 4
+    merge_batch: int = 512
+    pull_max_bytes: int = 4 << 20
+    save_interval_s: float = 3.0
+
+    @classmethod
+    def from_config(cls, cfg, *, upstream_meta: dict, **overrides) -> TaskSettings:
+        """From a resolved :class:`~tidb_binlog.config.DrainerConfig`."""
+        from tidb_binlog.drainer.downstream import DownstreamConfig
+
+        s = cfg.syncer
+        exactly_once = s.exactly_once if s.exactly_once is not None else True
+        values = dict(
+            cluster_id=cfg.cluster_id, worker_count=s.worker_count, txn_batch=s.txn_batch,
+            exactly_once=exactly_once, safe_mode=s.safe_mode, merge=s.to.merge,
+            initial_commit_ts=cfg.initial_commit_ts,
+            ignore_schemas=tuple(x.lower() for x in s.ignore_schemas),
+            ignore_txn_commit_ts=tuple(s.ignore_txn_commit_ts),
+            time_zone=str(s.to.params.get("time_zone", "+00:00")),
+            downstream=DownstreamConfig.from_drainer_config(cfg),
+            checkpoint_schema=s.to.checkpoint.schema or "tidb_binlog",
+            checkpoint_table=s.to.checkpoint.table or "checkpoint",
+            upstream_meta=dict(upstream_meta))
+        values.update(overrides)
+        return cls(**values)
+
+    def tzinfo(self) -> datetime.tzinfo:
+        """The downstream time zone: ``+HH:MM`` offsets, ``UTC``, or an IANA name."""
+        text = self.time_zone.strip()
+        if text.upper() in ("UTC", "Z", "+00:00", "-00:00"):
+            return datetime.UTC
+        if text[:1] in "+-" and ":" in text:
+            sign = -1 if text.startswith("-") else 1
+            hours, _, minutes = text[1:].partition(":")
+            return datetime.timezone(sign * datetime.timedelta(hours=int(hours),
+                                                               minutes=int(minutes)))
+        from zoneinfo import ZoneInfo
+
+        return ZoneInfo(text)
+
+
+class PipelineReset(BinlogError):
+    """An actor of the pipeline restarted: replay from the durable checkpoint."""
+
+
+# -- schema keeper ------------------------------------------------------------------------
+class SchemaKeeperActor:
+    """Decodes merged binlogs into :class:`Txn` lists with the right schema version."""
+
+    def __init__(self, settings: TaskSettings, schema_version: int = 0, meta=None):
+        from tidb_binlog.upstream.meta import UpstreamMeta
+
+        self.settings = settings
+        self.meta = meta if meta is not None else UpstreamMeta(settings.upstream_meta)
+        self._ignored_ts = frozenset(settings.ignore_txn_commit_ts)
+        self._ignored_dbs = frozenset(s.lower() for s in settings.ignore_schemas)
+        self.reset(schema_version)
+
+    def reset(self, schema_version: int) -> int:
+        """Rebuild the schema from the upstream's DDL history at ``schema_version``."""
+        from tidb_binlog.drainer.schema import SchemaKeeper
+        from tidb_binlog.drainer.translate import Translator
+
+        keeper = SchemaKeeper.from_history(self.meta.history_jobs(), schema_version)
+        self.translator = Translator(keeper, self.meta.job, tz=self.settings.tzinfo())
+        return keeper.schema_version
+
+    def translate(self, items: list[tuple[int, bytes]]) -> list[tuple[int, Txn | None, int]]:
+        """``(commit_ts, payload)`` in commit order → ``(commit_ts, txn | None, schema_version)``."""
+        out = []
+        for commit_ts, payload in items:
+            if commit_ts in self._ignored_ts:
+                log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
+                            commit_ts)
+                out.append((commit_ts, None, 0))
+                continue
+            binlog = bl.decode(payload)
+            txn = self.translator.translate(binlog)
+            version = self.translator.keeper.schema_version
+            out.append((commit_ts, self._filter(txn), version))
+        return out
+
+    def _filter(self, txn: Txn | None) -> Txn | None:
+        if txn is None or not self._ignored_dbs:
+            return txn
+        if txn.ddl is not None:
+            return None if txn.ddl.database.lower() in self._ignored_dbs else txn
+        dmls = tuple(d for d in txn.dmls if d.database.lower() not in self._ignored_dbs)
+        return txn if len(dmls) == len(txn.dmls) else Txn(txn.commit_ts, dmls)
+
+    def schema_version(self) -> int:
+        return self.translator.keeper.schema_version
+
+
+# -- coordinator ------------------------------------------------------------------------
+class CoordinatorActor:
+    """Causality, dispatch to SQL workers, flush barriers, DDL and the checkpoint."""
+
+    def __init__(self, settings: TaskSettings, workers: list, *, store=None, now_ts=None):
+        from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
+
+        self.settings = settings
+        self.workers = list(workers)
+        self.store = store if store is not None else MySQLCheckpointStore(
+            settings.downstream, settings.cluster_id, schema=settings.checkpoint_schema,
+            table=settings.checkpoint_table)
+        self._now_ts = now_ts
+        self._lock = threading.Lock()
+        self.applied_rows = 0
+        self.last_apply_s = 0.0
+        self.reset()
+
+    def reset(self) -> Checkpoint:
+        """Forget everything in flight; restart from the durable checkpoint."""
+        from tidb_binlog.drainer.checkpoint import resolve_initial_commit_ts, start_commit_ts
+
+        loaded = self.store.load()
+        initial = self.settings.initial_commit_ts
+        if (loaded is None or loaded.commit_ts == 0) and initial == -1 and self._now_ts:
+            initial = resolve_initial_commit_ts(-1, self._now_ts())
+        cp = start_commit_ts(loaded, max(initial, 0))
+        with self._lock:
+            self.advancer = Advancer(cp, save_interval_s=self.settings.save_interval_s,
+                                     now_s=time.monotonic())
+            self.dispatcher = Dispatcher(len(self.workers), self.advancer,
+                                         batch_dmls=self.settings.txn_batch,
+                                         exactly_once=self.settings.exactly_once)
+            self._outstanding: dict = {}
+            self._expected_seq = 0
+            self.start_checkpoint = cp
+        return cp
+
+    def start_point(self) -> Checkpoint:
+        return self.start_checkpoint
+
+    def apply(self, seq: int, translated: list[tuple[int, Txn | None, int]]) -> int:
+        """Dispatch one merged batch (``seq`` must follow the previous one); return the
+        checkpoint commit_ts after the batch was handed out."""
+        if seq != self._expected_seq:
+            raise PipelineReset(f"coordinator expected batch {self._expected_seq}, got {seq}: "
+                                "a pipeline actor restarted")
+        self._expected_seq += 1
+        for commit_ts, txn, version in translated:
+            for action in self.dispatcher.add(commit_ts, txn, version):
+                self._perform(action)
+            if txn is not None:
+                self.applied_rows += len(txn.dmls)
+        for action in self.dispatcher.drain():
+            self._perform(action)
+        self._collect(block=False)
+        self._maybe_save()
+        self.last_apply_s = time.time()
+        return self.advancer.commit_ts
+
+    def idle(self) -> int:
+        """Nothing new arrived: collect acks and save the checkpoint when due."""
+        self._collect(block=False)
+        self._maybe_save()
+        return self.advancer.commit_ts
+
+    def close(self) -> Checkpoint:
+        """Wait for every worker, then save the final (consistent) checkpoint."""
+        for action in self.dispatcher.drain():
+            self._perform(action)
+        self._collect(block=True)
+        cp = self.advancer.final()
+        self.store.save(cp)
+        return cp
+
+    def status(self) -> dict:
+        cp = self.advancer.checkpoint()
+        return {"commit_ts": cp.commit_ts, "schema_version": cp.schema_version,
+                "pending": self.advancer.pending, "applied_rows": self.applied_rows,
+                "flushes": self.dispatcher.flushes, "outstanding": len(self._outstanding),
+                "last_apply_s": self.last_apply_s}
+
+    # -- actions --------------------------------------------------------------------------
+    def _perform(self, action) -> None:
+        if isinstance(action, Send):
+            ref = _Ray.call(self.workers[action.worker], "execute", list(action.parts))
+            self._outstanding[ref] = action
+            if len(self._outstanding) > 4 * len(self.workers):
+                self._collect(block=True, until=2 * len(self.workers))
+        elif isinstance(action, Flush):
+            self._collect(block=True)
+        elif isinstance(action, RunDDL):
+            _Ray.get(_Ray.call(self.workers[0], "execute_ddl", action.ddl))
+            self.dispatcher.acked_ddl(action.ddl)
+            self._maybe_save(force=True)
+        else:  # pragma: no cover - the dispatcher only emits the three kinds
+            raise TypeError(f"unknown action {action!r}")
+
+    def _collect(self, *, block: bool, until: int = 0) -> None:
+        while self._outstanding:
+            done = _Ray.wait(list(self._outstanding), timeout_s=None if block else 0)
+            for ref in done:
+                send = self._outstanding.pop(ref)
+                _Ray.get(ref)  # raises the worker's error, or PipelineReset if it died
+                self.dispatcher.acked(send)
+            if not block or len(self._outstanding) <= until:
+                return
+
+    def _maybe_save(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or self.advancer.due(now):
+            cp = self.advancer.checkpoint()
+            self.store.save(cp)
+            self.advancer.saved(cp, now)
+
+
+# -- merger ---------------------------------------------------------------------------------
+class MergerActor:
+    """Drives the pipeline: pulls every pump, merges by commit_ts, feeds keeper → coordinator.
+
+    ``sources`` maps a pump's node id to a pump source (see
+    :mod:`tidb_binlog.drainer.pump_source`) or a PumpActor handle.
+    """
+
+    def __init__(self, settings: TaskSettings, keeper, coordinator, pumps: dict, *,
+                 autostart: bool = True):
+        self.settings = settings
+        self.keeper = keeper
+        self.coordinator = coordinator
+        self.pumps = dict(pumps)
+        self.error: str | None = None
+        self.state = "starting"
+        self.resets = 0
+        self.merged = 0
+        self.positions: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="merger", daemon=True)
+        if autostart:
+            self._thread.start()
+
+    # -- control ---------------------------------------------------------------------------
+    def status(self) -> dict:
+        return {"state": self.state, "error": self.error, "resets": self.resets,
+                "merged": self.merged, "pump_positions": dict(self.positions)}
+
+    def stop(self) -> dict:
+        """Stop pulling, let the coordinator finish, save the final checkpoint."""
+        self._stop.set()
+        self._thread.join(timeout=60)
+        if self.error is None:
+            cp = _Ray.get(_Ray.call(self.coordinator, "close"))
+            self.state = "stopped"
+            return {"commit_ts": cp.commit_ts, "consistent": cp.consistent}
+        return {"error": self.error}
+
+    # -- loop ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._pipeline()
+                return
+            except PipelineReset as exc:
+                self.resets += 1
+                log.warning("pipeline reset (%s); replaying from the checkpoint", exc)
+                time.sleep(0.5)
+            except Exception as exc:  # the task stops; status() names the error
+                if _Ray.is_actor_died(exc):
+                    self.resets += 1
+                    log.warning("a pipeline actor died (%s); replaying from the checkpoint", exc)
+                    time.sleep(0.5)
+                    continue
+                self.error = f"{type(exc).__name__}: {exc}"
+                self.state = "failed"
+                log.error("replication task stopped: %s", self.error)
+                return
+
+    def _pipeline(self) -> None:
+        cp = _Ray.get(_Ray.call(self.coordinator, "reset"))
+        _Ray.get(_Ray.call(self.keeper, "reset", cp.schema_version))
+        merger = Merger(start_ts=cp.commit_ts)
+        fetchers = {name: _Fetcher(name, pump, cp.commit_ts, self.settings.pull_max_bytes)
+                    for name, pump in self.pumps.items()}
+        for name in fetchers:
+            merger.add_source(name, cp.commit_ts)
+        self.state = "running"
+        seq = 0
+        inflight: deque = deque()
+        last_idle = 0.0
+        while not self._stop.is_set():
+            progressed = False
+            for name, f in fetchers.items():
+                for items, watermark in f.poll():
+                    merger.push(name, items, watermark)
+                    self.positions[name] = watermark
+                    progressed = True
+            ready = merger.pop_ready(self.settings.merge_batch)
+            if ready:
+                items = [(it.commit_ts, it.payload) for it in ready]
+                translated = _Ray.call(self.keeper, "translate", items)
+                inflight.append(_Ray.call(self.coordinator, "apply", seq, translated))
+                seq += 1
+                self.merged += len(ready)
+                progressed = True
+            while inflight and (len(inflight) >= self.settings.max_inflight
+                                or _Ray.ready(inflight[0])):
+                _Ray.get(inflight.popleft())
+            now = time.monotonic()
+            if not progressed:
+                if not inflight and now - last_idle > 0.5:
+                    _Ray.get(_Ray.call(self.coordinator, "idle"))
+                    last_idle = now
+                f_wait = [f for f in fetchers.values()]
+                _Ray.wait_any([r for f in f_wait for r in f.refs()], timeout_s=0.05)
+        while inflight:
+            _Ray.get(inflight.popleft())
+
+
+class _Fetcher:
+    """One pump's pull loop: one fetch in flight, the next from the last watermark."""
+
+    def __init__(self, name: str, pump, since_ts: int, max_bytes: int):
+        self.name = name
+        self.pump = pump
+        self.since_ts = since_ts
+        self.max_bytes = max_bytes
+        self._pending = None
+
+    def refs(self) -> list:
+        return list(self._pending) if self._pending else []
+
+    def poll(self) -> list[tuple[list, int]]:
+        out = []
+        if self._pending is not None:
+            batch_ref, wm_ref = self._pending
+            if not _Ray.ready(wm_ref):
+                return out
+            self._pending = None
+            items, watermark = _Ray.get(batch_ref), _Ray.get(wm_ref)
+            self.since_ts = max(self.since_ts, watermark)
+            out.append((items, watermark))
+        self._pending = _Ray.pull(self.pump, self.since_ts, self.max_bytes)
+        return out
+
+
+class _Ray:
+    """Every Ray API call the drainer actors make."""
+
+    @staticmethod
+    def call(actor, method: str, *args):
+        return getattr(actor, method).remote(*args)
+
+    @staticmethod
+    def pull(pump, since_ts: int, max_bytes: int):
+        return tuple(pump.pull.options(num_returns=2).remote(since_ts, max_bytes, 0.5))
+
+    @staticmethod
+    def get(ref):
+        import ray
+
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.as_instanceof_cause()
+            if isinstance(cause, BinlogError):
+                raise cause from None
+            raise
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            raise PipelineReset(f"a pipeline actor is unavailable: {exc}") from exc
+
+    @staticmethod
+    def ready(ref) -> bool:
+        import ray
+
+        done, _ = ray.wait([ref], timeout=0)
+        return bool(done)
+
+    @staticmethod
+    def wait(refs: list, timeout_s: float | None) -> list:
+        import ray
+
+        done, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
+        return done
+
+    @staticmethod
+    def wait_any(refs: list, timeout_s: float) -> None:
+        if refs:
+            import ray
+
+            ray.wait(refs, num_returns=1, timeout=timeout_s)
+        else:
+            time.sleep(timeout_s)
+
+    @staticmethod
+    def is_actor_died(exc: BaseException) -> bool:
+        import ray
+
+        return isinstance(exc, (ray.exceptions.RayActorError,
+                                ray.exceptions.ActorUnavailableError))
