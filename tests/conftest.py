@@ -139,10 +139,16 @@ def fresh_database(request):
 def ray_local():
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=_RAY_OBJECT_STORE_BYTES,
-             namespace="tidb-binlog-test", log_to_driver=False)
+    # A Ray someone else started in this process is reused and left running: two
+    # ray.init calls would fail, and shutting theirs down would break them.
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False,
+                 object_store_memory=_RAY_OBJECT_STORE_BYTES, namespace="tidb-binlog-test",
+                 log_to_driver=False)
     yield ray
-    ray.shutdown()
+    if started:
+        ray.shutdown()
 
 
 @pytest.fixture
