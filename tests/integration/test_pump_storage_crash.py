@@ -114,17 +114,21 @@ class TruthResolver:
                                               ("flip_middle", 500 * 2**20)])
 def test_kill9_every_acknowledged_binlog_served_once_in_order(tmp_path, damage, file_size):
     commits, prewrites = _run_and_kill(tmp_path, file_size)
-    assert set(commits) <= prewrites | set(commits)
+    assert set(commits) <= prewrites  # a commit is written only after its prewrite was acked
     files = sorted((tmp_path / "value").glob("*.vlog"))
     if file_size < 500 * 2**20:
         assert len(files) >= 2, "the load should have rotated the value log"
-    lost: set[int] = set()  # transactions whose prewrite we destroyed on purpose
+    # The one transaction whose record we damage may be lost (a single copy is kept): a
+    # damaged Prewrite makes its Commit unservable; a damaged Commit is recovered through
+    # the resolver only if its Prewrite still waits. Everything else must be served.
+    lost: set[int] = set()
     last = files[-1]
     recs = _records(last)
     if damage == "truncate_last":
-        off, size, _ = recs[-1]
+        off, size, victim = recs[-1]
         with open(last, "r+b") as f:
             f.truncate(off + HEADER_SIZE + (size - HEADER_SIZE) // 2)
+        lost.add(victim.start_ts)
     elif damage == "flip_middle":
         off, size, victim = recs[len(recs) // 2]
         with open(last, "r+b") as f:
@@ -132,8 +136,7 @@ def test_kill9_every_acknowledged_binlog_served_once_in_order(tmp_path, damage, 
             byte = f.read(1)
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([byte[0] ^ 0xFF]))
-        if victim.tp == bl.BinlogType.PREWRITE:
-            lost.add(victim.start_ts)  # its commit cannot be served without it
+        lost.add(victim.start_ts)
     metrics = StorageMetrics()
     opts = StorageOptions(stop_write_at_available_space_bytes=0, max_txn_timeout_s=0.2,
                           resolve_interval_s=0.05, value_log_file_size_bytes=file_size)
@@ -160,4 +163,5 @@ def test_kill9_every_acknowledged_binlog_served_once_in_order(tmp_path, damage, 
     expected = {st: c for st, c in commits.items() if st not in lost}
     missing = {st: c for st, c in expected.items() if by_start.get(st) != c}
     assert not missing, f"acknowledged commits not served: {sorted(missing.items())[:5]}"
-    assert not (lost & set(by_start)), "a commit whose prewrite is corrupt was served"
+    if damage != "none" and victim.tp == bl.BinlogType.PREWRITE:
+        assert victim.start_ts not in by_start, "a commit whose prewrite is damaged was served"

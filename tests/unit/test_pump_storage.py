@@ -56,7 +56,7 @@ def test_pairing_fills_prewrite_fields_and_serves_in_order(tmp_path, metrics):
     assert s.flush() and s.max_commit_ts == 0  # P10 unmatched holds everything back
     assert _served(s) == [] and not s.all_matched()
     s.write_binlog(bl.commit(10, 15, ddl_job_id=7))
-    s.write_binlog(bl.commit(99, 16))  # its prewrite was never written to this pump
+    s.write_binlog(bl.commit(9, 16))  # its prewrite was never written to this pump
     s.write_binlog(bl.rollback(17))
     assert s.flush() and s.max_commit_ts == 16 and s.all_matched()
     got = _served(s)
@@ -90,9 +90,16 @@ def test_unsupported_type_and_closed_storage(tmp_path):
     s = _open(tmp_path)
     with pytest.raises(ProtocolError, match="binlog type 3"):
         s.write_binlog(bl.new_binlog(bl.BinlogType.PRE_DDL, 1))
+    with pytest.raises(ProtocolError, match="start_ts must be positive"):
+        s.write_binlog(bl.probe())
+    with pytest.raises(ProtocolError, match="commit_ts above it"):
+        s.write_binlog(bl.commit(5, 0))
+    assert s.stats()["writes"] == 0
     s.close()
     with pytest.raises(StorageError, match="closed"):
         s.write_binlog(bl.fake(5))
+    with pytest.raises(StorageError, match="closed"):
+        s.pull_commit_binlogs(0)
 
 
 def test_group_commit_concurrent_writers_durable_and_grouped(tmp_path):

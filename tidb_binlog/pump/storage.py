@@ -228,6 +228,11 @@ class Storage:
         if tp not in (_PREWRITE, _COMMIT, _ROLLBACK):
             raise ProtocolError(f"binlog type {tp} (start_ts {start_ts}) is not stored by a pump; "
                                 "only Prewrite, Commit and Rollback are")
+        if start_ts <= 0 or (tp == _COMMIT and commit_ts <= start_ts):
+            # A zero start_ts (the pump client's probe) would wait in the sorter forever.
+            raise ProtocolError(f"binlog type {tp} with start_ts {start_ts}, commit_ts {commit_ts} "
+                                "is not storable: start_ts must be positive and a Commit's "
+                                "commit_ts above it (drop probes before the storage)")
         if not (start_ts == commit_ts and start_ts > 0):
             avail = self.available_space_bytes()
             limit = self.options.stop_write_at_available_space_bytes
@@ -315,6 +320,8 @@ class Storage:
                             max_count: int = 10_000) -> list[tuple[int, bytes]]:
         """``(commit_ts, payload)`` of commits and fake binlogs in ``(since, max_commit_ts]``."""
         gc_ts, upto = self._gc_ts, self._max_commit_ts
+        if self._closed:
+            raise StorageError(f"storage {self.dir} is closed")
         if since_commit_ts < gc_ts:
             raise PurgedError(
                 f"binlogs up to gc_ts {gc_ts} were purged by GC; cannot serve from commit_ts "
