@@ -206,3 +206,15 @@ def connect_registry(*, namespace: str = DEFAULT_NAMESPACE,
             f"no registry actor {name!r} in Ray namespace {namespace!r}; start one with "
             "cluster.registry.get_or_create_registry(data_dir)") from exc
     return RayRegistryClient(actor)
+
+
+def join_registry(namespace: str = DEFAULT_NAMESPACE, name: str = REGISTRY_NAME,
+                  address: str = "auto") -> RayRegistryClient:
+    """Join a running Ray cluster (``address``) and return its registry client.
+
+    For plain processes (the standalone pump, binlogctl) that follow a registry
+    actor started elsewhere; keeps the ``ray`` import out of the pure core.
+    """
+    if not ray.is_initialized():
+        ray.init(address=address, namespace=namespace, log_to_driver=False)
+    return connect_registry(namespace=namespace, name=name)

@@ -79,13 +79,10 @@ def _registry(cfg):
     where = split_registry(cfg.registry)
     if where is None:
         return None
-    import ray
-
-    from cluster.registry import connect_registry
+    from cluster.registry import join_registry
 
     namespace, name = where
-    ray.init(address="auto", namespace=namespace, log_to_driver=False)
-    return connect_registry(namespace=namespace, name=name)
+    return join_registry(namespace=namespace, name=name)
 
 
 def run(args) -> int:
