@@ -1,0 +1,200 @@
+"""Where the drainer's checkpoint lives: the downstream table, or a file.
+
+Both stores implement :class:`CheckpointStore` (``load``, ``save``, ``close``) and
+hold the formats of :mod:`tidb_binlog.drainer.checkpoint`, so a checkpoint written
+by TiDB Binlog's Go drainer loads here and the other way round.
+
+- :class:`MySQLCheckpointStore` (db-type mysql/tidb): the row ``clusterID`` of
+  ``<schema>.<table>`` (``tidb_binlog.checkpoint``), created with its schema on
+  first use.  ``save`` is one ``REPLACE INTO`` committed on its own connection,
+  tried up to 5 times 1 s apart on transient errors (TiDB Binlog's rule); a
+  permanent error is raised at once.  ``load`` returns None when there is no row;
+  with ``cluster_id`` 0 the single row in the table is used (TiDB's relay
+  recovery without PD), and several rows are an error.
+- :class:`FileCheckpointStore` (db-type file): ``<data-dir>/savepoint`` in TOML.
+  ``save`` writes a temporary file in the same directory, fsyncs it, renames it
+  over ``savepoint`` and fsyncs the directory, so after a crash at any point the
+  file holds the old or the new savepoint, whole.
+
+In exactly-once mode the global checkpoint must never be ahead of any worker's
+progress row; the :class:`~tidb_binlog.drainer.checkpoint.Advancer` guarantees
+it (it passes a commit_ts only once every part at or below it was acknowledged,
+and a worker acknowledges only after its transaction, progress row included,
+committed).  The stores save what they are given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from tidb_binlog.drainer.checkpoint import (
+    CHECKPOINT_SCHEMA,
+    CHECKPOINT_TABLE,
+    SAVEPOINT_FILE,
+    Checkpoint,
+    create_statements,
+    decode_json,
+    decode_savepoint,
+    encode_savepoint,
+    load_statement,
+    save_statement,
+)
+from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig
+from tidb_binlog.drainer.sql import Statement, quote_table
+from tidb_binlog.errors import ProtocolError, StorageError, TransientDownstreamError
+
+__all__ = [
+    "CheckpointStore",
+    "MySQLCheckpointStore",
+    "FileCheckpointStore",
+    "open_checkpoint_store",
+    "SAVE_ATTEMPTS",
+    "SAVE_RETRY_INTERVAL_S",
+]
+
+SAVE_ATTEMPTS = 5
+SAVE_RETRY_INTERVAL_S = 1.0
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """A durable home for one replication task's checkpoint."""
+
+    def load(self) -> Checkpoint | None:
+        """The saved checkpoint, or None when nothing was saved yet."""
+
+    def save(self, cp: Checkpoint) -> None:
+        """Durably replace the saved checkpoint with ``cp``."""
+
+    def close(self) -> None:
+        """Release connections / handles."""
+
+
+class MySQLCheckpointStore:
+    """The ``tidb_binlog.checkpoint`` row of one cluster in a MySQL/TiDB database."""
+
+    def __init__(self, config: DownstreamConfig, cluster_id: int, *,
+                 schema: str = CHECKPOINT_SCHEMA, table: str = CHECKPOINT_TABLE,
+                 attempts: int = SAVE_ATTEMPTS, retry_interval_s: float = SAVE_RETRY_INTERVAL_S,
+                 sleep: Callable[[float], None] = time.sleep):
+        if attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {attempts}")
+        self.cluster_id = cluster_id
+        self.schema = schema
+        self.table = table
+        self._ds = Downstream(config)
+        self._attempts = attempts
+        self._retry_interval_s = retry_interval_s
+        self._sleep = sleep
+        self._created = False
+
+    def _retrying(self, fn):
+        for attempt in range(1, self._attempts + 1):
+            try:
+                return fn()
+            except TransientDownstreamError:
+                self._ds.rollback()
+                if attempt == self._attempts:
+                    raise
+                self._sleep(self._retry_interval_s)
+
+    def _ensure_table(self) -> None:
+        if not self._created:
+            for stmt in create_statements(self.schema, self.table):
+                self._ds.execute(stmt)
+            self._created = True
+
+    def load(self) -> Checkpoint | None:
+        def run():
+            self._ensure_table()
+            if self.cluster_id == 0:
+                rows = self._ds.query(Statement(
+                    f"SELECT clusterID, checkPoint FROM {quote_table(self.schema, self.table)}",
+                    None))
+                self._ds.commit()
+                if len(rows) > 1:
+                    raise ProtocolError(
+                        f"{quote_table(self.schema, self.table)} holds checkpoints of "
+                        f"{len(rows)} clusters ({sorted(r[0] for r in rows)}); give the "
+                        "cluster id to choose one")
+                return rows[0][1] if rows else None
+            rows = self._ds.query(load_statement(self.cluster_id, self.schema, self.table))
+            self._ds.commit()
+            return rows[0][0] if rows else None
+
+        text = self._retrying(run)
+        return None if text is None else decode_json(text)
+
+    def save(self, cp: Checkpoint) -> None:
+        def run():
+            self._ensure_table()
+            self._ds.execute(save_statement(self.cluster_id, cp, self.schema, self.table))
+            self._ds.commit()
+
+        self._retrying(run)
+
+    def close(self) -> None:
+        self._ds.close()
+
+
+class FileCheckpointStore:
+    """``<data_dir>/savepoint``, replaced atomically on every save."""
+
+    def __init__(self, data_dir: str | os.PathLike):
+        self.data_dir = Path(data_dir)
+        self.path = self.data_dir / SAVEPOINT_FILE
+
+    def load(self) -> Checkpoint | None:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StorageError(f"cannot read the savepoint file {self.path}: {exc}") from exc
+        return decode_savepoint(text, str(self.path))
+
+    def save(self, cp: Checkpoint) -> None:
+        data = encode_savepoint(cp).encode()
+        tmp = None
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=SAVEPOINT_FILE + ".", suffix=".tmp",
+                                       dir=self.data_dir)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            tmp = None
+            dir_fd = os.open(self.data_dir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            raise StorageError(f"cannot save the checkpoint to {self.path}: {exc}; check "
+                               "the data-dir's space and permissions") from exc
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+
+    def close(self) -> None:
+        pass
+
+
+def open_checkpoint_store(cfg) -> CheckpointStore:
+    """The store a resolved :class:`~tidb_binlog.config.DrainerConfig` asks for."""
+    cp = cfg.syncer.to.checkpoint
+    if cp.type in ("mysql", "tidb"):
+        ds = DownstreamConfig(host=cp.host, port=cp.port, user=cp.user, password=cp.password,
+                              read_timeout_s=cfg.syncer.to.read_timeout_s)
+        return MySQLCheckpointStore(ds, cfg.cluster_id, schema=cp.schema or CHECKPOINT_SCHEMA,
+                                    table=cp.table or CHECKPOINT_TABLE)
+    return FileCheckpointStore(cfg.data_dir)

@@ -1,0 +1,406 @@
+"""One SQL worker's executor: batches of transaction parts → downstream transactions.
+
+A **batch** is the list of :class:`~tidb_binlog.drainer.dml.Txn` *parts* one worker
+received: for each upstream transaction, the rows routed to this worker (or one
+DDL), in strictly ascending commit_ts.  :meth:`Loader.execute_batch` applies the
+whole batch and returns an :class:`Ack`, or raises; nothing is applied twice and
+nothing is left half-done on success.
+
+**Downstream transactions** (:func:`plan_units`).  Consecutive DML parts share one
+downstream transaction while it holds at most ``txn_batch`` row changes.  A part
+is never split when exactly-once is on (a part bigger than ``txn_batch`` gets a
+transaction of its own); otherwise it is cut into ``txn_batch`` pieces, as TiDB
+Binlog does.  A DDL part runs alone: ``USE db`` (unless CREATE DATABASE) and the
+query (:func:`~tidb_binlog.drainer.sql.ddl_statements`).
+
+**Statements** (:func:`render_unit`).  With ``merge`` on, each table that has a
+primary key is applied with merge-by-key bulk statements
+(:func:`~tidb_binlog.drainer.merge_by_key.merge_statements`: batched DELETE, multi
+row REPLACE, at most ``rows_per_statement`` rows each); other tables, and every
+table with ``merge`` off, get one statement per row change
+(:func:`~tidb_binlog.drainer.sql.dml_statements`, REPLACE-based in safe mode).
+
+**Exactly-once** (:mod:`tidb_binlog.drainer.progress`): each DML transaction also
+upserts this worker's progress row; parts at or below the progress are skipped,
+both after a restart and after an ambiguous failure (the connection lost during
+COMMIT: the progress row is re-read before the retry).
+
+**Failures.**  A :class:`~tidb_binlog.errors.TransientDownstreamError` rolls back,
+waits (exponential backoff, :class:`~tidb_binlog.drainer.downstream.RetryPolicy`),
+reconnects and retries the transaction; once ``max_elapsed_s`` pass without
+success the last error is raised.  A permanent
+:class:`~tidb_binlog.errors.DownstreamError` rolls back and is raised naming the
+statement, the upstream commit_ts and the way out (fix the downstream, or skip
+the transaction with ``ignore-txn-commit-ts``).  A DDL failing with one of TiDB's
+ignorable codes (:data:`IGNORABLE_DDL_CODES`: database/table/column/index already
+exists or does not exist, cannot drop key, duplicate key name) is logged and
+counted as applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tidb_binlog.drainer.checkpoint import CHECKPOINT_SCHEMA
+from tidb_binlog.drainer.dml import DML, Txn
+from tidb_binlog.drainer.downstream import (
+    Downstream,
+    RetryPolicy,
+    backoff_delays,
+    shorten_sql,
+)
+from tidb_binlog.drainer.loader_metrics import NullMetrics
+from tidb_binlog.drainer.merge_by_key import DEFAULT_BATCH_SIZE, merge_statements
+from tidb_binlog.drainer.progress import (
+    PROGRESS_TABLE,
+    SAFE_MODE_WINDOW_S,
+    ReplayGuard,
+    progress_create_statements,
+    progress_load_statement,
+    progress_upsert_statement,
+)
+from tidb_binlog.drainer.sql import Statement, ddl_statements, dml_statements
+from tidb_binlog.errors import DownstreamError, ProtocolError, TransientDownstreamError
+
+__all__ = [
+    "LoaderConfig",
+    "Loader",
+    "Ack",
+    "Unit",
+    "plan_units",
+    "render_unit",
+    "IGNORABLE_DDL_CODES",
+]
+
+log = logging.getLogger(__name__)
+
+IGNORABLE_DDL_CODES = frozenset({
+    1007,  # database exists
+    1008,  # can't drop database; it doesn't exist
+    1049,  # unknown database
+    1050,  # table exists
+    1051,  # unknown table (drop)
+    1054,  # unknown column
+    1060,  # duplicate column name
+    1061,  # duplicate key name
+    1091,  # can't drop field or key; check that it exists
+    1146,  # table doesn't exist
+})
+"""TiDB Binlog's IgnoreDDLError list: the DDL's effect is already there (replay)."""
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """How one worker applies its batches (``[syncer]`` and ``[syncer.to]`` options)."""
+
+    worker: int = 0
+    cluster_id: int = 1
+    txn_batch: int = 20
+    merge: bool = True
+    safe_mode: bool = False
+    exactly_once: bool = True
+    rows_per_statement: int = DEFAULT_BATCH_SIZE
+    progress_schema: str = CHECKPOINT_SCHEMA
+    progress_table: str = PROGRESS_TABLE
+    safe_mode_window_s: float = SAFE_MODE_WINDOW_S
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __post_init__(self) -> None:
+        if self.txn_batch < 1 or self.rows_per_statement < 1:
+            raise ValueError(f"txn_batch ({self.txn_batch}) and rows_per_statement "
+                             f"({self.rows_per_statement}) must be >= 1")
+
+    @classmethod
+    def from_drainer_config(cls, cfg, worker: int, **overrides) -> LoaderConfig:
+        """From a resolved :class:`~tidb_binlog.config.DrainerConfig`."""
+        s = cfg.syncer
+        values = dict(worker=worker, cluster_id=cfg.cluster_id, txn_batch=s.txn_batch,
+                      merge=s.to.merge, safe_mode=s.safe_mode,
+                      exactly_once=bool(s.exactly_once),
+                      progress_schema=s.to.checkpoint.schema or CHECKPOINT_SCHEMA)
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Ack:
+    """What :meth:`Loader.execute_batch` did: every part of the batch is done."""
+
+    worker: int
+    max_commit_ts: int
+    commit_ts: tuple[int, ...]
+    parts: int
+    skipped: int
+    rows: int
+    seconds: float
+
+
+@dataclass
+class Unit:
+    """One downstream transaction: ``(commit_ts, dml)`` row changes, or one DDL part."""
+
+    rows: list[tuple[int, DML]] = field(default_factory=list)
+    ddl: Txn | None = None
+
+    @property
+    def commit_ts_range(self) -> tuple[int, int]:
+        if self.ddl is not None:
+            return self.ddl.commit_ts, self.ddl.commit_ts
+        return self.rows[0][0], self.rows[-1][0]
+
+
+def _check_batch(parts: Sequence[Txn], worker: int) -> None:
+    last = None
+    for i, part in enumerate(parts):
+        if not isinstance(part, Txn):
+            raise ProtocolError(f"worker {worker}: batch item {i} is a {type(part).__name__}, "
+                                "not a Txn part")
+        if last is not None and part.commit_ts <= last:
+            raise ProtocolError(f"worker {worker}: batch parts must have ascending commit_ts; "
+                                f"item {i} has {part.commit_ts} after {last}")
+        last = part.commit_ts
+
+
+def plan_units(parts: Sequence[Txn], txn_batch: int, *, split_parts: bool) -> list[Unit]:
+    """Group parts into downstream transactions (see the module docstring)."""
+    units: list[Unit] = []
+    current = Unit()
+    for part in parts:
+        if part.is_ddl:
+            if current.rows:
+                units.append(current)
+                current = Unit()
+            units.append(Unit(ddl=part))
+            continue
+        if not part.dmls:
+            continue
+        rows = [(part.commit_ts, dml) for dml in part.dmls]
+        if current.rows and len(current.rows) + len(rows) > txn_batch:
+            units.append(current)
+            current = Unit()
+        if len(rows) <= txn_batch or not split_parts:
+            current.rows.extend(rows)
+            continue
+        for i in range(0, len(rows), txn_batch):
+            if current.rows:
+                units.append(current)
+            current = Unit(rows[i:i + txn_batch])
+    if current.rows:
+        units.append(current)
+    return units
+
+
+def render_unit(rows: Sequence[tuple[int, DML]], *, merge: bool, safe_mode: bool,
+                rows_per_statement: int = DEFAULT_BATCH_SIZE
+                ) -> list[tuple[Statement, int, int]]:
+    """The statements of one DML unit, each with the commit_ts range it applies."""
+    out: list[tuple[Statement, int, int]] = []
+    if not merge:
+        for ts, dml in rows:
+            out.extend((s, ts, ts) for s in dml_statements(dml, safe_mode=safe_mode))
+        return out
+    by_table: dict[tuple[str, str], list[tuple[int, DML]]] = {}
+    for ts, dml in rows:
+        by_table.setdefault((dml.database, dml.table), []).append((ts, dml))
+    for items in by_table.values():
+        schema = items[0][1].schema
+        if schema is not None and schema.primary_key is not None:
+            lo, hi = items[0][0], items[-1][0]
+            statements = merge_statements([d for _, d in items], batch_size=rows_per_statement)
+            out.extend((s, lo, hi) for s in statements)
+        else:
+            for ts, dml in items:
+                out.extend((s, ts, ts) for s in dml_statements(dml, safe_mode=safe_mode))
+    return out
+
+
+def _ts_text(lo: int, hi: int) -> tuple[str, str]:
+    """("commit_ts X" or "commit_ts X..Y", the ignore-txn-commit-ts list to suggest)."""
+    if lo == hi:
+        return f"commit_ts {lo}", f"[{lo}]"
+    return f"commit_ts {lo}..{hi}", f"[<the failing ts among {lo}..{hi}>]"
+
+
+class Loader:
+    """Applies batches for one worker over one :class:`Downstream` connection."""
+
+    def __init__(self, downstream: Downstream, config: LoaderConfig, *, metrics=None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.downstream = downstream
+        self.config = config
+        self.metrics = metrics if metrics is not None else NullMetrics()
+        self._clock = clock
+        self._sleep = sleep
+        self.guard = ReplayGuard(exactly_once=config.exactly_once, safe_mode=config.safe_mode,
+                                 started_at_s=clock(),
+                                 safe_mode_window_s=config.safe_mode_window_s)
+        self._progress_stale = config.exactly_once
+        self._retrying = False  # the next transaction retries one that failed transiently
+        self.retries = 0
+
+    # -- progress ---------------------------------------------------------
+
+    def load_progress(self) -> int:
+        """Create the progress table if needed and read this worker's row (0 if none)."""
+        c = self.config
+        if not c.exactly_once:
+            return self.guard.applied_ts
+        ds = self.downstream
+        for stmt in progress_create_statements(c.progress_schema, c.progress_table):
+            ds.execute(stmt)
+        rows = ds.query(progress_load_statement(c.cluster_id, c.worker, c.progress_schema,
+                                                c.progress_table))
+        ds.commit()  # end the read snapshot
+        self.guard.loaded(int(rows[0][0]) if rows else 0)
+        self._progress_stale = False
+        return self.guard.applied_ts
+
+    @property
+    def applied_ts(self) -> int:
+        return self.guard.applied_ts
+
+    def set_safe_mode(self, on: bool) -> None:
+        self.guard.set_safe_mode(on)
+
+    # -- batches ----------------------------------------------------------
+
+    def execute_batch(self, parts: Sequence[Txn]) -> Ack:
+        """Apply every part (see the module docstring); an Ack, or a DownstreamError."""
+        c = self.config
+        start_s = time.perf_counter()
+        _check_batch(parts, c.worker)
+        if self._progress_stale:
+            self._with_retry(self.load_progress, "reading worker progress", reload=False)
+        skipped = sum(1 for p in parts if self.guard.should_skip(p.commit_ts))
+        rows = 0
+        for unit in plan_units(parts, c.txn_batch, split_parts=not c.exactly_once):
+            if unit.ddl is not None:
+                self._with_retry(lambda u=unit: self._apply_ddl(u.ddl), "applying a DDL")
+            else:
+                rows += self._with_retry(lambda u=unit: self._apply_rows(u), "applying rows")
+        seconds = time.perf_counter() - start_s
+        self.metrics.observe_execute(seconds)
+        max_ts = parts[-1].commit_ts if parts else 0
+        self.guard.committed(max_ts)
+        return Ack(c.worker, max_ts, tuple(p.commit_ts for p in parts), len(parts), skipped,
+                   rows, seconds)
+
+    def _with_retry(self, fn, what: str, *, reload: bool = True):
+        policy = self.config.retry
+        delays = backoff_delays(policy)
+        first_failure_s = None
+        while True:
+            try:
+                if reload and self._progress_stale:
+                    self.load_progress()
+                return fn()
+            except TransientDownstreamError as exc:
+                self.downstream.rollback()
+                self.metrics.count_error("transient")
+                now = self._clock()
+                if first_failure_s is None:
+                    first_failure_s = now
+                if now - first_failure_s >= policy.max_elapsed_s:
+                    raise TransientDownstreamError(
+                        f"worker {self.config.worker}: gave up {what} after retrying for "
+                        f"{now - first_failure_s:.1f} s (retry.max_elapsed_s = "
+                        f"{policy.max_elapsed_s}); last error: {exc.message}; check that the "
+                        f"downstream {self.downstream.config.address} is up and restart",
+                        sql=exc.sql, code=exc.code) from exc
+                delay = next(delays)
+                log.warning("worker %d: %s failed (%s); retrying in %.2f s",
+                            self.config.worker, what, exc.message, delay)
+                self.retries += 1
+                self._progress_stale = self.config.exactly_once
+                self._retrying = True
+                self._sleep(delay)
+
+    def _timed_execute(self, stmt: Statement) -> int:
+        t0 = time.perf_counter()
+        n = self.downstream.execute(stmt)
+        self.metrics.observe_query("exec", time.perf_counter() - t0)
+        return n
+
+    def _commit(self) -> None:
+        t0 = time.perf_counter()
+        self.downstream.commit()
+        self.metrics.observe_query("commit", time.perf_counter() - t0)
+
+    def _apply_rows(self, unit: Unit) -> int:
+        c = self.config
+        rows = [(ts, dml) for ts, dml in unit.rows if not self.guard.should_skip(ts)]
+        if not rows:
+            return 0
+        safe = self.guard.safe_mode(self._clock(), retry=self._retrying)
+        statements = render_unit(rows, merge=c.merge, safe_mode=safe,
+                                 rows_per_statement=c.rows_per_statement)
+        max_ts = rows[-1][0]
+        for stmt, lo, hi in statements:
+            try:
+                self._timed_execute(stmt)
+            except TransientDownstreamError:
+                raise
+            except DownstreamError as exc:
+                self._fail(exc, stmt, lo, hi)
+        if c.exactly_once:
+            self._timed_execute(progress_upsert_statement(
+                c.cluster_id, c.worker, max_ts, c.progress_schema, c.progress_table))
+        self._commit()
+        self._retrying = False
+        self.guard.committed(max_ts)
+        for kind in ("Insert", "Update", "Delete"):
+            self.metrics.count_event(kind, sum(1 for _, d in rows if d.tp.name.title() == kind))
+        return len(rows)
+
+    def _fail(self, exc: DownstreamError, stmt: Statement, lo: int, hi: int):
+        self.downstream.rollback()
+        self.metrics.count_error("permanent")
+        which, skip = _ts_text(lo, hi)
+        raise DownstreamError(
+            f"worker {self.config.worker}: the downstream refused a statement of the upstream "
+            f"txn at {which}: error {exc.code}: {exc.message}; statement: "
+            f"{shorten_sql(stmt.sql)}. Fix the downstream (schema, data, permissions) and "
+            f"restart the drainer, or skip the txn with ignore-txn-commit-ts = {skip}",
+            sql=shorten_sql(stmt.sql), code=exc.code) from exc
+
+    def _apply_ddl(self, part: Txn) -> None:
+        c = self.config
+        ddl = part.ddl
+        if self.guard.should_skip(part.commit_ts):
+            return
+        self.downstream.rollback()  # nothing may be pending before an implicit commit
+        for stmt in ddl_statements(ddl):
+            try:
+                self._timed_execute(stmt)
+            except TransientDownstreamError:
+                raise
+            except DownstreamError as exc:
+                if exc.code in IGNORABLE_DDL_CODES:
+                    log.warning("worker %d: ignoring DDL error %s at commit_ts %d (%s): %s",
+                                c.worker, exc.code, part.commit_ts, shorten_sql(ddl.sql),
+                                exc.message)
+                    self.metrics.count_error("ddl_ignored")
+                    break
+                self.downstream.rollback()
+                self.metrics.count_error("permanent")
+                raise DownstreamError(
+                    f"worker {c.worker}: the downstream refused the DDL at commit_ts "
+                    f"{part.commit_ts} on `{ddl.database}`.`{ddl.table}`: error {exc.code}: "
+                    f"{exc.message}; DDL: {shorten_sql(ddl.sql)}. Apply an equivalent change "
+                    f"downstream by hand and skip it with ignore-txn-commit-ts = "
+                    f"[{part.commit_ts}], then restart the drainer",
+                    sql=shorten_sql(ddl.sql), code=exc.code) from exc
+        if c.exactly_once:
+            self._timed_execute(progress_upsert_statement(
+                c.cluster_id, c.worker, part.commit_ts, c.progress_schema, c.progress_table))
+        self._commit()
+        self._retrying = False
+        self.guard.committed(part.commit_ts)
+        self.metrics.count_event("DDL")
+
+    def close(self) -> None:
+        self.downstream.close()
