@@ -39,7 +39,7 @@ import pymysql
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import SchemaError, UpstreamError
 from tidb_binlog.model import HANDLE_ROWID, TableInfo
-from tidb_binlog.upstream.catalog import CATALOG_DB, META_SCHEMA_VERSION, Catalog
+from tidb_binlog.upstream.catalog import CATALOG_DB, META_SCHEMA_VERSION
 from tidb_binlog.upstream.core import connect, translate
 from tidb_binlog.upstream.faults import SimulatedCrash
 from tidb_binlog.upstream.rows import TableCodec, quote_id
@@ -78,7 +78,7 @@ class Session:
     def __init__(self, upstream, database: str | None):
         self.upstream = upstream
         self.database = database
-        self.conn = connect(upstream.params, database=database)
+        self.conn = connect(upstream.params, database=database, multi_statements=True)
         self.txn: Txn | None = None
 
     def begin(self) -> Txn:
@@ -395,8 +395,15 @@ class Txn:
     def _schema_version(self) -> int:
         up = self.upstream
         if not up.check_schema_at_commit:
+            self._exec(f"INSERT INTO {CATALOG_DB}.txn_status VALUES (%s, 0)", (self.start_ts,))
             return up.snapshot.version
-        version = Catalog.meta_value(self._cur, META_SCHEMA_VERSION, lock="LOCK IN SHARE MODE")
+        # One round trip: the status row (its lock marks us running) + the version
+        # under a shared lock, so no DDL catalog round can commit until we do.
+        self._exec(f"INSERT INTO {CATALOG_DB}.txn_status VALUES (%s, 0); "
+                   f"SELECT value FROM {CATALOG_DB}.meta WHERE name=%s LOCK IN SHARE MODE",
+                   (self.start_ts, META_SCHEMA_VERSION))
+        self._cur.nextset()
+        version = int(self._cur.fetchone()[0])
         snap = up.snapshot if version == up.snapshot.version else up.reload()
         by_id = {t.id: t for t in snap.tables.values()}
         for tid, info in self._infos.items():
@@ -414,7 +421,6 @@ class Txn:
             self._finish_plain(commit=True)
             return 0
         try:
-            self._exec(f"INSERT INTO {CATALOG_DB}.txn_status VALUES (%s, 0)", (self.start_ts,))
             version = self._schema_version()
             prewrite = bl.prewrite(self.start_ts, self._prewrite_value(version),
                                    prewrite_key=self._primary)
@@ -439,9 +445,10 @@ class Txn:
                                  "prewritten, connection dropped without COMMIT")
         commit_ts = up.get_ts()  # row locks are still held
         try:
-            self._exec(f"UPDATE {CATALOG_DB}.txn_status SET commit_ts=%s WHERE start_ts=%s",
-                       (commit_ts, self.start_ts))
-            self.session.conn.commit()
+            self._exec(f"UPDATE {CATALOG_DB}.txn_status SET commit_ts=%s WHERE start_ts=%s; "
+                       "COMMIT", (commit_ts, self.start_ts))
+            while self._cur.nextset():
+                pass
         except (pymysql.err.MySQLError, UpstreamError) as exc:
             self.open = False
             status = up.meta().txn_status(self.start_ts)
