@@ -1,0 +1,116 @@
+"""The drainer's ``binlog.Cistern`` gRPC service (TiDB's cistern.proto).
+
+``Notify(NotifyReq) -> NotifyResp``
+    A pump that comes online for the first time (or after being offline) calls
+    it on every online drainer *before* it accepts writes.  The servicer calls
+    ``on_notify()`` and answers only when it returned: with
+    :func:`collector_notifier` that is once a collector refresh begun after the
+    call has added the pump's source to the merge at the current position.  So
+    every binlog the pump stores afterwards is merged (the Notify handshake).
+    If ``on_notify`` fails or times out the RPC fails with ``UNAVAILABLE`` and
+    the message; the pump retries, then refuses to start.
+
+``DumpBinlog`` / ``DumpDDLJobs``
+    Stubs in TiDB Binlog too: ``UNIMPLEMENTED`` with a message saying so.
+
+:func:`serve_cistern` binds the drainer's ``addr`` (``host:port``; port 0
+picks one) with TLS when ``security`` names a certificate, like the pump.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+
+from tidb_binlog.errors import BinlogError, ConfigError, UnavailableError
+from tidb_binlog.proto import cistern_pb2, cistern_pb2_grpc
+
+__all__ = ["CisternServicer", "CisternServer", "serve_cistern", "collector_notifier"]
+
+log = logging.getLogger(__name__)
+
+_UNIMPLEMENTED = ("{name} is not implemented by this drainer (it is a stub in TiDB Binlog as "
+                  "well); read the downstream or the drainer's file sink instead")
+
+
+class CisternServicer(cistern_pb2_grpc.CisternServicer):
+    """Answers ``Notify`` once ``on_notify()`` returned; see the module doc."""
+
+    def __init__(self, on_notify: Callable[[], None]):
+        self.on_notify = on_notify
+        self.notifications = 0
+
+    def Notify(self, request, context):
+        peer = context.peer()
+        log.info("Notify from %s: refreshing the pump list", peer)
+        try:
+            self.on_notify()
+        except BinlogError as exc:
+            log.warning("Notify from %s failed: %s", peer, exc)
+            context.abort(grpc.StatusCode.UNAVAILABLE,
+                          f"drainer could not merge the new pump: {exc}")
+        self.notifications += 1
+        return cistern_pb2.NotifyResp()
+
+    def DumpBinlog(self, request, context):
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, _UNIMPLEMENTED.format(name="DumpBinlog"))
+
+    def DumpDDLJobs(self, request, context):
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, _UNIMPLEMENTED.format(name="DumpDDLJobs"))
+
+
+def collector_notifier(collector, timeout_s: float = 10.0) -> Callable[[], None]:
+    """``on_notify`` that asks ``collector`` for a refresh and waits until it was applied.
+
+    The collector's owner keeps calling ``collector.step()`` (it sees the pending
+    notify at once); raises UnavailableError if that does not happen in ``timeout_s``.
+    """
+
+    def on_notify() -> None:
+        ticket = collector.notify()
+        if not collector.wait(ticket, timeout_s):
+            raise UnavailableError(f"the pump list refresh did not complete within {timeout_s} s "
+                                   "(is the drainer's merge loop running?)")
+
+    return on_notify
+
+
+@dataclass
+class CisternServer:
+    """A started Cistern server; ``addr`` has the bound port."""
+
+    server: grpc.Server
+    servicer: CisternServicer
+    port: int
+    addr: str
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        self.server.stop(grace_s).wait()
+
+
+def serve_cistern(addr: str, on_notify: Callable[[], None], *, security=None,
+                  max_workers: int = 8) -> CisternServer:
+    """Bind and start the Cistern service on ``addr``."""
+    from tidb_binlog.pump.server import server_credentials
+
+    servicer = CisternServicer(on_notify)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                    thread_name_prefix="cistern-grpc"))
+    cistern_pb2_grpc.add_CisternServicer_to_server(servicer, server)
+    creds = server_credentials(security)
+    try:
+        port = server.add_insecure_port(addr) if creds is None else \
+            server.add_secure_port(addr, creds)
+    except RuntimeError as exc:
+        raise ConfigError(f"drainer cannot listen on addr {addr!r}: {exc}", key="addr") from exc
+    if port == 0:
+        raise ConfigError(f"drainer cannot listen on addr {addr!r} (in use or not a local "
+                          "address)", key="addr")
+    server.start()
+    bound = f"{addr.rsplit(':', 1)[0]}:{port}"
+    log.info("drainer Cistern gRPC listening on %s%s", bound, " (TLS)" if creds else "")
+    return CisternServer(server, servicer, port, bound)

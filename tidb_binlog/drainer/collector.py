@@ -1,0 +1,300 @@
+"""Pump discovery: which pumps the drainer merges, decided from the registry's records.
+
+TiDB Binlog's ``drainer/collector.go``, split into a pure decision function and a
+small step-driven driver.
+
+**plan(records, sources, latest_ts) -> list[Action]** compares the registry's pump
+records (:class:`~tidb_binlog.node.NodeStatus`) with the merge sources the drainer
+has (:class:`SourceView` by node id) and returns what to change, in node-id order.
+Per record:
+
+============================ ======================================================
+source absent, state not     ``AddSource(node_id, host, start_after_ts=latest_ts)``:
+``offline``                  pulled from the merge position (a new pump announces
+                             itself through Notify before it accepts writes, so
+                             nothing it stores is at or below that position)
+source absent, ``offline``   nothing
+state ``paused``             ``PauseSource`` (stop pulling; the merge stalls until
+                             the pump is back: no pump may be skipped)
+state ``online``/``closing`` ``ResumeSource`` if we paused it (a closing pump waits
+                             for us to catch up, so we must keep pulling)
+state ``pausing``            nothing
+host changed                 ``MoveSource(node_id, host)``: reconnect, same position
+state ``offline``            ``RetireSource`` once the source's shown position is
+                             >= the record's ``maxCommitTS`` (the pump's final
+                             one): the merger stops waiting for it and pulling
+                             stops; until then it is pulled like any other (and
+                             resumed if paused)
+retired, nothing buffered    ``RemoveSource`` (forget it); if the record is back
+                             online (a re-added pump with the same id) an
+                             ``AddSource`` follows in the same plan
+============================ ======================================================
+
+*The offline rule* differs from TiDB's on purpose: TiDB removes the source as
+soon as the record says ``offline``, relying on the closing pump having waited
+until every online drainer's checkpoint reached its final maxCommitTS.  A drainer
+that was behind or restarting at that moment would lose the tail; waiting for the
+source's own position to reach the final maxCommitTS costs nothing when the
+drainer is caught up and closes that gap otherwise.  A record with
+``maxCommitTS`` 0 retires at once.  A source whose record vanished from the
+registry is left as it is (TiDB never deletes records).
+
+**Collector** drives :func:`plan`: :meth:`Collector.step` refreshes when a
+Notify is pending or ``detect_interval_s`` passed since the last refresh (and
+immediately on the first step: the shell keeps the merge paused until
+:attr:`Collector.started`).  :meth:`Collector.notify` (any thread) returns a
+ticket; :meth:`Collector.wait` blocks until a refresh that *started after* that
+notify has applied its actions: the Cistern ``Notify`` handshake.  The actions
+are applied through a :class:`SourceTarget`; :class:`MergerSources` is the one
+over a :class:`~tidb_binlog.drainer.merge.Merger` and a pump-source factory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple, Protocol
+
+from tidb_binlog.node import CLOSING, OFFLINE, ONLINE, PAUSED, NodeStatus
+
+__all__ = [
+    "AddSource",
+    "PauseSource",
+    "ResumeSource",
+    "MoveSource",
+    "RetireSource",
+    "RemoveSource",
+    "Action",
+    "SourceView",
+    "plan",
+    "SourceTarget",
+    "MergerSources",
+    "Collector",
+]
+
+log = logging.getLogger(__name__)
+
+
+class AddSource(NamedTuple):
+    node_id: str
+    host: str
+    start_after_ts: int
+
+
+class PauseSource(NamedTuple):
+    node_id: str
+
+
+class ResumeSource(NamedTuple):
+    node_id: str
+
+
+class MoveSource(NamedTuple):
+    node_id: str
+    host: str
+
+
+class RetireSource(NamedTuple):
+    node_id: str
+
+
+class RemoveSource(NamedTuple):
+    node_id: str
+
+
+Action = AddSource | PauseSource | ResumeSource | MoveSource | RetireSource | RemoveSource
+
+
+class SourceView(NamedTuple):
+    """What :func:`plan` needs to know about one merge source."""
+
+    host: str
+    position_ts: int        # the merger's shown ts for it: nothing at or below will come
+    paused: bool = False    # we stopped pulling it
+    retired: bool = False   # marked offline in the merger, no longer pulled
+    buffered: int = 0       # items it still holds in the merger
+
+
+def plan(records: Iterable[NodeStatus], sources: Mapping[str, SourceView],
+         latest_ts: int) -> list[Action]:
+    """The actions that bring ``sources`` in line with ``records``; see the module doc."""
+    actions: list[Action] = []
+    for r in sorted(records, key=lambda rec: rec.node_id):
+        src = sources.get(r.node_id)
+        if src is None:
+            if r.state != OFFLINE:
+                actions.append(AddSource(r.node_id, r.host, latest_ts))
+            continue
+        if src.retired:
+            if src.buffered == 0:
+                actions.append(RemoveSource(r.node_id))
+                if r.state != OFFLINE:
+                    actions.append(AddSource(r.node_id, r.host, latest_ts))
+            continue
+        if src.host != r.host:
+            actions.append(MoveSource(r.node_id, r.host))
+        if r.state == PAUSED:
+            if not src.paused:
+                actions.append(PauseSource(r.node_id))
+        elif r.state in (ONLINE, CLOSING):
+            if src.paused:
+                actions.append(ResumeSource(r.node_id))
+        elif r.state == OFFLINE:
+            if src.position_ts >= r.max_commit_ts:
+                actions.append(RetireSource(r.node_id))
+                if src.buffered == 0:
+                    actions.append(RemoveSource(r.node_id))
+            elif src.paused:
+                actions.append(ResumeSource(r.node_id))
+    return actions
+
+
+class SourceTarget(Protocol):
+    """Where the collector's actions take effect (the MergerActor's state)."""
+
+    @property
+    def latest_ts(self) -> int: ...
+
+    def views(self) -> dict[str, SourceView]: ...
+
+    def apply(self, action: Action) -> None: ...
+
+
+class MergerSources:
+    """A :class:`SourceTarget` over a Merger and ``open_source(node_id, host, since_ts)``.
+
+    ``sources`` holds one pump source (see ``pump_source.py``) per merge source that
+    is not retired; :meth:`pullable` lists the ones to fetch from now.
+    """
+
+    def __init__(self, merger, open_source: Callable[[str, str, int], object]):
+        self.merger = merger
+        self._open = open_source
+        self.sources: dict[str, object] = {}
+        self._hosts: dict[str, str] = {}
+        self._paused: set[str] = set()
+        self._retired: set[str] = set()
+
+    @property
+    def latest_ts(self) -> int:
+        return self.merger.latest_ts
+
+    def views(self) -> dict[str, SourceView]:
+        positions = self.merger.positions()
+        return {name: SourceView(self._hosts.get(name, ""), pos, name in self._paused,
+                                 name in self._retired, self.merger.buffered(name))
+                for name, pos in positions.items()}
+
+    def pullable(self) -> dict[str, object]:
+        """Sources to fetch from: neither paused nor retired."""
+        return {n: s for n, s in self.sources.items() if n not in self._paused}
+
+    def apply(self, action: Action) -> None:
+        node = action.node_id
+        if isinstance(action, AddSource):
+            self.merger.add_source(node, action.start_after_ts)
+            self.sources[node] = self._open(node, action.host, action.start_after_ts)
+            self._hosts[node] = action.host
+        elif isinstance(action, PauseSource):
+            self._paused.add(node)
+        elif isinstance(action, ResumeSource):
+            self._paused.discard(node)
+        elif isinstance(action, MoveSource):
+            self._close(node)
+            self.sources[node] = self._open(node, action.host, self.merger.positions()[node])
+            self._hosts[node] = action.host
+        elif isinstance(action, RetireSource):
+            self.merger.mark_offline(node)
+            self._close(node)
+            self._retired.add(node)
+            self._paused.discard(node)
+        elif isinstance(action, RemoveSource):
+            self.merger.remove_source(node)
+            self._close(node)
+            self._retired.discard(node)
+            self._paused.discard(node)
+            self._hosts.pop(node, None)
+        else:
+            raise TypeError(f"unknown collector action {action!r}")
+
+    def _close(self, node: str) -> None:
+        source = self.sources.pop(node, None)
+        if source is not None:
+            source.close()
+
+    def close(self) -> None:
+        for node in list(self.sources):
+            self._close(node)
+
+
+class Collector:
+    """Refreshes the merge sources from the registry on Notify and every detect interval."""
+
+    def __init__(self, list_pumps: Callable[[], list[NodeStatus]], target: SourceTarget, *,
+                 detect_interval_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
+        self._list_pumps = list_pumps
+        self.target = target
+        self.detect_interval_s = detect_interval_s
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._requested = 0          # tickets handed out by notify()
+        self._completed = 0          # every ticket <= this has been served
+        self._last_refresh_s: float | None = None
+        self.refreshes = 0
+
+    @property
+    def started(self) -> bool:
+        """True once the first refresh applied its actions."""
+        return self.refreshes > 0
+
+    def notify(self) -> int:
+        """Ask for a refresh now (thread-safe); returns a ticket for :meth:`wait`."""
+        with self._cond:
+            self._requested += 1
+            return self._requested
+
+    def served(self, ticket: int) -> bool:
+        with self._cond:
+            return self._completed >= ticket
+
+    def wait(self, ticket: int, timeout_s: float) -> bool:
+        """Block until a refresh begun after ``ticket`` was issued has been applied."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._completed >= ticket, timeout_s)
+
+    def due_in_s(self) -> float:
+        """Seconds until the next refresh is due (0: now)."""
+        with self._cond:
+            pending = self._requested > self._completed
+        if pending or self._last_refresh_s is None:
+            return 0.0
+        return max(0.0, self._last_refresh_s + self.detect_interval_s - self._clock())
+
+    def step(self) -> list[Action]:
+        """Refresh if due; returns the actions applied (empty when not due)."""
+        if self.due_in_s() > 0:
+            return []
+        return self.refresh()
+
+    def refresh(self) -> list[Action]:
+        """List the pumps, plan, apply; then serve every ticket issued before it began.
+
+        A failure (registry unreachable, a source that cannot open) propagates; the
+        pending tickets stay pending, so the next step retries.
+        """
+        with self._cond:
+            covering = self._requested
+        records = self._list_pumps()
+        target = self.target
+        actions = plan(records, target.views(), target.latest_ts)
+        for action in actions:
+            log.info("collector: %s", action)
+            target.apply(action)
+        self._last_refresh_s = self._clock()
+        self.refreshes += 1
+        with self._cond:
+            self._completed = max(self._completed, covering)
+            self._cond.notify_all()
+        return actions

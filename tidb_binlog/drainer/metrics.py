@@ -1,0 +1,131 @@
+"""The drainer's Prometheus metrics (inventory §2.14), built in one place.
+
+:func:`build_drainer_metrics` registers TiDB Binlog's ``binlog_drainer_*`` names
+on a given ``CollectorRegistry`` (a fresh private one by default, so several
+drainers in one process do not share values) and returns them as a
+:class:`DrainerMetrics`.  ``GET /metrics`` serves :meth:`DrainerMetrics.exposition`.
+prometheus-client appends ``_total`` to counters in the text format (so
+``binlog_drainer_event`` is exposed as ``binlog_drainer_event_total``); TSO
+gauges hold the physical milliseconds of the ts, as TiDB's do.
+
+============================================== ==============================================
+``binlog_drainer_pump_position{nodeID}``       physical ms of the last commit_ts pulled
+``binlog_drainer_binlog_reach_duration_time``  seconds from commit (physical time) to the
+``{nodeID}``                                   binlog reaching the drainer
+``binlog_drainer_read_binlog_size{nodeID}``    bytes per binlog read from a pump
+``binlog_drainer_checkpoint_tso``              physical ms of the saved checkpoint
+``binlog_drainer_checkpoint_delay_seconds``    now minus the checkpoint's physical time
+``binlog_drainer_disorder_binlog_count``       binlogs dropped by the merge as out of order
+``binlog_drainer_ddl_jobs_total``              DDL jobs applied (a gauge, as in TiDB)
+``binlog_drainer_queue_size{name}``            items waiting: ``syncer_input``, ``worker_N``
+``binlog_drainer_execute_duration_time``       seconds per worker batch executed *
+``binlog_drainer_query_duration_time{type}``   seconds per ``exec`` / ``commit`` statement *
+``binlog_drainer_event{type}``                 ``Insert|Update|Delete|DDL|savepoint`` *
+``binlog_drainer_error_count{type}``           errors by kind *
+============================================== ==============================================
+
+\\* the apply-side names, also registered by ``loader_metrics.LoaderMetrics`` in the
+SQL workers; pass ``apply_side=False`` to leave them out of a registry that a
+``LoaderMetrics`` already uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from tidb_binlog.tso import extract_physical
+
+__all__ = ["DrainerMetrics", "build_drainer_metrics", "CONTENT_TYPE_LATEST", "METRIC_NAMES"]
+
+_DURATION_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+                       5, 10, 30)
+_REACH_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256)
+_SIZE_BUCKETS_BYTES = tuple(float(16 << (2 * i)) for i in range(12))  # 16 B .. 64 MiB
+
+METRIC_NAMES = (
+    "binlog_drainer_pump_position", "binlog_drainer_binlog_reach_duration_time",
+    "binlog_drainer_read_binlog_size", "binlog_drainer_checkpoint_tso",
+    "binlog_drainer_checkpoint_delay_seconds", "binlog_drainer_disorder_binlog_count",
+    "binlog_drainer_ddl_jobs_total", "binlog_drainer_queue_size",
+    "binlog_drainer_execute_duration_time", "binlog_drainer_query_duration_time",
+    "binlog_drainer_event", "binlog_drainer_error_count",
+)
+
+
+@dataclass
+class DrainerMetrics:
+    """The metric objects; apply-side ones are None when built with ``apply_side=False``."""
+
+    registry: CollectorRegistry
+    pump_position: Gauge
+    binlog_reach_duration_s: Histogram
+    read_binlog_size_bytes: Histogram
+    checkpoint_tso: Gauge
+    checkpoint_delay_s: Gauge
+    disorder_binlog_count: Counter
+    ddl_jobs_total: Gauge
+    queue_size: Gauge
+    execute_duration_s: Histogram | None = None
+    query_duration_s: Histogram | None = None
+    event: Counter | None = None
+    error_count: Counter | None = None
+
+    def observe_binlog(self, node_id: str, commit_ts: int, size_bytes: int,
+                       now_s: float) -> None:
+        """One binlog read from pump ``node_id`` at wall-clock ``now_s``."""
+        physical_ms = extract_physical(commit_ts)
+        self.pump_position.labels(node_id).set(physical_ms)
+        self.binlog_reach_duration_s.labels(node_id).observe(max(0.0, now_s - physical_ms / 1000))
+        self.read_binlog_size_bytes.labels(node_id).observe(size_bytes)
+
+    def set_checkpoint(self, commit_ts: int, now_s: float) -> None:
+        physical_ms = extract_physical(commit_ts)
+        self.checkpoint_tso.set(physical_ms)
+        self.checkpoint_delay_s.set(max(0.0, now_s - physical_ms / 1000))
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of this registry."""
+        return generate_latest(self.registry)
+
+
+def build_drainer_metrics(registry: CollectorRegistry | None = None, *,
+                          apply_side: bool = True) -> DrainerMetrics:
+    """Register the drainer metrics on ``registry`` (a new private one by default)."""
+    r = registry if registry is not None else CollectorRegistry()
+    m = DrainerMetrics(
+        registry=r,
+        pump_position=Gauge("binlog_drainer_pump_position",
+                            "Physical ms of the last commit ts pulled from each pump",
+                            ["nodeID"], registry=r),
+        binlog_reach_duration_s=Histogram(
+            "binlog_drainer_binlog_reach_duration_time",
+            "Seconds from a binlog's commit to its arrival in the drainer", ["nodeID"],
+            buckets=_REACH_BUCKETS_S, registry=r),
+        read_binlog_size_bytes=Histogram(
+            "binlog_drainer_read_binlog_size", "Bytes of each binlog read from a pump",
+            ["nodeID"], buckets=_SIZE_BUCKETS_BYTES, registry=r),
+        checkpoint_tso=Gauge("binlog_drainer_checkpoint_tso",
+                             "Physical ms of the saved checkpoint", registry=r),
+        checkpoint_delay_s=Gauge("binlog_drainer_checkpoint_delay_seconds",
+                                 "Seconds the checkpoint is behind now", registry=r),
+        disorder_binlog_count=Counter("binlog_drainer_disorder_binlog_count",
+                                      "Binlogs the merge dropped as out of order", registry=r),
+        ddl_jobs_total=Gauge("binlog_drainer_ddl_jobs_total", "DDL jobs applied", registry=r),
+        queue_size=Gauge("binlog_drainer_queue_size", "Items waiting in each queue", ["name"],
+                         registry=r),
+    )
+    if apply_side:
+        m.execute_duration_s = Histogram(
+            "binlog_drainer_execute_duration_time", "Seconds to execute one worker batch",
+            buckets=_DURATION_BUCKETS_S, registry=r)
+        m.query_duration_s = Histogram(
+            "binlog_drainer_query_duration_time", "Seconds per downstream statement or commit",
+            ["type"], buckets=_DURATION_BUCKETS_S, registry=r)
+        m.event = Counter("binlog_drainer_event", "Row changes, DDLs and savepoints applied",
+                          ["type"], registry=r)
+        m.error_count = Counter("binlog_drainer_error_count", "Errors by kind", ["type"],
+                                registry=r)
+    return m
