@@ -13,6 +13,7 @@ source absent, state not     ``AddSource(node_id, host, start_after_ts=latest_ts
 ``offline``                  pulled from the merge position (a new pump announces
                              itself through Notify before it accepts writes, so
                              nothing it stores is at or below that position)
+source absent, ``paused``    ``AddSource`` then ``PauseSource``
 source absent, ``offline``   nothing
 state ``paused``             ``PauseSource`` (stop pulling; the merge stalls until
                              the pump is back: no pump may be skipped)
@@ -126,12 +127,16 @@ def plan(records: Iterable[NodeStatus], sources: Mapping[str, SourceView],
         if src is None:
             if r.state != OFFLINE:
                 actions.append(AddSource(r.node_id, r.host, latest_ts))
+                if r.state == PAUSED:
+                    actions.append(PauseSource(r.node_id))
             continue
         if src.retired:
             if src.buffered == 0:
                 actions.append(RemoveSource(r.node_id))
                 if r.state != OFFLINE:
                     actions.append(AddSource(r.node_id, r.host, latest_ts))
+                    if r.state == PAUSED:
+                        actions.append(PauseSource(r.node_id))
             continue
         if src.host != r.host:
             actions.append(MoveSource(r.node_id, r.host))
