@@ -310,3 +310,20 @@ def test_undecodable_payload_is_ignored_on_recovery(tmp_path):
     s = _open(tmp_path)
     assert [ts for ts, _ in _served(s)] == [7]
     s.close()
+
+
+def test_resolution_age_also_counts_tso_distance(tmp_path):
+    clock = Clock()
+    current = {"ts": _ts(1000)}
+    resolver = FakeResolver({_ts(100): TxnStatus(TxnStatus.ROLLED_BACK)})
+    s = _open(tmp_path, StorageOptions(sync_log=False, stop_write_at_available_space_bytes=0,
+                                       max_txn_timeout_s=600, resolve_interval_s=3600),
+              resolver=resolver, clock=clock, current_ts=lambda: current["ts"])
+    s.write_binlog(bl.prewrite(_ts(100), b"v"))
+    assert s.flush()
+    current["ts"] = _ts(699)  # 599 s after start_ts and just stored: too young
+    assert s.resolve_pending() == 0 and resolver.calls == []
+    current["ts"] = _ts(700)  # 600 s by the TSO, though the clock age is still 0
+    assert s.resolve_pending() == 1
+    assert s.all_matched()
+    s.close()

@@ -19,7 +19,8 @@ re-indexed (idempotent) and those from ``handlePointer`` re-fed to the sorter,
 which ignores commits at or below the persisted ``maxCommitTS``.
 
 Missing commits: a prewrite still unmatched ``max_txn_timeout_s`` after it was
-stored (injected ``clock``) is looked up through the ``resolver``: committed at
+stored (injected ``clock``; or, given ``current_ts``, that far behind the TSO) is
+looked up through the ``resolver``: committed at
 X → the storage writes that Commit binlog itself (durable, then indexed);
 rolled back → dropped; unknown → keeps waiting (logged at most every 10 s).
 """
@@ -407,11 +408,20 @@ class Storage:
                 log.exception("resolving unmatched prewrites failed; will retry")
 
     def resolve_pending(self) -> int:
-        """One resolution round (the background thread calls it); returns how many settled."""
+        """One resolution round (the background thread calls it); returns how many settled.
+
+        A prewrite's age is the injected clock's time since it was stored (re-fed
+        prewrites restart at 0 after a reopen) or, when ``current_ts`` is given, the
+        larger of that and the TSO distance ``current_ts() - start_ts`` (TiDB's measure).
+        """
         now = self._clock()
+        timeout_s = self.options.max_txn_timeout_s
+        now_ms = extract_physical(self._current_ts()) if self._current_ts is not None else None
         with self._cond:
-            old = [p for p in self._sorter.pending(now)
-                   if p.age_s >= self.options.max_txn_timeout_s and p.start_ts not in self._resolving]
+            pending = self._sorter.pending(now)
+        old = [p for p in pending if p.start_ts not in self._resolving and (
+            p.age_s >= timeout_s
+            or (now_ms is not None and now_ms - extract_physical(p.start_ts) >= timeout_s * 1000))]
         if not old:
             return 0
         if self._resolver is None:
