@@ -21,6 +21,7 @@ registry KV under :data:`UPSTREAM_META_KEY` unless given.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -73,6 +74,8 @@ class Drainer:
                               "drainer yet; use mysql or tidb", key="syncer.db-type")
         if upstream_meta is None:
             upstream_meta = _upstream_meta_from(registry)
+        if registry is not None:  # the registry's cluster id is the one pumps use (PD's)
+            cfg = dataclasses.replace(cfg, cluster_id=registry.cluster_id())
         settings = TaskSettings.from_config(cfg, upstream_meta=upstream_meta,
                                             **settings_overrides)
         if pumps is None:
