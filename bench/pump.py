@@ -13,7 +13,8 @@
     the ratio is the cost of the pump's own work per binlog. p50/p99 are the
     client-observed ack latencies of the pump run.
 (c) ``pump_pull_grpc``: one PullBinlogs stream reading ``--pull-pairs``
-    commits (1 KiB prewrite values) preloaded into a fresh pump; ``pump_pull_actor``: ``PumpActor.pull`` batches (4 MiB) on a local Ray.
+    commits (1 KiB prewrite values) preloaded into a fresh pump, beside a bare
+    gRPC server streaming the same number of same-sized ready-made entities; ``pump_pull_actor``: ``PumpActor.pull`` batches (4 MiB) on a local Ray.
 
 The pump uses the durable ``tidb_binlog.pump.storage.Storage`` (sync-log on)
 when it exists, else the in-memory test storage; the RESULT lines say which.
@@ -56,14 +57,30 @@ def _config(data_dir: str):
 
 
 class _Echo(pump_pb2_grpc.PumpServicer):
+    """The ceilings: WriteBinlog acknowledges at once; PullBinlogs streams ``n``
+    ready-made entities as big as the pump's (a 1 KiB-value commit)."""
+
+    def __init__(self, n: int = 0):
+        self.n = n
+
     def WriteBinlog(self, request, context):
         return pump_pb2.WriteBinlogResp()
+
+    def PullBinlogs(self, request, context):
+        c = bl.commit(1, 2)
+        c.prewrite_value = b"x" * PAYLOAD_BYTES
+        c.prewrite_key = b"k"
+        payload = bl.encode(c)
+        for i in range(self.n):
+            yield pump_pb2.PullBinlogResp(entity=pump_pb2.Entity(
+                pos=pump_pb2.Pos(offset=i), payload=payload,
+                meta=pump_pb2.Meta(startTs=i, commitTs=i)))
 
 
 def _serve(kind: str, data_dir: str, addr_q, stop_ev, preload_pairs: int = 0) -> None:
     if kind == "echo":
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=128))
-        pump_pb2_grpc.add_PumpServicer_to_server(_Echo(), server)
+        pump_pb2_grpc.add_PumpServicer_to_server(_Echo(preload_pairs), server)
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
         addr_q.put(f"127.0.0.1:{port}")
@@ -213,9 +230,8 @@ def main(argv=None) -> int:
         spec = importlib.util.spec_from_file_location("pump_storage_bench", storage_bench)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        out = mod.run()
-        if isinstance(out, (list, tuple)):
-            results.extend(str(x) for x in out)
+        for line in mod.run(seconds=args.seconds):
+            (results.append if str(line).startswith("RESULT") else print)(line)
     else:
         print("bench/pump_storage.py not present: pump_storage_write not measured")
 
@@ -232,6 +248,10 @@ def main(argv=None) -> int:
         pull_rate = _pull_grpc(pump_addr, args.pull_pairs)
         pump_stop.set()
         pump.join(30)
+        echo, echo_stop, echo_addr = _start_server("echo", d, args.pull_pairs)
+        stream_rate = _pull_grpc(echo_addr, args.pull_pairs)
+        echo_stop.set()
+        echo.join(10)
     print(f"gRPC write: {args.clients} client threads in {args.procs} processes, "
           f"{storage_kind} storage, {args.seconds:.0f} s per run")
     results.append(f"RESULT pump_grpc_write value={rate:.0f} unit=binlogs/s "
@@ -240,6 +260,7 @@ def main(argv=None) -> int:
     results.append(f"RESULT pump_grpc_p50_ms value={_pct(lat, 0.5) * 1000:.2f} unit=ms")
     results.append(f"RESULT pump_grpc_p99_ms value={_pct(lat, 0.99) * 1000:.2f} unit=ms")
     results.append(f"RESULT pump_pull_grpc value={pull_rate:.0f} unit=binlogs/s "
+                   f"ceiling={stream_rate:.0f} ratio={pull_rate / stream_rate:.2f} "
                    f"n={args.pull_pairs}")
     if not args.skip_actor:
         n_act, t_act = _actor_pull(args.actor_pairs)
