@@ -98,8 +98,10 @@ def serve_cistern(addr: str, on_notify: Callable[[], None], *, security=None,
     from tidb_binlog.pump.server import server_credentials
 
     servicer = CisternServicer(on_notify)
+    # No SO_REUSEPORT: a second drainer on the same addr must fail, not share the port.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                    thread_name_prefix="cistern-grpc"))
+                                                    thread_name_prefix="cistern-grpc"),
+                         options=[("grpc.so_reuseport", 0)])
     cistern_pb2_grpc.add_CisternServicer_to_server(servicer, server)
     creds = server_credentials(security)
     try:
