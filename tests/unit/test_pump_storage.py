@@ -327,3 +327,23 @@ def test_resolution_age_also_counts_tso_distance(tmp_path):
     assert s.resolve_pending() == 1
     assert s.all_matched()
     s.close()
+
+
+def test_failed_index_batches_are_retried_not_lost(tmp_path, metrics):
+    s = _open(tmp_path, metrics=metrics)
+    real_write, failures = s.index.write, []
+
+    def flaky(entries, meta, sync=False):
+        if len(failures) < 2:
+            failures.append(1)
+            raise StorageError("simulated: No space left on device")
+        return real_write(entries, meta, sync)
+
+    s.index.write = flaky
+    _pair(s, 10, 11)
+    assert s.flush() and s.max_commit_ts == 11
+    assert len(failures) == 2
+    assert metrics.value("binlog_pump_storage_error_count_total",
+                         {"type": "batch_write_kv"}) == 2
+    assert [ts for ts, _ in _served(s)] == [11]
+    s.close()

@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 
 _SCAN_BATCH = 1024
 _IDLE_TICK_S = 0.05
+_MAX_RETRY_DELAY_S = 2.0
+
+
+class _Stopped(Exception):
+    """Raised inside the indexer thread to leave it after a failure during stop."""
 
 
 class Indexer:
@@ -87,6 +92,12 @@ class Indexer:
 
     # -- indexer thread ------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._loop()
+        except _Stopped:
+            pass
+
+    def _loop(self) -> None:
         while True:
             self._gate.wait()
             if self._stop and not self._drain:
@@ -94,12 +105,19 @@ class Indexer:
             try:
                 job = self._q.get(timeout=_IDLE_TICK_S)
             except queue.Empty:
-                if self.chasing:
-                    self._catch_up()
-                elif self._stop:
-                    return
-                else:
-                    self._on_idle()
+                try:
+                    if self.chasing:
+                        self._catch_up()
+                    elif self._stop:
+                        return
+                    else:
+                        self._on_idle()
+                except _Stopped:
+                    raise
+                except Exception:  # a scan or meta write failed: logged, retried next tick
+                    log.exception("indexer %s failed; retrying",
+                                  "catch-up" if self.chasing else "meta flush")
+                    time.sleep(_IDLE_TICK_S)
                 continue
             start, items = job
             fid, off = start
@@ -112,8 +130,23 @@ class Indexer:
             self._applied(entries)
 
     def _applied(self, entries: list[tuple]) -> None:
+        """Apply one batch, retrying (logged) until it succeeds or the indexer stops:
+        a failed batch changes nothing, and a restart re-indexes from headPointer."""
         head = entries[-1][5]
-        self._apply(entries, head)
+        delay_s = 0.05
+        while True:
+            try:
+                self._apply(entries, head)
+                break
+            except Exception:
+                if self._stop:
+                    log.exception("indexing up to %s failed while stopping; the next open "
+                                  "re-indexes from the value log", head)
+                    raise _Stopped from None
+                log.exception("indexing %d records up to %s failed; retrying in %.2f s",
+                              len(entries), head, delay_s)
+                time.sleep(delay_s)
+                delay_s = min(delay_s * 2, _MAX_RETRY_DELAY_S)
         with self._progress:
             self.head = head
             self._progress.notify_all()
@@ -164,4 +197,7 @@ class Indexer:
         self._gate.set()
         self._thread.join()
         if drain and self.head < self._vlog.end():
-            self._scan_apply(self._vlog.end())
+            try:
+                self._scan_apply(self._vlog.end())
+            except _Stopped:
+                pass

@@ -159,9 +159,10 @@ class Storage:
         return fd
 
     def _release(self) -> None:
-        for closer in (getattr(self, "index", None), getattr(self, "vlog", None)):
-            if closer is not None:
-                closer.close()
+        if getattr(self, "index", None) is not None:
+            self.index.close()
+        if getattr(self, "vlog", None) is not None:
+            self.vlog.close(seal_min_bytes=1 << 62)  # a no-op after close() sealed it
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = -1
@@ -175,7 +176,7 @@ class Storage:
         handle = min(self.index.get_pointer(ix.HANDLE_POINTER_KEY) or first, end)
         self._max_commit_ts = self.index.get_int(ix.MAX_COMMIT_TS_KEY)
         self._sorter = Sorter(self._max_commit_ts, handle)
-        self._meta_dirty = False
+        self._meta_version = self._meta_saved = 0  # bumped per advance / last persisted
         batch: list[tuple[bytes, bytes]] = []
         now = self._clock()
         for ptr, nxt, payload in self.vlog.scan(min(head, handle), end):
@@ -266,15 +267,16 @@ class Storage:
         """Indexer thread: one LevelDB batch, then feed the sorter."""
         meta = {ix.HEAD_POINTER_KEY: head.encode()}
         with self._cond:
-            if self._meta_dirty:
+            version = self._meta_version
+            if version != self._meta_saved:
                 meta.update(self._meta_values())
-                self._meta_dirty = False
         kv = [(ix.ts_key(e[0]), e[4].encode()) for e in entries if e[0]]
         try:
             self.index.write(kv, meta)
         except StorageError:
             self.metrics.error_count.labels("batch_write_kv").inc()
             raise
+        self._meta_saved = version  # only the indexer thread writes meta once running
         now = self._clock()
         with self._cond:
             push = self._sorter.push
@@ -287,7 +289,7 @@ class Storage:
         new_max = self._sorter.pop_ready()
         if new_max is not None:
             self._max_commit_ts = new_max
-            self._meta_dirty = True
+            self._meta_version += 1
             self.metrics.max_commit_ts.set(extract_physical(new_max))
             self._cond.notify_all()
 
@@ -299,11 +301,12 @@ class Storage:
 
     def _flush_meta(self) -> None:
         with self._cond:
-            if not self._meta_dirty:
+            version = self._meta_version
+            if version == self._meta_saved:
                 return
             meta = self._meta_values()
-            self._meta_dirty = False
         self.index.write([], meta)
+        self._meta_saved = version
 
     def _on_skip(self, path: str, offset: int, nbytes: int) -> None:
         self.metrics.corruption_skipped_bytes.inc(nbytes)
