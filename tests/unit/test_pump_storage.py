@@ -347,3 +347,32 @@ def test_failed_index_batches_are_retried_not_lost(tmp_path, metrics):
                          {"type": "batch_write_kv"}) == 2
     assert [ts for ts, _ in _served(s)] == [11]
     s.close()
+
+
+def test_io_failure_fails_the_group_and_leaves_nothing_behind(tmp_path, monkeypatch, metrics):
+    from tidb_binlog.pump import vlog as vlog_module
+
+    opts = StorageOptions(stop_write_at_available_space_bytes=0, resolve_interval_s=3600)
+    s = _open(tmp_path, opts, metrics=metrics)
+    _pair(s, 10, 11)
+    size_before = s.vlog.end().offset
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(vlog_module.os, "fdatasync", broken)
+    with pytest.raises(StorageError, match="Input/output error"):
+        s.write_binlog(bl.prewrite(20, b"lost"))
+    monkeypatch.undo()
+    assert s.vlog.end().offset == size_before
+    assert (tmp_path / "value" / "000001.vlog").stat().st_size == size_before  # cut back
+    with pytest.raises(StorageError, match="refuses writes after an earlier I/O failure"):
+        s.write_binlog(bl.fake(30))
+    assert metrics.value("binlog_pump_storage_error_count_total",
+                         {"type": "write_binlog_batch"}) == 1
+    s.close()
+    s = _open(tmp_path, opts)  # reopening clears the failure; the failed write is absent
+    assert s.get_binlog(20) is None and [ts for ts, _ in _served(s)] == [11]
+    s.write_binlog(bl.fake(30))
+    assert s.flush() and s.max_commit_ts == 30
+    s.close()
