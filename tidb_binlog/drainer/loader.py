@@ -1,8 +1,9 @@
 """One SQL worker's executor: batches of transaction parts → downstream transactions.
 
-A **batch** is the list of :class:`~tidb_binlog.drainer.dml.Txn` *parts* one worker
-received: for each upstream transaction, the rows routed to this worker (or one
-DDL), in strictly ascending commit_ts.  :meth:`Loader.execute_batch` applies the
+A **batch** is the list of *parts* one worker received: for each upstream
+transaction, the rows routed to this worker (or one DDL), in strictly ascending
+commit_ts.  A part is a :class:`~tidb_binlog.drainer.dml.Txn`, a dispatcher part
+``(commit_ts, dmls)`` or a :class:`~tidb_binlog.drainer.dml.DDL` (:func:`as_part`).  :meth:`Loader.execute_batch` applies the
 whole batch and returns an :class:`Ack`, or raises; nothing is applied twice and
 nothing is left half-done on success.
 
@@ -45,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tidb_binlog.drainer.checkpoint import CHECKPOINT_SCHEMA
-from tidb_binlog.drainer.dml import DML, Txn
+from tidb_binlog.drainer.dml import DDL, DML, Txn
 from tidb_binlog.drainer.downstream import (
     Downstream,
     RetryPolicy,
@@ -71,6 +72,7 @@ __all__ = [
     "Ack",
     "Unit",
     "plan_units",
+    "as_part",
     "render_unit",
     "IGNORABLE_DDL_CODES",
 ]
@@ -152,12 +154,21 @@ class Unit:
         return self.rows[0][0], self.rows[-1][0]
 
 
+def as_part(item) -> Txn:
+    """A batch item as a Txn: a Txn, a ``(commit_ts, dmls)`` part, or a DDL."""
+    if isinstance(item, Txn):
+        return item
+    if isinstance(item, DDL):
+        return Txn(item.commit_ts, ddl=item)
+    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], int):
+        return Txn(item[0], tuple(item[1]))
+    raise ProtocolError(f"a batch item must be a Txn, a (commit_ts, dmls) part or a DDL, "
+                        f"got {type(item).__name__}: {item!r:.200}")
+
+
 def _check_batch(parts: Sequence[Txn], worker: int) -> None:
     last = None
     for i, part in enumerate(parts):
-        if not isinstance(part, Txn):
-            raise ProtocolError(f"worker {worker}: batch item {i} is a {type(part).__name__}, "
-                                "not a Txn part")
         if last is not None and part.commit_ts <= last:
             raise ProtocolError(f"worker {worker}: batch parts must have ascending commit_ts; "
                                 f"item {i} has {part.commit_ts} after {last}")
@@ -268,10 +279,11 @@ class Loader:
 
     # -- batches ----------------------------------------------------------
 
-    def execute_batch(self, parts: Sequence[Txn]) -> Ack:
+    def execute_batch(self, batch: Sequence) -> Ack:
         """Apply every part (see the module docstring); an Ack, or a DownstreamError."""
         c = self.config
         start_s = time.perf_counter()
+        parts = [as_part(item) for item in batch]
         _check_batch(parts, c.worker)
         if self._progress_stale:
             self._with_retry(self.load_progress, "reading worker progress", reload=False)

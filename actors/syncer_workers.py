@@ -1,0 +1,154 @@
+"""SqlWorkerActor: one SQL worker of the drainer as a Ray actor.
+
+:class:`SqlWorkerActor` is a plain class owning one
+:class:`~tidb_binlog.drainer.loader.Loader` and its downstream connection;
+:func:`start_sql_worker` is the one factory that makes it remote and
+:class:`_Ray` holds every Ray API call, so the class is usable (and testable)
+without Ray.
+
+- ``execute(batch) -> Ack``: apply one batch (a list of parts in ascending
+  commit_ts: ``(commit_ts, dmls)`` tuples, Txns or DDLs).  The coordinator passes
+  the batch as an object ref in the argument list, which Ray resolves before the
+  call; a ref nested in a list is resolved here.  The call returns once every
+  part is committed downstream (or raises the loader's DownstreamError).
+- ``execute_ddl(ddl) -> Ack``: one DDL, alone.
+- ``flush() -> int``: ``execute`` commits before it returns, so nothing is ever
+  pending: flush returns the commit_ts everything at or below which is applied.
+- ``progress() -> int``: the worker's progress row (exactly-once), re-read.
+- ``set_safe_mode(on)``, ``metrics() -> bytes`` (Prometheus text of this
+  process's registry), ``close()``, ``pid()``.
+
+Crashes: ``max_restarts=-1`` (Ray reruns ``__init__``, which reconnects and
+reloads the progress row), ``max_task_retries=0``: a call lost in a crash fails
+in the coordinator, which decides what to resend; resent parts at or below the
+progress row are skipped (exactly-once), or replayed in safe mode.
+
+Metrics (one registry per process, :func:`process_metrics`):
+``binlog_drainer_execute_duration_time``, ``binlog_drainer_query_duration_time{type}``,
+``binlog_drainer_event{type}``, ``binlog_drainer_error_count{type}``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig
+from tidb_binlog.drainer.loader import Ack, Loader, LoaderConfig
+from tidb_binlog.drainer.loader_metrics import LoaderMetrics
+
+__all__ = ["SqlWorkerActor", "start_sql_worker", "start_sql_workers", "process_metrics",
+           "worker_actor_name"]
+
+_metrics_lock = threading.Lock()
+_metrics: LoaderMetrics | None = None
+
+
+def process_metrics() -> LoaderMetrics:
+    """This process's apply metrics (created on first use)."""
+    global _metrics
+    with _metrics_lock:
+        if _metrics is None:
+            _metrics = LoaderMetrics()
+        return _metrics
+
+
+def worker_actor_name(prefix: str, worker: int) -> str:
+    return f"{prefix}-sql-worker-{worker}"
+
+
+class SqlWorkerActor:
+    """One worker's loader and connection; see the module docstring."""
+
+    def __init__(self, downstream: DownstreamConfig, config: LoaderConfig, *,
+                 load_progress: bool = True):
+        self.config = config
+        self.loader = Loader(Downstream(downstream), config, metrics=process_metrics())
+        if load_progress and config.exactly_once:
+            # Read the row now, so a restarted worker knows what it committed; retried
+            # on transient errors like any downstream call.
+            self.loader._with_retry(self.loader.load_progress, "reading worker progress",
+                                    reload=False)
+
+    def execute(self, batch) -> Ack:
+        return self.loader.execute_batch(_Ray.resolve(batch))
+
+    def execute_ddl(self, ddl) -> Ack:
+        return self.loader.execute_batch([_Ray.resolve(ddl)])
+
+    def flush(self) -> int:
+        return self.loader.applied_ts
+
+    def progress(self) -> int:
+        if not self.config.exactly_once:
+            return self.loader.applied_ts
+        return self.loader._with_retry(self.loader.load_progress, "reading worker progress",
+                                       reload=False)
+
+    def set_safe_mode(self, on: bool) -> None:
+        self.loader.set_safe_mode(on)
+
+    def metrics(self) -> bytes:
+        return process_metrics().exposition()
+
+    def close(self) -> None:
+        self.loader.close()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class _Ray:
+    """Every Ray API call the worker shell makes."""
+
+    @staticmethod
+    def resolve(value):
+        """``value``, or what it refers to when it is an ObjectRef (or a list of one)."""
+        if type(value).__name__ == "ObjectRef":
+            import ray
+
+            return ray.get(value)
+        if (isinstance(value, list) and len(value) == 1
+                and type(value[0]).__name__ == "ObjectRef"):
+            import ray
+
+            return ray.get(value[0])
+        return value
+
+    @staticmethod
+    def remote_class(*, max_restarts: int, max_task_retries: int, num_cpus: float):
+        import ray
+
+        return ray.remote(max_restarts=max_restarts, max_task_retries=max_task_retries,
+                          num_cpus=num_cpus)(SqlWorkerActor)
+
+
+def start_sql_worker(downstream: DownstreamConfig, config: LoaderConfig, *,
+                     name: str | None = None, namespace: str | None = None,
+                     max_restarts: int = -1, max_task_retries: int = 0, num_cpus: float = 0,
+                     lifetime: str | None = None):
+    """Create one SqlWorkerActor (restartable; calls are not retried by Ray)."""
+    cls = _Ray.remote_class(max_restarts=max_restarts, max_task_retries=max_task_retries,
+                            num_cpus=num_cpus)
+    options = {}
+    if name is not None:
+        options["name"] = name
+    if namespace is not None:
+        options["namespace"] = namespace
+    if lifetime is not None:
+        options["lifetime"] = lifetime
+    return cls.options(**options).remote(downstream, config)
+
+
+def start_sql_workers(cfg, count: int | None = None, *, downstream: DownstreamConfig | None = None,
+                      name_prefix: str | None = None, namespace: str | None = None,
+                      **loader_overrides) -> list:
+    """``count`` (default ``syncer.worker-count``) workers for a resolved DrainerConfig."""
+    count = cfg.syncer.worker_count if count is None else count
+    ds = downstream if downstream is not None else DownstreamConfig.from_drainer_config(cfg)
+    workers = []
+    for worker in range(count):
+        config = LoaderConfig.from_drainer_config(cfg, worker, **loader_overrides)
+        name = worker_actor_name(name_prefix, worker) if name_prefix else None
+        workers.append(start_sql_worker(ds, config, name=name, namespace=namespace))
+    return workers
