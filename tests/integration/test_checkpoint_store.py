@@ -1,0 +1,146 @@
+"""Checkpoint stores: the downstream table (real MariaDB) and the savepoint file."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+from tidb_binlog.drainer.checkpoint import Checkpoint
+from tidb_binlog.drainer.checkpoint_store import (
+    CheckpointStore,
+    FileCheckpointStore,
+    MySQLCheckpointStore,
+)
+from tidb_binlog.drainer.downstream import DownstreamConfig
+from tidb_binlog.errors import ConfigError, ProtocolError, StorageError, TransientDownstreamError
+
+_cluster_ids = itertools.count(9000)
+
+GO_ROW = ('{"consistent":false,"commitTS":414529105591271429,"ts-map":{},'
+          '"schema-version":52}')
+
+
+def cfg_of(server) -> DownstreamConfig:
+    return DownstreamConfig(host=server.host, port=server.port, user=server.user,
+                            password=server.password)
+
+
+def run(server, sql, args=None):
+    conn = server.connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+def test_mysql_store_creates_table_and_round_trips(mariadb, fresh_database):
+    schema = fresh_database()  # an empty database of our own: the store adds its table
+    cid = next(_cluster_ids)
+    store = MySQLCheckpointStore(cfg_of(mariadb), cid, schema=schema, table="cp")
+    assert isinstance(store, CheckpointStore)
+    try:
+        assert store.load() is None
+        cp = Checkpoint(414529105591271429, False, 52)
+        store.save(cp)
+        assert store.load() == cp
+        row = run(mariadb, f"SELECT clusterID, checkPoint FROM `{schema}`.cp")
+        assert row == ((cid, GO_ROW),)  # byte-identical to what Go's drainer writes
+        final = Checkpoint(414529105591271500, True, 53, {"primary-ts": 1, "secondary-ts": 2})
+        store.save(final)
+        assert store.load() == final
+        assert run(mariadb, f"SELECT COUNT(*) FROM `{schema}`.cp") == ((1,),)
+    finally:
+        store.close()
+    columns = run(mariadb, "SELECT column_name, column_type, column_key FROM "
+                           "information_schema.columns WHERE table_schema = %s "
+                           "ORDER BY ordinal_position", (schema,))
+    assert columns == (("clusterID", "bigint(20) unsigned", "PRI"),
+                       ("checkPoint", "mediumtext", ""))
+
+
+def test_mysql_store_loads_a_go_row_and_cluster_zero(mariadb, fresh_database):
+    schema = fresh_database()
+    run(mariadb, f"CREATE TABLE `{schema}`.checkpoint (clusterID BIGINT UNSIGNED PRIMARY KEY,"
+                 " checkPoint MEDIUMTEXT)")
+    run(mariadb, f"INSERT INTO `{schema}`.checkpoint VALUES (6789, %s)", (GO_ROW,))
+    for cid in (6789, 0):  # 0: the single row, whoever wrote it
+        store = MySQLCheckpointStore(cfg_of(mariadb), cid, schema=schema)
+        try:
+            assert store.load() == Checkpoint(414529105591271429, False, 52)
+        finally:
+            store.close()
+    run(mariadb, f"INSERT INTO `{schema}`.checkpoint VALUES (6790, %s)", (GO_ROW,))
+    store = MySQLCheckpointStore(cfg_of(mariadb), 0, schema=schema)
+    try:
+        with pytest.raises(ProtocolError, match="2 clusters"):
+            store.load()
+    finally:
+        store.close()
+    run(mariadb, f"UPDATE `{schema}`.checkpoint SET checkPoint = 'garbage' WHERE clusterID = 6790")
+    store = MySQLCheckpointStore(cfg_of(mariadb), 6790, schema=schema)
+    try:
+        with pytest.raises(ProtocolError, match="not JSON"):
+            store.load()
+    finally:
+        store.close()
+
+
+def test_mysql_store_retries_then_gives_up(free_port):
+    sleeps = []
+    store = MySQLCheckpointStore(DownstreamConfig(port=free_port(), connect_timeout_s=1), 1,
+                                 sleep=sleeps.append)
+    with pytest.raises(TransientDownstreamError) as info:
+        store.save(Checkpoint(5))
+    assert info.value.code == 2003 and sleeps == [1.0] * 4   # 5 attempts, 1 s apart
+
+
+def test_mysql_store_survives_a_server_restart(mariadb_factory):
+    server = mariadb_factory("cp-restart")
+    store = MySQLCheckpointStore(cfg_of(server), 3, sleep=lambda s: None)
+    try:
+        store.save(Checkpoint(10))
+        server.restart()  # the store's connection is now dead
+        store.save(Checkpoint(20))
+        assert store.load() == Checkpoint(20)
+    finally:
+        store.close()
+
+
+def test_file_store_round_trip_and_format(tmp_path):
+    store = FileCheckpointStore(tmp_path / "data")
+    assert store.load() is None
+    store.save(Checkpoint(414529105591271429, True, 7))
+    assert (tmp_path / "data" / "savepoint").read_text() == (
+        "consistent = true\ncommitTS = 414529105591271429\nschema-version = 7\n")
+    assert FileCheckpointStore(tmp_path / "data").load() == Checkpoint(414529105591271429,
+                                                                       True, 7)
+    assert os.listdir(tmp_path / "data") == ["savepoint"]  # no temporary left behind
+
+
+def test_file_store_crash_during_save_keeps_the_old_savepoint(tmp_path, monkeypatch):
+    store = FileCheckpointStore(tmp_path)
+    store.save(Checkpoint(100))
+
+    def crash(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(StorageError, match="No space left"):
+        store.save(Checkpoint(200))
+    monkeypatch.undo()
+    assert store.load() == Checkpoint(100)
+    assert os.listdir(tmp_path) == ["savepoint"]
+    # a temporary left by a killed process does not matter either
+    (tmp_path / "savepoint.123.tmp").write_text("consistent = tr")
+    assert store.load() == Checkpoint(100)
+
+
+def test_file_store_bad_file_names_the_key(tmp_path):
+    (tmp_path / "savepoint").write_text('commitTS = "soon"\n')
+    with pytest.raises(ConfigError) as info:
+        FileCheckpointStore(tmp_path).load()
+    assert info.value.key == "commitTS" and str(tmp_path / "savepoint") in str(info.value)
