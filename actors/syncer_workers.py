@@ -67,8 +67,7 @@ class SqlWorkerActor:
         if load_progress and config.exactly_once:
             # Read the row now, so a restarted worker knows what it committed; retried
             # on transient errors like any downstream call.
-            self.loader._with_retry(self.loader.load_progress, "reading worker progress",
-                                    reload=False)
+            self.loader.reload_progress()
 
     def execute(self, batch) -> Ack:
         return self.loader.execute_batch(_Ray.resolve(batch))
@@ -82,8 +81,7 @@ class SqlWorkerActor:
     def progress(self) -> int:
         if not self.config.exactly_once:
             return self.loader.applied_ts
-        return self.loader._with_retry(self.loader.load_progress, "reading worker progress",
-                                       reload=False)
+        return self.loader.reload_progress()
 
     def set_safe_mode(self, on: bool) -> None:
         self.loader.set_safe_mode(on)

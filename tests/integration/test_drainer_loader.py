@@ -232,6 +232,28 @@ def test_permanent_error_names_statement_and_rolls_back(mariadb, fresh_database)
         loader.close()
 
 
+def test_permanent_error_in_bulk_statement_names_the_exact_change(mariadb, fresh_database):
+    db = fresh_database()
+    create_tables(mariadb, db)
+    users, _ = schemas(db)
+
+    def user(k, note):
+        return DML(db, "users", DMLType.INSERT, {"id": k, "email": f"{k}@x", "score": k,
+                                                 "note": note}, None, users)
+
+    batch = [Txn(50, (user(1, "a"),)), Txn(51, (user(2, "x" * 40),)), Txn(52, (user(3, "c"),))]
+    loader = make_loader(mariadb, merge=True, exactly_once=True)
+    try:
+        with pytest.raises(DownstreamError) as info:  # note is VARCHAR(32): strict mode
+            loader.execute_batch(batch)
+        msg = str(info.value)
+        assert info.value.code == 1406 and "commit_ts 51" in msg
+        assert "ignore-txn-commit-ts = [51]" in msg
+        assert rows(mariadb, db, "users") == ()
+    finally:
+        loader.close()
+
+
 def test_session_params_and_sql_mode(mariadb):
     ds = Downstream(cfg_of(mariadb, params={"time_zone": "'+08:00'", "max_statement_time": "30"},
                            sql_mode="ANSI_QUOTES"))

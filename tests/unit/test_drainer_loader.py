@@ -157,11 +157,21 @@ def test_render_merges_pk_tables_and_keeps_rows_for_keyless_tables():
     rows = [(1, ins(1)), (1, ins(1, LOG)), (2, upd(1, 5)), (3, ins(2)), (3, ins(2, LOG))]
     merged = render_unit(rows, merge=True, safe_mode=False)
     assert [(s.sql.split()[0], lo, hi) for s, lo, hi in merged] == [
-        ("REPLACE", 1, 3), ("INSERT", 1, 1), ("INSERT", 3, 3)]
+        ("REPLACE", 1, 3), ("INSERT", 1, 3)]  # the keyless rows as one 2-row INSERT
     assert merged[0][0].args == (1, 5, 2, 2)
     plain = render_unit(rows, merge=False, safe_mode=True)
-    assert [s.sql.split()[0] for s, _, _ in plain] == [
-        "REPLACE", "REPLACE", "DELETE", "REPLACE", "REPLACE", "REPLACE"]
+    assert [(s.sql.split()[0], s.sql.count("),("), lo, hi) for s, lo, hi in plain] == [
+        ("REPLACE", 0, 1, 1), ("REPLACE", 0, 1, 1), ("DELETE", 0, 2, 2),
+        ("REPLACE", 1, 2, 3), ("REPLACE", 0, 3, 3)]
+    # runs of same-shaped single-row INSERTs become one multi-row INSERT
+    runs = render_unit([(1, ins(1)), (1, ins(2)), (2, ins(3)), (2, ins(1, LOG)), (3, ins(4))],
+                       merge=False, safe_mode=False, rows_per_statement=2)
+    assert [(s.sql.count("),(") + 1, lo, hi) for s, lo, hi in runs] == [
+        (2, 1, 1), (1, 2, 2), (1, 2, 2), (1, 3, 3)]
+    assert runs[0][0].args == (1, 1, 2, 2)
+    precise = render_unit([(1, ins(1)), (1, ins(2))], merge=True, safe_mode=False,
+                          coalesce=False)
+    assert len(precise) == 1  # merge wins; precise means merge=False as well
 
 
 def test_batch_items_and_order():
@@ -250,7 +260,8 @@ def test_transient_error_rolls_back_backs_off_and_retries():
     assert clock.sleeps == [0.1, 0.2] and loader.retries == 2
     assert ack.rows == 2 and ack.parts == 1
     # the retry after a failure may follow a commit that landed: it runs in safe mode
-    assert ds.committed == [["REPLACE INTO `d`.`t` (`id`,`v`) VALUES (%s,%s)"] * 2]
+    # (and the two single-row REPLACEs travel as one two-row statement)
+    assert ds.committed == [["REPLACE INTO `d`.`t` (`id`,`v`) VALUES (%s,%s),(%s,%s)"]]
 
 
 def test_gives_up_after_max_elapsed():
@@ -289,7 +300,10 @@ def test_ambiguous_commit_is_resolved_by_the_progress_row():
 
 
 def test_permanent_error_names_the_statement_and_commit_ts():
-    ds = ScriptedDownstream(failures={3: DownstreamError("Duplicate entry", code=1062)})
+    # call 1: the three INSERTs as one statement fails; the row-by-row re-run then fails
+    # at its second INSERT (call 3), which belongs to commit_ts 11
+    ds = ScriptedDownstream(failures={1: DownstreamError("Duplicate entry", code=1062),
+                                      3: DownstreamError("Duplicate entry", code=1062)})
     loader = Loader(ds, LoaderConfig(exactly_once=False, merge=False, safe_mode_window_s=0))
     with pytest.raises(DownstreamError) as info:
         loader.execute_batch([Txn(10, (ins(1),)), Txn(11, (ins(2), ins(3)))])

@@ -19,7 +19,10 @@ primary key is applied with merge-by-key bulk statements
 (:func:`~tidb_binlog.drainer.merge_by_key.merge_statements`: batched DELETE, multi
 row REPLACE, at most ``rows_per_statement`` rows each); other tables, and every
 table with ``merge`` off, get one statement per row change
-(:func:`~tidb_binlog.drainer.sql.dml_statements`, REPLACE-based in safe mode).
+(:func:`~tidb_binlog.drainer.sql.dml_statements`, REPLACE-based in safe mode),
+where a run of consecutive single-row INSERTs (or REPLACEs) of the same table and
+columns is sent as one multi-row statement of at most ``rows_per_statement`` rows
+(the same effect, row by row in order, in one round trip).
 
 **Exactly-once** (:mod:`tidb_binlog.drainer.progress`): each DML transaction also
 upserts this worker's progress row; parts at or below the progress are skipped,
@@ -204,15 +207,49 @@ def plan_units(parts: Sequence[Txn], txn_batch: int, *, split_parts: bool) -> li
     return units
 
 
+def _coalesce_inserts(statements: list[tuple[Statement, int, int]], max_rows: int
+                      ) -> list[tuple[Statement, int, int]]:
+    """Runs of identical single-row ``INSERT``/``REPLACE ... VALUES (...)`` as multi-row ones."""
+    out: list[tuple[Statement, int, int]] = []
+    run: list[tuple[Statement, int, int]] = []
+
+    def flush():
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            head, _, row = run[0][0].sql.rpartition(" VALUES ")
+            args = tuple(a for stmt, _, _ in run for a in stmt.args)
+            out.append((Statement(f"{head} VALUES {','.join([row] * len(run))}", args),
+                        run[0][1], run[-1][2]))
+        run.clear()
+
+    for item in statements:
+        sql = item[0].sql
+        if not sql.startswith(("INSERT INTO ", "REPLACE INTO ")) or " VALUES (" not in sql:
+            flush()
+            out.append(item)
+            continue
+        if run and (run[0][0].sql != sql or len(run) >= max_rows):
+            flush()
+        run.append(item)
+    flush()
+    return out
+
+
 def render_unit(rows: Sequence[tuple[int, DML]], *, merge: bool, safe_mode: bool,
-                rows_per_statement: int = DEFAULT_BATCH_SIZE
+                rows_per_statement: int = DEFAULT_BATCH_SIZE, coalesce: bool = True
                 ) -> list[tuple[Statement, int, int]]:
-    """The statements of one DML unit, each with the commit_ts range it applies."""
+    """The statements of one DML unit, each with the commit_ts range it applies.
+
+    ``merge=False, coalesce=False`` gives one statement per row change, in order:
+    the *precise* rendering the loader falls back to in order to name the exact row
+    change a permanent error belongs to.
+    """
     out: list[tuple[Statement, int, int]] = []
     if not merge:
         for ts, dml in rows:
             out.extend((s, ts, ts) for s in dml_statements(dml, safe_mode=safe_mode))
-        return out
+        return _coalesce_inserts(out, rows_per_statement) if coalesce else out
     by_table: dict[tuple[str, str], list[tuple[int, DML]]] = {}
     for ts, dml in rows:
         by_table.setdefault((dml.database, dml.table), []).append((ts, dml))
@@ -223,8 +260,9 @@ def render_unit(rows: Sequence[tuple[int, DML]], *, merge: bool, safe_mode: bool
             statements = merge_statements([d for _, d in items], batch_size=rows_per_statement)
             out.extend((s, lo, hi) for s in statements)
         else:
-            for ts, dml in items:
-                out.extend((s, ts, ts) for s in dml_statements(dml, safe_mode=safe_mode))
+            plain = [(s, ts, ts) for ts, dml in items
+                     for s in dml_statements(dml, safe_mode=safe_mode)]
+            out.extend(_coalesce_inserts(plain, rows_per_statement))
     return out
 
 
@@ -269,6 +307,10 @@ class Loader:
         self.guard.loaded(int(rows[0][0]) if rows else 0)
         self._progress_stale = False
         return self.guard.applied_ts
+
+    def reload_progress(self) -> int:
+        """:meth:`load_progress`, retried on transient errors like any downstream call."""
+        return self._with_retry(self.load_progress, "reading worker progress", reload=False)
 
     @property
     def applied_ts(self) -> int:
@@ -351,13 +393,26 @@ class Loader:
         statements = render_unit(rows, merge=c.merge, safe_mode=safe,
                                  rows_per_statement=c.rows_per_statement)
         max_ts = rows[-1][0]
-        for stmt, lo, hi in statements:
+        try:
+            self._run_statements(statements)
+        except TransientDownstreamError:
+            raise
+        except DownstreamError as exc:
+            if all(lo == hi for _, lo, hi in statements) and not c.merge:
+                self._fail(exc, *exc.failed)
+            # Bulk statements cover several row changes: run the transaction again one
+            # row change per statement, so the error names the exact one (or, if that
+            # succeeds, the per-row result stands).
+            self.downstream.rollback()
+            log.warning("worker %d: a bulk statement failed (%s); re-running the transaction "
+                        "row by row to find the failing change", c.worker, exc.message)
+            precise = render_unit(rows, merge=False, safe_mode=safe, coalesce=False)
             try:
-                self._timed_execute(stmt)
+                self._run_statements(precise)
             except TransientDownstreamError:
                 raise
-            except DownstreamError as exc:
-                self._fail(exc, stmt, lo, hi)
+            except DownstreamError as exc2:
+                self._fail(exc2, *exc2.failed)
         if c.exactly_once:
             self._timed_execute(progress_upsert_statement(
                 c.cluster_id, c.worker, max_ts, c.progress_schema, c.progress_table))
@@ -367,6 +422,17 @@ class Loader:
         for kind in ("Insert", "Update", "Delete"):
             self.metrics.count_event(kind, sum(1 for _, d in rows if d.tp.name.title() == kind))
         return len(rows)
+
+    def _run_statements(self, statements: list[tuple[Statement, int, int]]) -> None:
+        """Execute in order; a permanent error gets ``failed = (stmt, lo, hi)`` attached."""
+        for stmt, lo, hi in statements:
+            try:
+                self._timed_execute(stmt)
+            except TransientDownstreamError:
+                raise
+            except DownstreamError as exc:
+                exc.failed = (stmt, lo, hi)
+                raise
 
     def _fail(self, exc: DownstreamError, stmt: Statement, lo: int, hi: int):
         self.downstream.rollback()
