@@ -109,7 +109,7 @@ def _error_code(exc: BaseException) -> int | None:
 
 def translate_error(exc: BaseException, sql: str | None, where: str) -> DownstreamError:
     """The project error for a pymysql/socket failure of ``sql`` (see the module doc)."""
-    code = _error_code(exc)
+    code = _error_code(exc) if isinstance(exc, pymysql.err.MySQLError) else None
     shown = shorten_sql(sql) if sql else None
     detail = exc.args[1] if len(getattr(exc, "args", ())) > 1 else str(exc) or type(exc).__name__
     text = f"{where}: error {code}: {detail}" if code else f"{where}: {detail}"
