@@ -186,6 +186,15 @@ def test_unmarshal_error_is_fatal_after_the_good_items(fake_pump, sources):
         src.fetch(watermark, 1 << 20, 0)
 
 
+def test_rewinding_before_the_error_was_read_reads_again(fake_pump, sources):
+    src = sources(fake_pump(_GarbagePump()), CLUSTER_ID, node_id="pump-x")
+    assert [ts for ts, _ in src.fetch(0, 1 << 20, 5.0)[0]] == [11]
+    items, watermark = src.fetch(0, 1 << 20, 5.0)    # rewind: the reader starts over
+    assert [ts for ts, _ in items] == [11]
+    with pytest.raises(ProtocolError, match="at commit_ts 13"):
+        drain(src, watermark, 1)
+
+
 def test_purged_start_is_fatal(fake_pump, sources):
     src = sources(fake_pump(_GarbagePump(purged=True)), CLUSTER_ID, node_id="pump-y")
     with pytest.raises(PurgedError, match="pump-y .* purged binlogs after commit_ts 0"):

@@ -313,13 +313,13 @@ class GrpcPumpSource:
             raise self._pending_error
         if self._closed.is_set():
             raise BinlogError(f"pump source {self.node_id} is closed")
-        if self._thread is None:
+        if self._thread is None or since_commit_ts != self._delivered_ts:
             self._restart(since_commit_ts)
-            self._thread = threading.Thread(target=self._run, daemon=True,
-                                            name=f"pump-source-{self.node_id}")
-            self._thread.start()
-        elif since_commit_ts != self._delivered_ts:
-            self._restart(since_commit_ts)
+            if self._thread is None or not self._thread.is_alive():
+                # first fetch, or the reader stopped on a fatal error of an older position
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name=f"pump-source-{self.node_id}")
+                self._thread.start()
         gen = self._gen
         items: Items = []
         size_bytes = 0
@@ -373,6 +373,7 @@ class GrpcPumpSource:
             with self._lock:
                 gen, start_ts = self._gen, self._resume_ts
                 self._wakeup.clear()
+            fatal = None
             try:
                 self._stream(gen, start_ts)
                 reason = "stream ended"
@@ -380,13 +381,14 @@ class GrpcPumpSource:
                 if self._closed.is_set() or gen != self._gen:
                     continue
                 fatal = self._fatal_rpc_error(exc, start_ts)
-                if fatal is not None:
-                    self._put(gen, _Fatal(fatal))
-                    return
-                reason = f"{exc.code().name}: {exc.details()}"
+                if fatal is None:
+                    reason = f"{exc.code().name}: {exc.details()}"
             except BinlogError as exc:
-                self._put(gen, _Fatal(exc))
-                return
+                fatal = exc
+            if fatal is not None:
+                if self._put(gen, _Fatal(fatal)):
+                    return          # reported; a fetch from another position starts anew
+                continue            # restarted meanwhile: read from the new position
             if self._closed.is_set() or gen != self._gen:
                 continue
             with self._lock:
