@@ -1,29 +1,43 @@
 """Upstream throughput with binlog on vs off, sysbench oltp_insert shape, same run.
 
-Starts a throwaway MariaDB (tidb_binlog.testing.mariadb), then for ``--duration-s``
-each, with ``--sessions`` threads:
+Starts a throwaway MariaDB (tidb_binlog.testing.mariadb) and ``--pumps`` real pump
+processes (``tidb-binlog pump``, standalone, ``sync-log = true``: every acknowledged
+binlog is fdatasync'ed), then runs ``--rounds`` rounds; each round measures, for
+``--duration-s`` each and with ``--sessions`` threads that opened their connection
+before the clock starts:
 
-- **off**: plain pymysql: ``INSERT INTO sbtest_off (k, c, pad) VALUES (...)`` + COMMIT
-  per transaction (the ceiling);
-- **on**: the TiDB-behaving Upstream: start_ts from a TSO, ``INSERT ... RETURNING``,
-  txn-status row, schema check, Prewrite binlog (encoded and handed to an
-  in-process writer that marshals it exactly as it would be sent to a pump, but
-  does not send it: this measures the upstream, not the pump), commit_ts, COMMIT,
-  asynchronous Commit binlog.
+- **off**: plain pymysql: ``INSERT INTO sbtest (k, c, pad) VALUES (...)`` with
+  ``--rows-per-txn`` rows, then COMMIT (the ceiling: two round trips per txn);
+- **on**: the TiDB-behaving Upstream writing through the pump client (gRPC
+  ``WriteBinlog``) to the pumps: start_ts, ``INSERT ... RETURNING`` (carrying the
+  txn-status row and the schema version), Prewrite binlog (synchronous, durable in
+  the pump), commit_ts, status row + COMMIT, Commit binlog (asynchronous, batched);
+- **in-process** (with ``--in-process``): the same Upstream with an in-process writer
+  that marshals every binlog but sends nothing (the upstream's own cost).
 
-Prints ``RESULT upstream_binlog_on value=<rows/s> unit=rows/s ceiling=<rows/s off>
-ratio=<on/off>`` last (goal ratio > 0.7).
+Modes alternate within a round, so a noisy neighbour hits all of them alike. The
+result uses the median round of each mode. Prints, last,
+``RESULT upstream_binlog_on value=<rows/s> unit=rows/s ceiling=<rows/s off>
+ratio=<on/off>`` (goal ratio > 0.7).
 
-    .venv/bin/python bench/upstream.py --sessions 4 --duration-s 10
+    .venv/bin/python bench/upstream.py --sessions 4 --duration-s 5 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import signal
+import socket
+import statistics
 import string
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 from tidb_binlog.testing.mariadb import MariaDBServer
 from tidb_binlog.tso import TimestampOracle
@@ -31,94 +45,198 @@ from tidb_binlog.upstream import BinlogCollector, Upstream
 from tidb_binlog.upstream.core import connect
 from tidb_binlog.upstream.workload import SBTEST_DDL
 
-
-def _row(rng: random.Random) -> tuple:
-    return (rng.randrange(1, 100_000), "".join(rng.choices(string.digits, k=119)),
-            "".join(rng.choices(string.digits, k=59)))
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER_ID = 6_900_000_000_000_000_011
 
 
-def _threads(n: int, duration_s: float, body) -> int:
+def _rows(rng: random.Random, n: int) -> list[tuple]:
+    return [(rng.randrange(1, 100_000), "".join(rng.choices(string.digits, k=119)),
+             "".join(rng.choices(string.digits, k=59))) for _ in range(n)]
+
+
+def _timed(n: int, duration_s: float, open_, loop, close) -> tuple[int, float]:
+    """Run ``loop(state, deadline) -> rows`` on n threads after each opened its state;
+    return (rows, monotonic time of the common start)."""
     counts = [0] * n
-    deadline = time.monotonic() + duration_s
+    ready = threading.Barrier(n + 1)
+    box: dict = {}
 
-    def work(i: int):
-        counts[i] = body(i, deadline)
+    def work(i: int) -> None:
+        state = open_(i)
+        try:
+            ready.wait()
+            counts[i] = loop(state, box["deadline"])
+        finally:
+            close(state)
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(n)]
-    for t in ts:
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
         t.start()
-    for t in ts:
+    box["deadline"] = time.monotonic() + duration_s
+    start = time.monotonic()
+    ready.wait()
+    for t in threads:
         t.join()
-    return sum(counts)
+    return sum(counts), start
 
 
-def bench_off(params: dict, db: str, sessions: int, duration_s: float) -> float:
-    conn = connect(params, autocommit=True, database=db)
-    with conn.cursor() as cur:
-        cur.execute(SBTEST_DDL.replace("sbtest", "sbtest_off"))
-    conn.close()
+def bench_off(params: dict, sessions: int, duration_s: float, rows_per_txn: int,
+              seed: int) -> float:
+    def open_(i):
+        return connect(params, database="bench_off"), random.Random(seed + i)
 
-    def body(i: int, deadline: float) -> int:
-        rng, n = random.Random(i), 0
-        c = connect(params, database=db)
+    def loop(state, deadline) -> int:
+        c, rng = state
+        values = ", ".join(["(%s, %s, %s)"] * rows_per_txn)
+        sql = f"INSERT INTO sbtest (k, c, pad) VALUES {values}"
+        n = 0
         with c.cursor() as cur:
             while time.monotonic() < deadline:
-                cur.execute("INSERT INTO sbtest_off (k, c, pad) VALUES (%s, %s, %s)", _row(rng))
+                cur.execute(sql, [v for r in _rows(rng, rows_per_txn) for v in r])
                 c.commit()
-                n += 1
-        c.close()
+                n += rows_per_txn
         return n
 
-    start = time.monotonic()
-    rows = _threads(sessions, duration_s, body)
+    rows, start = _timed(sessions, duration_s, open_, loop, lambda state: state[0].close())
     return rows / (time.monotonic() - start)
 
 
-def bench_on(params: dict, db: str, sessions: int, duration_s: float) -> tuple[float, int]:
-    writer = BinlogCollector(keep=False)
-    up = Upstream(params, writer, TimestampOracle().get_ts, database=db)
-    up.ddl(SBTEST_DDL)
+def bench_on(up: Upstream, sessions: int, duration_s: float, rows_per_txn: int,
+             seed: int) -> float:
+    def open_(i):
+        return up.session(), random.Random(seed + i)
 
-    def body(i: int, deadline: float) -> int:
-        rng, n = random.Random(100 + i), 0
-        with up.session() as s:
-            while time.monotonic() < deadline:
-                k, c, pad = _row(rng)
-                with s.begin() as t:
-                    t.insert("sbtest", [{"k": k, "c": c, "pad": pad}])
-                n += 1
+    def loop(state, deadline) -> int:
+        s, rng = state
+        n = 0
+        while time.monotonic() < deadline:
+            with s.begin() as t:
+                n += t.insert("sbtest", [{"k": k, "c": c, "pad": pad}
+                                         for k, c, pad in _rows(rng, rows_per_txn)])
         return n
 
-    start = time.monotonic()
-    rows = _threads(sessions, duration_s, body)
-    up.flush()
-    elapsed = time.monotonic() - start
-    up.close()
-    return rows / elapsed, writer.count
+    def close(state):
+        state[0].close()
+
+    rows, start = _timed(sessions, duration_s, open_, loop, close)
+    up.flush()  # the asynchronous Commit binlogs are part of the cost
+    return rows / (time.monotonic() - start)
+
+
+# -- real pumps: `tidb-binlog pump` processes ---------------------------------------------
+def _two_free_ports() -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", p))
+                b.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no two consecutive free ports for a pump (gRPC and HTTP status)")
+
+
+def start_pump(work: Path, i: int) -> tuple[subprocess.Popen, str]:
+    import grpc
+
+    addr = f"127.0.0.1:{_two_free_ports()}"
+    cfg = work / f"pump{i}.toml"
+    cfg.write_text(f'addr = "{addr}"\ndata-dir = "{work / f"pump{i}"}"\nnode-id = "pump-{i}"\n'
+                   f"cluster-id = {CLUSTER_ID}\n"
+                   '[storage]\nsync-log = true\nstop-write-at-available-space = "1 MiB"\n')
+    log = open(work / f"pump{i}.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "tidb_binlog.cli.main", "pump", "--config",
+                             str(cfg)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    log.close()
+    with grpc.insecure_channel(addr) as ch:
+        try:
+            grpc.channel_ready_future(ch).result(timeout=60)
+        except grpc.FutureTimeoutError:
+            proc.kill()
+            raise RuntimeError(f"pump {i} did not listen on {addr}; see {work}/pump{i}.log") \
+                from None
+    return proc, addr
+
+
+def stop_pump(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=4)
-    ap.add_argument("--duration-s", type=float, default=10.0)
+    ap.add_argument("--duration-s", type=float, default=5.0, help="per mode and round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rows-per-txn", type=int, default=1)
+    ap.add_argument("--pumps", type=int, default=1)
+    ap.add_argument("--in-process", action="store_true",
+                    help="also measure the upstream with an in-process writer")
     args = ap.parse_args()
-    with MariaDBServer(name="bench-upstream") as server:
+
+    from tidb_binlog.pump_client import PumpClient
+
+    figures: dict[str, list[float]] = {"off": [], "on": [], "in-process": []}
+    with tempfile.TemporaryDirectory(prefix="bench-upstream-") as tmp, \
+            MariaDBServer(name="bench-upstream") as server:
         server.start()
         params = server.params()
         conn = connect(params, autocommit=True)
         with conn.cursor() as cur:
             cur.execute("CREATE DATABASE bench_off")
+            cur.execute("USE bench_off")
+            cur.execute(SBTEST_DDL)
         conn.close()
-        off = bench_off(params, "bench_off", args.sessions, args.duration_s)
-        on, binlogs = 0.0, 0
-        writer_up = Upstream(params, BinlogCollector(keep=False), TimestampOracle().get_ts)
-        writer_up.ddl("CREATE DATABASE bench_on")
-        writer_up.close()
-        on, binlogs = bench_on(params, "bench_on", args.sessions, args.duration_s)
-    print(f"sessions={args.sessions} duration_s={args.duration_s} rows_per_txn=1 "
-          f"writer=in-process (marshalled, not sent) binlogs={binlogs}")
-    print(f"binlog off: {off:,.0f} rows/s = txns/s (plain pymysql INSERT + COMMIT)")
-    print(f"binlog on:  {on:,.0f} rows/s = txns/s (Upstream, prewrite + commit binlogs)")
+        pumps = [start_pump(Path(tmp), i) for i in range(args.pumps)]
+        client = PumpClient(None, cluster_id=CLUSTER_ID, pumps=[a for _, a in pumps])
+        tso = TimestampOracle()
+        up = Upstream(params, client, tso.get_ts, database="bench_on", cluster_id=CLUSTER_ID)
+        up.ddl("CREATE DATABASE bench_on")
+        up.ddl(SBTEST_DDL)
+        collector = BinlogCollector(keep=False)
+        inproc = Upstream(params, collector, tso.get_ts, database="bench_inproc")
+        inproc.ddl("CREATE DATABASE bench_inproc")
+        inproc.ddl(SBTEST_DDL)
+        try:
+            for r in range(args.rounds):
+                seed = 1000 * r
+                figures["off"].append(bench_off(params, args.sessions, args.duration_s,
+                                                args.rows_per_txn, seed))
+                figures["on"].append(bench_on(up, args.sessions, args.duration_s,
+                                              args.rows_per_txn, seed + 100))
+                if args.in_process:
+                    figures["in-process"].append(bench_on(inproc, args.sessions,
+                                                          args.duration_s, args.rows_per_txn,
+                                                          seed + 200))
+                print(f"round {r}: " + "  ".join(f"{k} {v[-1]:,.0f}" for k, v in figures.items()
+                                                 if v), flush=True)
+            errors = up.finish_binlog_errors
+        finally:
+            up.close()
+            inproc.close()
+            client.close()
+            for proc, _ in pumps:
+                stop_pump(proc)
+    off = statistics.median(figures["off"])
+    on = statistics.median(figures["on"])
+    print(f"sessions={args.sessions} rows_per_txn={args.rows_per_txn} duration_s="
+          f"{args.duration_s} rounds={args.rounds} pumps={args.pumps} (tidb-binlog pump "
+          f"processes, sync-log) finish_binlog_errors={errors}")
+    spread = ", ".join(f"{x / y:.2f}" for x, y in zip(figures["on"], figures["off"], strict=True))
+    print(f"binlog off: {off:,.0f} rows/s median (plain pymysql INSERT + COMMIT)")
+    print(f"binlog on:  {on:,.0f} rows/s median (Upstream -> pump client -> pumps); "
+          f"per-round ratios {spread}")
+    if figures["in-process"]:
+        ip = statistics.median(figures["in-process"])
+        print(f"in-process: {ip:,.0f} rows/s median (Upstream, binlogs marshalled, not sent) "
+              f"ratio={ip / off:.3f}")
     print(f"RESULT upstream_binlog_on value={on:.0f} unit=rows/s ceiling={off:.0f} "
           f"ratio={on / off:.3f}")
 

@@ -10,7 +10,9 @@ table              invariant
 ``meta``           ``global_id``: the last id handed out for databases, tables,
                    partitions and DDL jobs (TiDB's GenGlobalID); only grows.
                    ``schema_version``: bumped by every DDL binlog round; only grows.
-                   ``cluster_id``: chosen once at bootstrap, never changes.
+                   ``cluster_id``: set once at bootstrap (the one given to the
+                   Upstream, else random), never changes; stored as the signed
+                   two's complement of the uint64 id.
 ``dbs``            one row per database: id, name, DBInfo JSON.
 ``tables``         one row per table: id (logical), db id, name, TableInfo JSON.
 ``ddl_history``    one row per finished job: job id, schema version, Job JSON.
@@ -30,8 +32,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import cached_property
 
-from tidb_binlog.errors import SchemaError
+from tidb_binlog.errors import ClusterIDMismatch, SchemaError
 from tidb_binlog.model import DBInfo, Job, TableInfo
 
 __all__ = ["CATALOG_DB", "Catalog", "Snapshot", "META_GLOBAL_ID", "META_SCHEMA_VERSION",
@@ -59,6 +62,14 @@ _DDL = (
 )
 
 
+_UINT64 = (1 << 64) - 1
+
+
+def _signed64(v: int) -> int:
+    """A uint64 as the BIGINT (signed) the meta table stores."""
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Databases and tables at one schema version (treat as read-only)."""
@@ -66,6 +77,11 @@ class Snapshot:
     version: int = 0
     dbs: dict[str, DBInfo] = field(default_factory=dict)  # name -> DBInfo
     tables: dict[tuple[str, str], TableInfo] = field(default_factory=dict)  # (db, name) -> info
+
+    @cached_property
+    def tables_by_id(self) -> dict[int, TableInfo]:
+        """Logical table id -> TableInfo (built once per snapshot)."""
+        return {t.id: t for t in self.tables.values()}
 
     def db(self, name: str) -> DBInfo:
         try:
@@ -92,12 +108,30 @@ class Catalog:
     """Reads and writes the catalog tables through a caller-owned cursor."""
 
     @staticmethod
-    def bootstrap(cur) -> None:
+    def bootstrap(cur, cluster_id: int | None = None) -> int:
+        """Create the catalog if missing; return its cluster id.
+
+        A new catalog adopts ``cluster_id`` (random when None); an existing one keeps
+        its own, and a different ``cluster_id`` is refused, since pumps and drainers
+        of one cluster must all agree on it."""
+        if cluster_id is not None and not 0 < cluster_id < 1 << 64:
+            raise ValueError(f"cluster_id must be in [1, 2**64), got {cluster_id}")
         for stmt in _DDL:
             cur.execute(stmt)
+        wanted = cluster_id or random.SystemRandom().randrange(1, 1 << 62)
         cur.execute(f"INSERT IGNORE INTO {CATALOG_DB}.meta VALUES (%s, 0), (%s, 0), (%s, %s)",
-                    (META_GLOBAL_ID, META_SCHEMA_VERSION, META_CLUSTER_ID,
-                     random.SystemRandom().randrange(1, 1 << 62)))
+                    (META_GLOBAL_ID, META_SCHEMA_VERSION, META_CLUSTER_ID, _signed64(wanted)))
+        stored = Catalog.cluster_id(cur)
+        if cluster_id is not None and stored != cluster_id:
+            raise ClusterIDMismatch(
+                f"the upstream catalog ({CATALOG_DB}.meta) already has cluster id {stored}, not "
+                f"the {cluster_id} asked for; pass cluster_id={stored} (or None), or use a "
+                "fresh upstream database", expected=stored, got=cluster_id)
+        return stored
+
+    @staticmethod
+    def cluster_id(cur) -> int:
+        return Catalog.meta_value(cur, META_CLUSTER_ID) & _UINT64
 
     @staticmethod
     def meta_value(cur, key: str, *, lock: str = "") -> int:

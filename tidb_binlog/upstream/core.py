@@ -12,6 +12,11 @@ default, so tests exercise common handles: every primary key is clustered) or
 ``"int_only"`` (TiDB's older default: only a single integer PK is the handle;
 other tables use the hidden ``_tidb_rowid``). It applies to tables created after
 it is set, as in TiDB.
+
+``cluster_id`` makes the upstream, the registry and the pumps agree on one id: a
+new catalog adopts it; an existing catalog with another id raises
+:class:`~tidb_binlog.errors.ClusterIDMismatch`. ``None`` keeps the catalog's (a
+random one for a new catalog).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from tidb_binlog.upstream.rows import TableCodec
 __all__ = ["Upstream", "connect", "translate"]
 
 log = logging.getLogger(__name__)
+
+_FINISH_BATCH = 256  # Commit/Rollback binlogs per write_binlogs call, at most
 
 
 def translate(exc: pymysql.err.MySQLError, sql: str = "") -> UpstreamError:
@@ -64,34 +71,77 @@ def connect(params: dict, *, autocommit: bool = False, database: str | None = No
 
 
 class _FinishSender:
-    """Sends Commit/Rollback binlogs on one background thread, in submission order."""
+    """Sends Commit/Rollback binlogs on one background thread, in submission order.
 
-    def __init__(self, writer):
+    Whatever queued up while the previous write ran goes out as one batch when the
+    writer has ``write_binlogs`` (the pump client pipelines a batch over its gRPC
+    channels), else one ``write_binlog`` at a time."""
+
+    def __init__(self, writer, max_batch: int = _FINISH_BATCH):
         self._writer = writer
-        self._queue: queue.Queue = queue.Queue()
+        self._batched = callable(getattr(writer, "write_binlogs", None))
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Condition()
+        self._submitted = 0
+        self._done = 0
         self.errors = 0
         self._thread = threading.Thread(target=self._run, name="upstream-finish-binlog",
                                         daemon=True)
         self._thread.start()
 
     def submit(self, binlog) -> None:
+        with self._idle:
+            self._submitted += 1
         self._queue.put(binlog)
 
-    def _run(self) -> None:
-        while True:
-            b = self._queue.get()
+    def _take(self) -> list:
+        batch = [self._queue.get()]
+        while len(batch) < self._max_batch and batch[-1] is not None:
             try:
-                if b is None:
-                    return
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            batch = self._take()
+            if batch[-1] is None:
+                stop = True
+                batch.pop()
+            try:
+                self._write(batch)
+            finally:
+                with self._idle:
+                    self._done += len(batch)
+                    self._idle.notify_all()
+
+    def _write(self, batch: list) -> None:
+        if self._batched and len(batch) > 1:
+            try:
+                results = self._writer.write_binlogs(batch)
+            except Exception:  # the pump client never raises here; count and log if one does
+                self.errors += len(batch)
+                log.exception("failed to write %d finish binlogs", len(batch))
+                return
+            for b, r in zip(batch, results, strict=True):
+                if getattr(r, "error", None) is not None:
+                    self.errors += 1
+                    log.error("finish binlog start_ts=%s was refused: %s", b.start_ts, r.error)
+            return
+        for b in batch:
+            try:
                 self._writer.write_binlog(b)
             except Exception:  # the pump client never raises here; count and log if one does
                 self.errors += 1
                 log.exception("failed to write finish binlog start_ts=%s", b.start_ts)
-            finally:
-                self._queue.task_done()
 
     def flush(self) -> None:
-        self._queue.join()
+        with self._idle:
+            target = self._submitted
+            self._idle.wait_for(lambda: self._done >= target)
 
     def close(self) -> None:
         self._queue.put(None)
@@ -104,7 +154,7 @@ class Upstream:
     def __init__(self, params: dict, writer, get_ts: Callable[[], int], *,
                  database: str | None = None, clustered_index: str = CLUSTERED_ON,
                  faults: Faults | None = None, tz: datetime.tzinfo = datetime.UTC,
-                 check_schema_at_commit: bool = True):
+                 check_schema_at_commit: bool = True, cluster_id: int | None = None):
         if clustered_index not in (CLUSTERED_ON, CLUSTERED_INT_ONLY):
             raise ValueError(f"clustered_index must be {CLUSTERED_ON!r} or "
                              f"{CLUSTERED_INT_ONLY!r}, got {clustered_index!r}")
@@ -121,9 +171,8 @@ class Upstream:
         conn = connect(self.params, autocommit=True)
         try:
             with conn.cursor() as cur:
-                Catalog.bootstrap(cur)
+                self.cluster_id = Catalog.bootstrap(cur, cluster_id)
                 self._snapshot = Catalog.load(cur)
-                self.cluster_id = Catalog.meta_value(cur, "cluster_id")
         except pymysql.err.MySQLError as exc:
             raise translate(exc, "bootstrap catalog") from exc
         finally:

@@ -24,7 +24,7 @@ import pymysql
 
 from tidb_binlog.model import DBInfo, Job, TableInfo
 from tidb_binlog.node import TxnStatus
-from tidb_binlog.upstream.catalog import CATALOG_DB, META_CLUSTER_ID, Catalog
+from tidb_binlog.upstream.catalog import CATALOG_DB, Catalog
 from tidb_binlog.upstream.core import connect, translate
 
 __all__ = ["UpstreamMeta"]
@@ -67,7 +67,7 @@ class UpstreamMeta:
         return self._call(lambda cur: Catalog.job(cur, job_id))
 
     def cluster_id(self) -> int:
-        return self._call(lambda cur: Catalog.meta_value(cur, META_CLUSTER_ID))
+        return self._call(Catalog.cluster_id)
 
     def schema_version(self) -> int:
         return self._call(lambda cur: Catalog.meta_value(cur, "schema_version"))

@@ -47,6 +47,14 @@ from tidb_binlog.upstream.rows import TableCodec, quote_id
 __all__ = ["Session", "Txn", "Raw"]
 
 _BATCH_ROWS = 1000
+# The transaction prologue, sent in the round trip of its first change (see Txn._exec).
+_PROLOGUE_SQL = (f"INSERT INTO {CATALOG_DB}.txn_status (start_ts, commit_ts) SELECT %d, 0 FROM "
+                 f"{CATALOG_DB}.meta WHERE name='{META_SCHEMA_VERSION}' AND value=%d "
+                 "LOCK IN SHARE MODE; ")
+_STATUS_ROW_SQL = f"INSERT INTO {CATALOG_DB}.txn_status VALUES (%d, 0); "
+_DROP_STATUS_SQL = f"DELETE FROM {CATALOG_DB}.txn_status WHERE start_ts=%d; "
+_VERSION_SQL = (f"SELECT value FROM {CATALOG_DB}.meta WHERE name='{META_SCHEMA_VERSION}' "
+                "LOCK IN SHARE MODE; ")
 _INSERT, _UPDATE, _DELETE = bl.MutationType.INSERT, bl.MutationType.UPDATE, bl.MutationType.DELETE_ROW
 
 
@@ -120,19 +128,79 @@ class Txn:
         self._infos: dict[int, TableInfo] = {}
         self._primary: bytes | None = None
         self._sp = 0  # autocommit is off: InnoDB opens the transaction at the first statement
+        self._registered = False  # status row written, schema version read (the prologue)
+        self._version = 0
 
     # -- plumbing --------------------------------------------------------------------
-    def _exec(self, sql: str, args=None) -> int:
-        try:
-            return self._cur.execute(sql, args)
-        except pymysql.err.MySQLError as exc:
-            if exc.args and exc.args[0] in (1213, 2006, 2013):  # deadlock / connection gone
-                self.open = False
-            raise translate(exc, sql) from exc
+    def _exec(self, sql: str, args=None, *, plain: bool = False) -> int:
+        """Run ``sql``; return the affected row count."""
+        return self._run(sql, args, plain)[0]
 
-    def _rows(self, sql: str, args=None) -> list[tuple]:
-        self._exec(sql, args)
-        return list(self._cur.fetchall())
+    def _rows(self, sql: str, args=None, *, plain: bool = False) -> list[tuple]:
+        """Run ``sql``; return its rows."""
+        return self._run(sql, args, plain)[1]
+
+    def _run(self, sql: str, args, plain: bool) -> tuple[int, list[tuple]]:
+        """Run ``sql``. The first non-``plain`` statement of the transaction carries the
+        prologue in the same round trip (multi-statements): one ``INSERT ... SELECT``
+        writes the txn-status row ``(start_ts, 0)`` (its row lock marks the transaction
+        running) only if the schema version is still the snapshot's, and takes a shared
+        lock on that version row, so no DDL catalog round commits before we do. A moved
+        version (0 rows) costs one more round trip that reads it (see ``_check_schema``)."""
+        prologue = not plain and not self._registered
+        if prologue:
+            up = self.upstream
+            self._version = up.snapshot.version
+            if up.check_schema_at_commit:
+                sql = _PROLOGUE_SQL % (int(self.start_ts), int(self._version)) + sql
+            else:
+                sql = _STATUS_ROW_SQL % int(self.start_ts) + sql
+        cur = self._cur
+        try:
+            n = cur.execute(sql, args)
+        except pymysql.err.MySQLError as exc:
+            self._failed(exc, sql, prologue)
+        if prologue:
+            inserted = n == 1
+            self._registered = True
+            try:
+                cur.nextset()  # the caller's statement
+            except pymysql.err.MySQLError as exc:
+                self._failed(exc, sql, False)
+            n = cur.rowcount
+            if not inserted:
+                rows = list(cur.fetchall())
+                self._registered = False
+                self._register_slow()
+                return n, rows
+        return n, list(cur.fetchall())
+
+    def _register_slow(self) -> None:
+        sql = _STATUS_ROW_SQL % int(self.start_ts) + _VERSION_SQL
+        try:
+            self._cur.execute(sql)
+            self._cur.nextset()
+            self._version = int(self._cur.fetchone()[0])
+        except pymysql.err.MySQLError as exc:
+            self._failed(exc, sql, True)
+        self._registered = True
+
+    def _failed(self, exc: pymysql.err.MySQLError, sql: str, in_prologue: bool):
+        """Translate ``exc``; a failed prologue (e.g. a DDL holding the schema version
+        past the lock wait timeout) aborts the transaction, since its status row may
+        already be written."""
+        if exc.args and exc.args[0] in (1213, 2006, 2013):  # deadlock / connection gone
+            self.open = False
+        if in_prologue and self.open:
+            self.open = False
+            try:
+                self.session.conn.rollback()
+            except pymysql.err.MySQLError:
+                pass  # the connection is gone: MariaDB rolls back on its own
+            raise UpstreamError(f"transaction start_ts={self.start_ts} aborted: its txn-status "
+                                f"row / schema version could not be taken ({exc}); retry it",
+                                sql=sql[:2000], code=exc.args[0] if exc.args else None) from exc
+        raise translate(exc, sql) from exc
 
     def _check_open(self) -> None:
         if not self.open:
@@ -201,7 +269,7 @@ class Txn:
     def query(self, sql: str, args=None) -> list[tuple]:
         """A plain read inside the transaction (no binlog)."""
         self._check_open()
-        return self._rows(sql, args)
+        return self._rows(sql, args, plain=True)
 
     def insert(self, table: str, rows: Iterable[dict]) -> int:
         """Insert dict rows (all with the same keys); return how many."""
@@ -392,36 +460,36 @@ class Txn:
                 for m in self._muts.values() if m.sequence]
         return bl.encode(bl.new_prewrite_value(schema_version, muts))
 
-    def _schema_version(self) -> int:
+    def _check_schema(self) -> int:
+        """TiDB's schema check at commit: every table this transaction touched must be
+        unchanged at the schema version read in the prologue (the shared lock keeps it
+        current until COMMIT). Cheap when the catalog did not move: identity checks."""
         up = self.upstream
-        if not up.check_schema_at_commit:
-            self._exec(f"INSERT INTO {CATALOG_DB}.txn_status VALUES (%s, 0)", (self.start_ts,))
-            return up.snapshot.version
-        # One round trip: the status row (its lock marks us running) + the version
-        # under a shared lock, so no DDL catalog round can commit until we do.
-        self._exec(f"INSERT INTO {CATALOG_DB}.txn_status VALUES (%s, 0); "
-                   f"SELECT value FROM {CATALOG_DB}.meta WHERE name=%s LOCK IN SHARE MODE",
-                   (self.start_ts, META_SCHEMA_VERSION))
-        self._cur.nextset()
-        version = int(self._cur.fetchone()[0])
-        snap = up.snapshot if version == up.snapshot.version else up.reload()
-        by_id = {t.id: t for t in snap.tables.values()}
+        snap = up.snapshot
+        if snap.version != self._version:
+            snap = up.reload()
+        by_id = snap.tables_by_id
         for tid, info in self._infos.items():
             now = by_id.get(tid)
+            if now is info:
+                continue
             if now is None or now.to_obj() != info.to_obj():
                 raise SchemaError(f"information schema is changed: table id {tid} was altered "
                                   f"during transaction start_ts={self.start_ts}; retry it")
-        return version
+        return self._version
 
     def commit(self) -> int:
         """Commit; return commit_ts (0 when nothing was written, so no binlog)."""
         self._check_open()
         up = self.upstream
         if not any(m.sequence for m in self._muts.values()):
-            self._finish_plain(commit=True)
+            if self._registered:  # no binlog: its status row must not outlive it
+                self._finish_plain(commit=True, sql=_DROP_STATUS_SQL % int(self.start_ts))
+            else:
+                self._finish_plain(commit=True)
             return 0
         try:
-            version = self._schema_version()
+            version = self._check_schema() if up.check_schema_at_commit else self._version
             prewrite = bl.prewrite(self.start_ts, self._prewrite_value(version),
                                    prewrite_key=self._primary)
         except BaseException:
@@ -471,10 +539,15 @@ class Txn:
         # TiDB reuses the prewrite's Binlog: the finish binlog keeps prewrite_key.
         return bl.new_binlog(tp, self.start_ts, commit_ts, prewrite_key=self._primary)
 
-    def _finish_plain(self, commit: bool) -> None:
+    def _finish_plain(self, commit: bool, sql: str = "") -> None:
+        """COMMIT / ROLLBACK without binlog (``sql`` runs first, in the same round trip)."""
         self.open = False
         try:
-            if commit:
+            if sql:
+                self._cur.execute(sql + ("COMMIT" if commit else "ROLLBACK"))
+                while self._cur.nextset():
+                    pass
+            elif commit:
                 self.session.conn.commit()
             else:
                 self.session.conn.rollback()
