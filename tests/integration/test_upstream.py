@@ -417,3 +417,45 @@ def test_workloads_write_paired_decodable_binlogs(env, kind):
     assert rows >= stats.rows > 0
     if kind == "large":
         assert rows == 3000
+
+
+def _status_rows(up, start_ts: int) -> list[tuple]:
+    with up.session() as s:
+        t = s.begin()
+        rows = t.query("SELECT commit_ts FROM tidb_binlog_upstream.txn_status WHERE start_ts=%s",
+                       (start_ts,))
+        t.rollback()
+    return rows
+
+
+def test_a_transaction_without_changes_leaves_no_status_row_and_no_binlog(env):
+    up, col, db = env
+    up.ddl("CREATE TABLE f (id INT PRIMARY KEY, v INT)")
+    col.clear()
+    with up.session() as s, s.begin() as t:
+        assert t.update("f", {"v": 1}, "id = 1") == 0  # locks nothing, changes nothing
+    assert t.commit_ts == 0 and _status_rows(up, t.start_ts) == []
+    up.flush()
+    assert col.binlogs() == []
+
+
+def test_a_stale_catalog_snapshot_is_caught_by_the_prologue(env, mariadb):
+    up, col, db = env
+    up.ddl("CREATE TABLE f (id INT PRIMARY KEY, v INT)")
+    up.ddl("CREATE TABLE g (id INT PRIMARY KEY, v INT)")
+    other = Upstream(mariadb.params(), BinlogCollector(), TimestampOracle().get_ts, database=db)
+    try:
+        other.ddl("ALTER TABLE g ADD COLUMN w INT")  # `up` has not seen this version
+        stale = up.snapshot.version
+        with up.session() as s, s.begin() as t:
+            t.insert("f", [{"id": 1, "v": 1}])   # untouched by the DDL: commits
+        assert up.snapshot.version == stale + 1
+        assert _status_rows(up, t.start_ts) == [(t.commit_ts,)]
+        other.ddl("ALTER TABLE f ADD COLUMN w INT")
+        with up.session() as s, s.begin() as t:
+            t.insert("f", [{"id": 2, "v": 2}])   # encoded with f's old TableInfo
+            with pytest.raises(SchemaError, match="information schema is changed"):
+                t.commit()
+        assert _status_rows(up, t.start_ts) == []
+    finally:
+        other.close()

@@ -1,0 +1,58 @@
+"""The upstream's asynchronous Commit/Rollback sender: order, batching, flush, errors."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from tidb_binlog import binlog as bl
+from tidb_binlog.upstream.core import _FinishSender
+
+
+class BatchWriter:
+    """Blocks in its first call until released, so later binlogs queue up meanwhile."""
+
+    def __init__(self, refuse: set[int] = frozenset()):
+        self.calls: list[list[int]] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.refuse = refuse
+
+    def write_binlog(self, b):
+        self.entered.set()
+        assert self.release.wait(30)
+        self.calls.append([b.start_ts])
+
+    def write_binlogs(self, batch):
+        self.calls.append([b.start_ts for b in batch])
+        return [SimpleNamespace(error="refused" if b.start_ts in self.refuse else None)
+                for b in batch]
+
+
+def commits(start_ts_list):
+    return [bl.commit(s, s + 1) for s in start_ts_list]
+
+
+def test_what_queues_during_a_write_goes_out_as_one_ordered_batch():
+    w = BatchWriter(refuse={7})
+    sender = _FinishSender(w)
+    for b in commits([1]):
+        sender.submit(b)
+    assert w.entered.wait(30)  # the sender thread took #1 and blocks in write_binlog
+    for b in commits(range(2, 10)):
+        sender.submit(b)
+    w.release.set()
+    sender.flush()
+    assert w.calls == [[1], list(range(2, 10))]
+    assert sender.errors == 1  # start_ts 7 refused: counted, the rest delivered
+    sender.close()
+
+
+def test_a_writer_without_batches_gets_one_call_per_binlog():
+    calls = []
+    sender = _FinishSender(SimpleNamespace(write_binlog=lambda b: calls.append(b.start_ts)))
+    for b in commits(range(1, 50)):
+        sender.submit(b)
+    sender.flush()
+    assert calls == list(range(1, 50))
+    sender.close()
