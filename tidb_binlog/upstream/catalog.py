@@ -17,10 +17,12 @@ table              invariant
 ``tables``         one row per table: id (logical), db id, name, TableInfo JSON.
 ``ddl_history``    one row per finished job: job id, schema version, Job JSON.
 ``txn_status``     one row per committed binlog transaction: start_ts → commit_ts.
-                   The row is inserted (commit_ts 0) inside the transaction before
-                   its Prewrite binlog is written and set to the commit_ts just before
-                   COMMIT, so it exists exactly when the transaction committed, and a
-                   running transaction holds its row lock (see UpstreamMeta).
+                   The row is inserted (commit_ts 0) inside the transaction with its
+                   first change, so before its Prewrite binlog is written, and set to
+                   the commit_ts just before COMMIT (a transaction that changed nothing
+                   deletes it), so it exists exactly when the transaction committed
+                   with a binlog, and a running transaction holds its row lock (see
+                   UpstreamMeta).
 =================  ==================================================================
 
 :class:`Snapshot` is an immutable view of dbs/tables at one schema version, which

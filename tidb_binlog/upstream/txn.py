@@ -18,14 +18,21 @@ in MariaDB *and* capture exact row images inside the transaction:
 Multi-step operations run under a SAVEPOINT so a failed statement leaves neither
 rows nor mutations behind (TiDB's statement atomicity).
 
-``commit()`` follows TiDB's order: the txn-status row ``(start_ts, 0)`` is inserted
-(its row lock marks the transaction running); the schema version is read under a
-shared lock (a DDL that changed a touched table meanwhile aborts the commit, like
-TiDB's schema check); the Prewrite binlog (``PrewriteValue{schema_version,
-mutations}``, ``prewrite_key`` = the record key of the first changed row) is
-written synchronously; ``commit_ts`` is taken from the TSO *while the row locks are
-held*, stored in the status row, MariaDB COMMIT; the Commit binlog is queued for
-the background sender. Any failure after the Prewrite sends a Rollback binlog.
+The first change of a transaction carries, in the same round trip, the
+*prologue*: one ``INSERT ... SELECT`` that writes the txn-status row
+``(start_ts, 0)`` (its row lock marks the transaction running) only if the
+catalog's schema version is still the session's snapshot version, and takes a
+shared lock on that version row, so no DDL catalog round can commit until we do
+(a moved version costs one extra round trip that reads it). ``commit()`` then
+follows TiDB's order: the schema check (a DDL that changed a touched table
+aborts the commit, like TiDB's; identity checks when the version did not move);
+the Prewrite binlog (``PrewriteValue{schema_version, mutations}``,
+``prewrite_key`` = the record key of the first changed row) written
+synchronously; ``commit_ts`` from the TSO *while the row locks are held*;
+status-row update + COMMIT in one round trip; the Commit binlog queued for the
+background sender. Any failure after the Prewrite sends a Rollback binlog.
+So a one-statement transaction costs two MariaDB round trips, as the same
+statement + COMMIT does without binlog.
 A transaction without row changes writes no binlog.
 """
 
