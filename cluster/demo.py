@@ -52,6 +52,7 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
     from cluster.launch import LocalCluster
     from tidb_binlog.compare import compare_databases
     from tidb_binlog.config import load_drainer_config
+    from tidb_binlog.errors import BinlogError
     from tidb_binlog.testing.mariadb import MariaDBServer
     from tidb_binlog.tso import extract_physical
     from tidb_binlog.upstream import Upstream
@@ -62,8 +63,8 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
     console.print(f"[bold]tidb-binlog demo[/bold]: working in {base}")
     ray.init(namespace="tidb-binlog-demo", include_dashboard=False, log_to_driver=False,
              ignore_reinit_error=True)
-    up_db = MariaDBServer(base / "upstream-db", name="upstream")
-    down_db = MariaDBServer(base / "downstream-db", name="downstream")
+    up_db = MariaDBServer(base, name="upstream")
+    down_db = MariaDBServer(base, name="downstream")
     cluster = upstream = drainer = None
     try:
         up_db.start()
@@ -82,7 +83,13 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
             "initial-commit-ts": 0})
         drainer = Drainer.start(cfg, registry=cluster.registry, namespace="tidb-binlog-demo")
         stats, errors, threads = _run_workloads(upstream, duration_s, DATABASE)
-        lags_ms, peak = _follow(drainer, console, threads, stats, extract_physical)
+        try:
+            lags_ms, peak = _follow(drainer, console, threads, stats, extract_physical)
+        except BinlogError as exc:
+            console.print(f"[bold red]{exc}[/bold red]")
+            for th in threads:
+                th.join()
+            return 1
         upstream.flush()
         target = cluster.get_ts()
         console.print("workload done; waiting for the drainer to catch up ...")
@@ -150,6 +157,8 @@ def _follow(drainer, console, threads, stats, extract_physical):
     """Show a live progress line while the workloads run; return lag samples (ms), peak."""
     from rich.live import Live
 
+    from tidb_binlog.errors import UnavailableError
+
     lags_ms: list[float] = []
     peak = 0.0
     last_rows, last_t = 0, time.monotonic()
@@ -158,7 +167,7 @@ def _follow(drainer, console, threads, stats, extract_physical):
             time.sleep(0.5)
             st = drainer.status()
             if st["state"] == "failed":
-                raise RuntimeError(f"replication task failed: {st['error']}")
+                raise UnavailableError(f"replication task failed: {st['error']}")
             now = time.monotonic()
             rate = (st["applied_rows"] - last_rows) / max(now - last_t, 1e-6)
             last_rows, last_t = st["applied_rows"], now
