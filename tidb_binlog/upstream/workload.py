@@ -61,6 +61,11 @@ KINDS = ("insert", "update_index", "delete", "mixed", "random_dml", "all_types",
          "large")
 _CJK = "中文日本語한국어漢字"
 
+# Retried like TiDB's "information schema is changed": deadlock, lock wait timeout,
+# a duplicate from the random choices, and a column or table that a concurrent DDL
+# (the ``ddl`` workload's other session) just dropped or renamed.
+RETRYABLE_CODES = (1213, 1205, 1062, 1054, 1146)
+
 
 @dataclass
 class WorkloadStats:
@@ -193,7 +198,7 @@ def run(upstream, kind: str, *, sessions: int = 4, ops: int | None = 1000,
                         rows = r.one(s, rng, no, n)
                         break
                     except (UpstreamError, SchemaError) as exc:
-                        retryable = isinstance(exc, SchemaError) or exc.code in (1213, 1205, 1062)
+                        retryable = isinstance(exc, SchemaError) or exc.code in RETRYABLE_CODES
                         with r.lock:
                             if not retryable:
                                 r.stats.errors.append(f"{type(exc).__name__}: {exc}")
