@@ -22,6 +22,7 @@ Fixtures:
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import socket
 from pathlib import Path
@@ -143,9 +144,19 @@ def ray_local():
     # ray.init calls would fail, and shutting theirs down would break them.
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=4, include_dashboard=False,
-                 object_store_memory=_RAY_OBJECT_STORE_BYTES, namespace="tidb-binlog-test",
-                 log_to_driver=False)
+        # On a loaded 2-core machine the raylet can take longer than Ray's default 30 s
+        # to register; give it time, and retry once after a clean shutdown.
+        os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
+        for attempt in (1, 2):
+            try:
+                ray.init(num_cpus=4, include_dashboard=False,
+                         object_store_memory=_RAY_OBJECT_STORE_BYTES,
+                         namespace="tidb-binlog-test", log_to_driver=False)
+                break
+            except Exception:
+                ray.shutdown()
+                if attempt == 2:
+                    raise
     yield ray
     if started:
         ray.shutdown()
