@@ -1,6 +1,6 @@
 """MergerActor: the drainer pipeline's driver (see :mod:`actors.drainer` for the picture).
 
-It keeps a fetch in flight to every pump, merges by commit_ts
+It pulls every pump, merges by commit_ts
 (:class:`~tidb_binlog.drainer.merge.Merger`), and hands each ready batch to the
 schema keeper; the keeper's result *ref* goes straight to the coordinator, so
 translated rows never pass through the merger. At most ``max_inflight`` batches
@@ -8,8 +8,26 @@ are outstanding (backpressure). On a :class:`~actors.ray_calls.PipelineReset`
 (an actor of the pipeline died and Ray restarted it) it replays from the
 durable checkpoint.
 
-Pumps are fetched one batch at a time each: the next fetch starts from the
-previous batch's watermark as soon as it arrives, before the batch is merged.
+**Pumps come and go** (TiDB's ``drainer/collector.go``): a
+:class:`~tidb_binlog.drainer.collector.Collector` lists the registry's pumps at
+start, every ``detect-interval`` and at once on ``Cistern.Notify``, and applies
+:func:`~tidb_binlog.drainer.collector.plan`'s actions to the merge sources: a new
+pump is merged from the merger's latest ts, paused pumps are not pulled (the
+merge waits for them), offline pumps are retired once their final
+``maxCommitTS`` was pulled, then removed. A pump is pulled as the PumpActor named
+:func:`cluster.drainer.pump_actor_name` of its node id in the task's namespace
+(pipelined pulls, :class:`~tidb_binlog.drainer.pump_source.ActorPumpSource`)
+when one exists, else over gRPC from its registered host
+(:class:`~tidb_binlog.drainer.pump_source.GrpcPumpSource`, a standalone pump).
+A pump that cannot be reached is retried every second from its last watermark;
+the merge waits for it. A fixed ``pumps`` dict (node id → PumpActor handle)
+replaces the registry listing (tests, embedding).
+
+**The node** (:class:`~actors.drainer_node.DrainerNode`, when ``service`` is
+given): Cistern gRPC on ``addr`` (Notify waits until a refresh has added the new
+pump), HTTP status on ``addr`` port + 1, the registry record ``online`` with the
+saved checkpoint, refreshed every second; :meth:`MergerActor.stop` records
+``paused``, ``PUT /state/{id}/close`` records ``offline``.
 """
 
 from __future__ import annotations
@@ -20,9 +38,16 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
+from actors.drainer_node import DrainerNode, ServiceSettings, merge_expositions
 from actors.ray_calls import PipelineReset
-from actors.ray_calls import RayCalls as _Ray
+from actors.ray_calls import RayCalls as _Calls
+from tidb_binlog.drainer.collector import Collector, MergerSources
+from tidb_binlog.drainer.http_status import DrainerStatus
 from tidb_binlog.drainer.merge import Merger
+from tidb_binlog.drainer.metrics import build_drainer_metrics
+from tidb_binlog.errors import BinlogError, UnavailableError
+from tidb_binlog.node import OFFLINE, ONLINE, PAUSED, PUMP, NodeStatus
+from tidb_binlog.tso import extract_physical
 
 if TYPE_CHECKING:
     from actors.drainer import TaskSettings
@@ -31,44 +56,240 @@ __all__ = ["MergerActor"]
 
 log = logging.getLogger(__name__)
 
+_RETRY_S = 1.0            # a pump or the registry that failed is tried again after this
+_IDLE_WAIT_S = 0.05       # longest wait for a pull when idle (bounds the Notify latency)
+
+
+class _Ray:
+    """The Ray calls of the merger beyond :class:`actors.ray_calls.RayCalls`."""
+
+    @staticmethod
+    def module():
+        import ray
+
+        return ray
+
+    @staticmethod
+    def find_actor(name: str, namespace: str):
+        import ray
+
+        try:
+            return ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return None
+
+    @staticmethod
+    def status(actor, timeout_s: float = 10.0) -> dict:
+        import ray
+
+        return ray.get(actor.status.options(concurrency_group="status").remote(),
+                       timeout=timeout_s)
+
+    @staticmethod
+    def worker_metrics(workers: list, timeout_s: float) -> list:
+        """Each SQL worker's Prometheus text, from those answering within ``timeout_s``."""
+        import ray
+
+        refs = [w.metrics.remote() for w in workers]
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        out = []
+        for ref in done:
+            try:
+                out.append(ray.get(ref))
+            except ray.exceptions.RayError as exc:
+                log.warning("worker metrics unavailable: %s", exc)
+        return out
+
+
+def _observe(metrics, node_id: str, items: list, watermark: int) -> None:
+    """Per pulled batch: position, reach time of its newest binlog, sizes."""
+    metrics.pump_position.labels(node_id).set(extract_physical(watermark))
+    if items:
+        commit_ts = items[-1][0]
+        metrics.binlog_reach_duration_s.labels(node_id).observe(
+            max(0.0, time.time() - extract_physical(commit_ts) / 1000))
+        size = metrics.read_binlog_size_bytes.labels(node_id)
+        for _, payload in items:
+            size.observe(len(payload))
+
+
+class _ActorFeed:
+    """A PumpActor, pipelined; restarted from the last watermark after a failure."""
+
+    def __init__(self, node_id: str, actor, since_ts: int, max_bytes: int, metrics):
+        from tidb_binlog.drainer.pump_source import ActorPumpSource
+
+        self.node_id = node_id
+        self.since_ts = since_ts
+        self.metrics = metrics
+        self.source = ActorPumpSource(actor, _Ray.module(), node_id=node_id,
+                                      max_bytes=max_bytes, pull_timeout_s=0.5,
+                                      max_outstanding=2)
+        self._retry_at: float | None = None
+        self.source.start_fetch(since_ts)
+
+    def poll(self) -> list[tuple[list, int]]:
+        if self._retry_at is not None:
+            if time.monotonic() < self._retry_at:
+                return []
+            self._retry_at = None
+            self.source.start_fetch(self.since_ts)
+        try:
+            fetched = self.source.poll(0.0)
+        except UnavailableError as exc:
+            log.warning("pump %s: %s; pulling again in %.0f s from %d", self.node_id, exc,
+                        _RETRY_S, self.since_ts)
+            self.metrics.error_count.labels("pump_unavailable").inc()
+            self._retry_at = time.monotonic() + _RETRY_S
+            return []
+        out = []
+        for f in fetched:
+            _observe(self.metrics, self.node_id, f.items, f.watermark)
+            self.since_ts = f.watermark
+            out.append((f.items, f.watermark))
+        return out
+
+    def refs(self) -> list:
+        return self.source.pending_refs()
+
+    def close(self) -> None:
+        self.source.close()
+
+
+class _GrpcFeed:
+    """A standalone pump over ``PullBinlogs`` (reconnects by itself)."""
+
+    def __init__(self, node_id: str, source, since_ts: int, max_bytes: int, metrics):
+        self.node_id = node_id
+        self.source = source
+        self.since_ts = since_ts
+        self.max_bytes = max_bytes
+        self.metrics = metrics
+
+    def poll(self) -> list[tuple[list, int]]:
+        items, watermark = self.source.fetch(self.since_ts, self.max_bytes, 0.0)
+        if not items and watermark <= self.since_ts:
+            return []
+        _observe(self.metrics, self.node_id, items, watermark)
+        self.since_ts = watermark
+        return [(items, watermark)]
+
+    def refs(self) -> list:
+        return []
+
+    def close(self) -> None:
+        self.source.close()
+
 
 class MergerActor:
     """Drives the pipeline: pulls every pump, merges by commit_ts, feeds keeper → coordinator.
 
-    ``sources`` maps a pump's node id to a pump source (see
-    :mod:`tidb_binlog.drainer.pump_source`) or a PumpActor handle.
+    ``pumps``: a fixed node id → PumpActor handle map, or None to follow ``registry``.
+    ``service``: serve as a drainer node (Cistern, HTTP, registry record), or None.
     """
 
-    def __init__(self, settings: TaskSettings, keeper, coordinator, pumps: dict, *,
-                 autostart: bool = True):
+    def __init__(self, settings: TaskSettings, keeper, coordinator, pumps: dict | None = None,
+                 *, registry=None, service: ServiceSettings | None = None,
+                 workers: list | tuple = (), autostart: bool = True):
         self.settings = settings
         self.keeper = keeper
         self.coordinator = coordinator
-        self.pumps = dict(pumps)
+        self.static_pumps = dict(pumps) if pumps is not None else None
+        self.registry = registry
+        self.service = service
+        self.workers = list(workers)
         self.error: str | None = None
         self.state = "starting"
         self.resets = 0
         self.merged = 0
         self.positions: dict[str, int] = {}
+        self.pumps: list[str] = []
+        self.metrics = build_drainer_metrics()
+        self._start_ts = 0
+        self._store = None
+        self._buffered = 0
+        self._inflight_batches = 0
+        self._disorder = 0
+        self._applied_rows = -1
+        self._last_sync_s = time.time()
+        self._collector_retry_at = 0.0
+        self._result: dict | None = None
+        self._startup_error: BinlogError | None = None
+        self._stop_lock = threading.Lock()
         self._stop = threading.Event()
+        detect_s = service.detect_interval_s if service is not None else 5.0
+        self._collector = Collector(self._list_pumps, None, detect_interval_s=detect_s)
+        self.node = None
         self._thread = threading.Thread(target=self._run, name="merger", daemon=True)
+        if service is not None:
+            from tidb_binlog.drainer.cistern import collector_notifier
+
+            self.node = DrainerNode(service, registry, checkpoint_ts=self._saved_checkpoint_ts)
+            try:
+                self.node.serve(on_notify=collector_notifier(self._collector),
+                                status_provider=self._http_status,
+                                metrics_provider=self._metrics_text, on_action=self._on_action)
+            except BinlogError as exc:
+                self._startup_error = exc
+                self._fail(exc)
+                return
         if autostart:
             self._thread.start()
 
     # -- control ---------------------------------------------------------------------------
+    def addresses(self) -> dict:
+        """Where the node serves (raises the start-up error, e.g. an address in use)."""
+        if self._startup_error is not None:
+            raise self._startup_error
+        node = self.node
+        return {"node_id": node.node_id if node else "", "addr": node.host if node else "",
+                "status_addr": node.http.addr if node and node.http else ""}
+
     def status(self) -> dict:
         return {"state": self.state, "error": self.error, "resets": self.resets,
-                "merged": self.merged, "pump_positions": dict(self.positions)}
+                "merged": self.merged, "pump_positions": dict(self.positions),
+                "pumps": list(self.pumps),
+                "node_id": self.node.node_id if self.node else "",
+                "node_state": self.node.state if self.node else "",
+                "saved_commit_ts": self.node.max_commit_ts if self.node else self._start_ts}
 
-    def stop(self) -> dict:
-        """Stop pulling, let the coordinator finish, save the final checkpoint."""
-        self._stop.set()
-        self._thread.join(timeout=60)
-        if self.error is None:
-            cp = _Ray.get(_Ray.call(self.coordinator, "close"))
-            self.state = "stopped"
-            return {"commit_ts": cp.commit_ts, "consistent": cp.consistent}
-        return {"error": self.error}
+    def notify(self, timeout_s: float = 10.0) -> bool:
+        """What ``Cistern.Notify`` does: refresh the pump list now and wait for it."""
+        return self._collector.wait(self._collector.notify(), timeout_s)
+
+    def stop(self, final_state: str = PAUSED) -> dict:
+        """Stop pulling, let the coordinator finish, save the final checkpoint, and record
+        ``final_state`` (``paused``, or ``offline`` for a ``close``) in the registry."""
+        with self._stop_lock:
+            if self._result is not None:
+                return self._result
+            self._stop.set()
+            if self._thread.is_alive():
+                self._thread.join(timeout=60)
+            final_ts = None
+            if self.error is None:
+                cp = _Calls.get(_Calls.call(self.coordinator, "close"))
+                final_ts = cp.commit_ts
+                self._result = {"commit_ts": cp.commit_ts, "consistent": cp.consistent}
+            else:
+                self._result = {"error": self.error}
+            if self.node is not None:
+                self.node.close(final_state, final_ts)
+            if self.error is None:
+                self.state = "stopped"
+            return self._result
+
+    def _on_action(self, action: str) -> None:
+        """``PUT /state/{id}/{pause|close}``: start stopping, answer at once."""
+        self.node.check_action(action)
+        final = PAUSED if action == "pause" else OFFLINE
+        threading.Thread(target=self.stop, args=(final,), name=f"drainer-{action}",
+                         daemon=True).start()
+
+    def _fail(self, exc: BaseException) -> None:
+        self.error = f"{type(exc).__name__}: {exc}"
+        self.state = "failed"
+        log.error("replication task stopped: %s", self.error)
 
     # -- loop ---------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -81,81 +302,160 @@ class MergerActor:
                 log.warning("pipeline reset (%s); replaying from the checkpoint", exc)
                 time.sleep(0.5)
             except Exception as exc:  # the task stops; status() names the error
-                if _Ray.is_actor_died(exc):
+                if _Calls.is_actor_died(exc):
                     self.resets += 1
                     log.warning("a pipeline actor died (%s); replaying from the checkpoint", exc)
                     time.sleep(0.5)
                     continue
-                self.error = f"{type(exc).__name__}: {exc}"
-                self.state = "failed"
-                log.error("replication task stopped: %s", self.error)
+                self._fail(exc)
                 return
 
     def _pipeline(self) -> None:
-        cp = _Ray.get(_Ray.call(self.coordinator, "reset"))
-        _Ray.get(_Ray.call(self.keeper, "reset", cp.schema_version))
+        cp = _Calls.get(_Calls.call(self.coordinator, "reset"))
+        _Calls.get(_Calls.call(self.keeper, "reset", cp.schema_version))
+        self._start_ts = cp.commit_ts
         merger = Merger(start_ts=cp.commit_ts)
-        fetchers = {name: _Fetcher(name, pump, cp.commit_ts, self.settings.pull_max_bytes)
-                    for name, pump in self.pumps.items()}
-        for name in fetchers:
-            merger.add_source(name, cp.commit_ts)
-        self.state = "running"
+        target = MergerSources(merger, self._open_feed)
+        self._collector.target = target
+        try:
+            if self.node is not None and self.node.state != ONLINE:
+                self.node.register(cp.commit_ts)  # before the first refresh: see Notify
+            self._first_refresh(target)
+            self.state = "running"
+            self._merge(merger, target)
+        finally:
+            target.close()
+
+    def _first_refresh(self, target: MergerSources) -> None:
+        """The merge starts only once the pump list was read (TiDB pauses it until then)."""
+        while not self._stop.is_set():
+            try:
+                self._collector.refresh()
+                self.pumps = sorted(target.sources)
+                return
+            except UnavailableError as exc:
+                log.warning("cannot list the pumps (%s); retrying in %.0f s", exc, _RETRY_S)
+                self._stop.wait(_RETRY_S)
+
+    def _step_collector(self, target: MergerSources) -> None:
+        now = time.monotonic()
+        if now < self._collector_retry_at:
+            return
+        try:
+            if self._collector.step():
+                self.pumps = sorted(target.sources)
+        except UnavailableError as exc:
+            log.warning("pump discovery failed (%s); retrying in %.0f s", exc, _RETRY_S)
+            self._collector_retry_at = now + _RETRY_S
+
+    def _merge(self, merger: Merger, target: MergerSources) -> None:
         seq = 0
         inflight: deque = deque()
         last_idle = 0.0
         while not self._stop.is_set():
+            self._step_collector(target)
             progressed = False
-            for name, f in fetchers.items():
-                for items, watermark in f.poll():
+            feeds = target.pullable()
+            for name, feed in feeds.items():
+                for items, watermark in feed.poll():
                     merger.push(name, items, watermark)
-                    self.positions[name] = watermark
                     progressed = True
+            if progressed:
+                self.positions = merger.positions()
             ready = merger.pop_ready(self.settings.merge_batch)
             if ready:
                 items = [(it.commit_ts, it.payload) for it in ready]
-                translated = _Ray.call(self.keeper, "translate", items)
-                inflight.append(_Ray.call(self.coordinator, "apply", seq, translated))
+                translated = _Calls.call(self.keeper, "translate", items)
+                inflight.append(_Calls.call(self.coordinator, "apply", seq, translated))
                 seq += 1
                 self.merged += len(ready)
                 progressed = True
+            disorder = merger.counters["out_of_order"]
+            if disorder > self._disorder:
+                self.metrics.disorder_binlog_count.inc(disorder - self._disorder)
+                self._disorder = disorder
             while inflight and (len(inflight) >= self.settings.max_inflight
-                                or _Ray.ready(inflight[0])):
-                _Ray.get(inflight.popleft())
+                                or _Calls.ready(inflight[0])):
+                _Calls.get(inflight.popleft())
+            self._buffered, self._inflight_batches = merger.buffered(), len(inflight)
             now = time.monotonic()
             if not progressed:
                 if not inflight and now - last_idle > 0.5:
-                    _Ray.get(_Ray.call(self.coordinator, "idle"))
+                    _Calls.get(_Calls.call(self.coordinator, "idle"))
                     last_idle = now
-                f_wait = [f for f in fetchers.values()]
-                _Ray.wait_any([r for f in f_wait for r in f.refs()], timeout_s=0.05)
+                _Calls.wait_any([r for f in feeds.values() for r in f.refs()],
+                                timeout_s=_IDLE_WAIT_S)
         while inflight:
-            _Ray.get(inflight.popleft())
+            _Calls.get(inflight.popleft())
 
+    # -- pump sources ------------------------------------------------------------------
+    def _list_pumps(self) -> list[NodeStatus]:
+        if self.static_pumps is not None:
+            return [NodeStatus(node_id, "") for node_id in self.static_pumps]
+        if self.registry is None:
+            return []
+        return self.registry.nodes(PUMP)
 
-class _Fetcher:
-    """One pump's pull loop: one fetch in flight, the next from the last watermark."""
+    def _open_feed(self, node_id: str, host: str, since_ts: int):
+        max_bytes = self.settings.pull_max_bytes
+        if self.static_pumps is not None:
+            actor = self.static_pumps[node_id]
+        else:
+            from cluster.drainer import DEFAULT_NAMESPACE, pump_actor_name
 
-    def __init__(self, name: str, pump, since_ts: int, max_bytes: int):
-        self.name = name
-        self.pump = pump
-        self.since_ts = since_ts
-        self.max_bytes = max_bytes
-        self._pending = None
+            namespace = self.service.namespace if self.service else DEFAULT_NAMESPACE
+            actor = _Ray.find_actor(pump_actor_name(node_id), namespace)
+        if actor is not None:
+            log.info("merging pump %s (PumpActor) after commit_ts %d", node_id, since_ts)
+            return _ActorFeed(node_id, actor, since_ts, max_bytes, self.metrics)
+        from tidb_binlog.drainer.pump_source import GrpcPumpSource
 
-    def refs(self) -> list:
-        return list(self._pending) if self._pending else []
+        s = self.service
+        log.info("merging pump %s over gRPC at %s after commit_ts %d", node_id, host, since_ts)
+        source = GrpcPumpSource(host, self.settings.cluster_id, s.security if s else None,
+                                node_id=node_id, compressor=s.compressor if s else "")
+        return _GrpcFeed(node_id, source, since_ts, max_bytes, self.metrics)
 
-    def poll(self) -> list[tuple[list, int]]:
-        out = []
-        if self._pending is not None:
-            batch_ref, wm_ref = self._pending
-            if not _Ray.ready(wm_ref):
-                return out
-            self._pending = None
-            items, watermark = _Ray.get(batch_ref), _Ray.get(wm_ref)
-            self.since_ts = max(self.since_ts, watermark)
-            out.append((items, watermark))
-        self._pending = _Ray.pull(self.pump, self.since_ts, self.max_bytes)
-        return out
+    # -- status and metrics (HTTP threads) -------------------------------------------
+    def _saved_checkpoint_ts(self) -> int:
+        """The durable checkpoint (what a restarted drainer would start from)."""
+        saved = 0
+        if self.settings.downstream is not None:
+            if self._store is None:
+                from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
 
+                s = self.settings
+                self._store = MySQLCheckpointStore(s.downstream, s.cluster_id,
+                                                   schema=s.checkpoint_schema,
+                                                   table=s.checkpoint_table, attempts=1)
+            cp = self._store.load()
+            saved = cp.commit_ts if cp is not None else 0
+        return max(saved, self._start_ts)
 
+    def _coordinator_status(self) -> dict:
+        st = _Ray.status(self.coordinator)
+        if st["applied_rows"] != self._applied_rows:
+            self._applied_rows = st["applied_rows"]
+            self._last_sync_s = time.time()
+        return st
+
+    def _http_status(self) -> DrainerStatus:
+        st = self._coordinator_status()
+        return DrainerStatus(checkpoint_ts=self.node.max_commit_ts, last_sync_s=self._last_sync_s,
+                             pump_positions=dict(self.positions),
+                             latest_commit_ts=st["commit_ts"])
+
+    def _metrics_text(self) -> bytes:
+        m = self.metrics
+        if self.node is not None and self.node.max_commit_ts:
+            m.set_checkpoint(self.node.max_commit_ts, time.time())
+        m.queue_size.labels("merger_buffer").set(self._buffered)
+        m.queue_size.labels("syncer_input").set(self._inflight_batches)
+        try:
+            m.queue_size.labels("workers").set(self._coordinator_status()["outstanding"])
+        except Exception as exc:  # the coordinator is restarting: report the rest
+            log.warning("coordinator status unavailable for /metrics: %s", exc)
+        texts = [m.exposition()]
+        if self.workers:
+            texts += _Ray.worker_metrics(self.workers, timeout_s=5.0)
+        return merge_expositions(texts)

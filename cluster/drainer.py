@@ -13,10 +13,20 @@
 
 ``start`` creates the pipeline of :mod:`actors.drainer` (merger, schema keeper,
 coordinator) and ``worker-count`` SQL workers (:mod:`actors.syncer_workers`).
-Pumps are found in the registry: every pump that is not offline, as the
-PumpActor named :func:`pump_actor_name` of its node id. The upstream meta (the
-DDL history the schema keeper reads; TiKV's role in TiDB) is found in the
-registry KV under :data:`UPSTREAM_META_KEY` unless given.
+The merger follows the registry's pumps while it runs (every ``detect-interval``
+and on ``Cistern.Notify``): each pump that is not offline, as the PumpActor
+named :func:`pump_actor_name` of its node id in ``namespace``, or over gRPC at
+its registered host for a standalone pump. The upstream meta (the DDL history
+the schema keeper reads; TiKV's role in TiDB) is found in the registry KV under
+:data:`UPSTREAM_META_KEY` unless given.
+
+The task is also a drainer *node* (:mod:`actors.drainer_node`): the merger actor
+is placed on the caller's Ray node and serves Cistern gRPC on ``addr`` (default
+drainer.toml's ``addr``; port 0 picks one) and HTTP status on its port + 1, and
+keeps the registry record ``online`` with the saved checkpoint. ``stop()``
+records ``paused``; ``PUT /state/{id}/close`` stops the task and records
+``offline``. :attr:`Drainer.addr`, :attr:`Drainer.status_addr` and
+:attr:`Drainer.node_id` say where it is.
 """
 
 from __future__ import annotations
@@ -27,8 +37,10 @@ import logging
 import time
 
 from actors.drainer import CoordinatorActor, MergerActor, SchemaKeeperActor, TaskSettings
+from actors.drainer_node import ServiceSettings
+from actors.ray_calls import RayCalls
 from tidb_binlog.errors import ConfigError, UnavailableError
-from tidb_binlog.node import OFFLINE, PUMP
+from tidb_binlog.node import PAUSED
 
 __all__ = ["Drainer", "pump_actor_name", "UPSTREAM_META_KEY", "DEFAULT_NAMESPACE"]
 
@@ -49,50 +61,75 @@ class Drainer:
     """A running replication task (see the module docstring)."""
 
     def __init__(self, settings: TaskSettings, merger, keeper, coordinator, workers,
-                 pump_names: list[str]):
+                 addresses: dict | None = None):
         self.settings = settings
         self.merger = merger
         self.keeper = keeper
         self.coordinator = coordinator
         self.workers = workers
-        self.pump_names = pump_names
+        addresses = addresses or {}
+        self.node_id: str = addresses.get("node_id", "")
+        self.addr: str = addresses.get("addr", "")            # Cistern gRPC (registry host)
+        self.status_addr: str = addresses.get("status_addr", "")  # HTTP status and metrics
+        self._stopped: dict | None = None
 
     @classmethod
     def start(cls, cfg, *, registry=None, upstream_meta: dict | None = None,
               pumps: dict | None = None, namespace: str = DEFAULT_NAMESPACE,
-              **settings_overrides) -> Drainer:
+              addr: str | None = None, status_addr: str = "", node_id: str | None = None,
+              serve: bool = True, **settings_overrides) -> Drainer:
         """Start the actors of one task from a :class:`~tidb_binlog.config.DrainerConfig`.
 
-        ``pumps`` maps node ids to PumpActor handles (default: from the registry).
+        ``pumps`` maps node ids to PumpActor handles (a fixed set; default: follow the
+        registry). ``addr`` / ``status_addr`` / ``node_id`` override drainer.toml's
+        (``status_addr`` "" = the Cistern port + 1). ``serve=False`` runs the pipeline
+        only: no Cistern, HTTP or registry record (no Notify handshake either).
         """
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from actors.syncer_workers import start_sql_workers
 
         if cfg.syncer.db_type not in ("mysql", "tidb"):
             raise ConfigError(f"db-type {cfg.syncer.db_type!r} is not supported by the Ray "
                               "drainer yet; use mysql or tidb", key="syncer.db-type")
+        if registry is None and pumps is None:
+            raise ConfigError("no registry and no pumps given: the drainer cannot find its "
+                              "pumps", key="registry")
         if upstream_meta is None:
             upstream_meta = _upstream_meta_from(registry)
         if registry is not None:  # the registry's cluster id is the one pumps use (PD's)
             cfg = dataclasses.replace(cfg, cluster_id=registry.cluster_id())
         settings = TaskSettings.from_config(cfg, upstream_meta=upstream_meta,
                                             **settings_overrides)
-        if pumps is None:
-            pumps = _pumps_from(registry, namespace)
-        if not pumps:
-            raise UnavailableError("no pump is registered (or every pump is offline); start "
-                                   "the pumps first")
+        service = ServiceSettings.from_config(cfg, namespace=namespace, addr=addr,
+                                              status_addr=status_addr,
+                                              node_id=node_id) if serve else None
         workers = start_sql_workers(cfg, settings.worker_count)
         opts = dict(max_restarts=-1, max_task_retries=0, num_cpus=0)
         coordinator = ray.remote(concurrency_groups={"status": 1}, **opts)(
             CoordinatorActor).remote(settings, workers)
         keeper = ray.remote(**opts)(SchemaKeeperActor).remote(settings)
-        merger = ray.remote(max_concurrency=4, **opts)(MergerActor).remote(
-            settings, keeper, coordinator, pumps)
-        log.info("replication task started: %d pump(s) %s, %d SQL worker(s), downstream %s",
-                 len(pumps), sorted(pumps), len(workers), settings.downstream.address)
-        return cls(settings, merger, keeper, coordinator, workers, sorted(pumps))
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                              soft=False)  # addr is this host's
+        merger = ray.remote(max_concurrency=8, scheduling_strategy=here, **opts)(
+            MergerActor).remote(settings, keeper, coordinator, pumps, registry=registry,
+                                service=service, workers=workers)
+        drainer = cls(settings, merger, keeper, coordinator, workers)
+        try:
+            addresses = RayCalls.get(merger.addresses.remote())
+        except BaseException:
+            drainer._kill()
+            raise
+        drainer.node_id = addresses["node_id"]
+        drainer.addr = addresses["addr"]
+        drainer.status_addr = addresses["status_addr"]
+        log.info("replication task started: %s, %d SQL worker(s), downstream %s%s",
+                 f"pumps {sorted(pumps)}" if pumps is not None else "pumps from the registry",
+                 len(workers), settings.downstream.address,
+                 f"; drainer {drainer.node_id} serving Cistern gRPC on {drainer.addr}, HTTP "
+                 f"status on {drainer.status_addr}" if serve else "")
+        return drainer
 
     # -- observing ------------------------------------------------------------------------
     def status(self) -> dict:
@@ -123,14 +160,22 @@ class Drainer:
             time.sleep(poll_s)
 
     # -- stopping ---------------------------------------------------------------------------
-    def stop(self) -> dict:
-        """Stop pulling, wait for the workers, save the final checkpoint, end the actors."""
+    def stop(self, final_state: str = PAUSED) -> dict:
+        """Stop pulling, wait for the workers, save the final checkpoint, record
+        ``final_state`` (paused) in the registry, end the actors. Idempotent."""
+        if self._stopped is not None:
+            return self._stopped
+        try:
+            self._stopped = RayCalls.get(self.merger.stop.remote(final_state))
+        finally:
+            self._kill()
+        return self._stopped
+
+    def _kill(self) -> None:
         import ray
 
-        result = ray.get(self.merger.stop.remote())
         for actor in [self.merger, self.keeper, self.coordinator, *self.workers]:
             ray.kill(actor, no_restart=True)
-        return result
 
 
 def _upstream_meta_from(registry) -> dict:
@@ -140,23 +185,3 @@ def _upstream_meta_from(registry) -> dict:
                           f"{UPSTREAM_META_KEY!r}; pass upstream_meta= or start the upstream "
                           "with a registry", key=UPSTREAM_META_KEY)
     return json.loads(text)
-
-
-def _pumps_from(registry, namespace: str) -> dict:
-    import ray
-
-    if registry is None:
-        raise ConfigError("no registry and no pumps given: the drainer cannot find its pumps",
-                          key="pd-urls")
-    pumps = {}
-    for status in registry.nodes(PUMP):
-        if status.state == OFFLINE:
-            continue
-        try:
-            pumps[status.node_id] = ray.get_actor(pump_actor_name(status.node_id),
-                                                  namespace=namespace)
-        except ValueError as exc:
-            raise UnavailableError(
-                f"pump {status.node_id} at {status.host} is registered but no PumpActor named "
-                f"{pump_actor_name(status.node_id)!r} runs in namespace {namespace!r}") from exc
-    return pumps
