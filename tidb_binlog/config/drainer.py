@@ -1,0 +1,287 @@
+"""drainer.toml: :class:`DrainerConfig` and :func:`load_drainer_config`.
+
+TiDB Binlog's ``cmd/drainer/drainer.toml`` / ``drainer/config.go`` keys and defaults,
+plus ours (``cluster-id``, ``registry``, ``syncer.exactly-once``; ``syncer.to.merge``
+defaults to true). After loading, TiDB Binlog's adjustments: ``advertise-addr``
+defaults to ``addr``; db-type ``pb`` means ``file``; ``worker-count`` is 1 for
+``file`` or when dispatch is off; ``replicate-do-*`` names are lower-cased;
+``[syncer.to]`` host/port/user/password default to ``$MYSQL_HOST``/``$MYSQL_PORT``/
+``$MYSQL_USER``/``$MYSQL_PSWD`` or localhost/3306/root/"" for mysql/tidb, and
+``dir`` to ``data-dir`` for file; the checkpoint type follows db-type and an
+empty checkpoint host/port/user/password is taken from ``[syncer.to]``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tidb_binlog.config._common import (
+    SUPPORTED_DB_TYPES,
+    SecurityConfig,
+    _check_common,
+    _check_security,
+    _fail,
+)
+from tidb_binlog.config._kinds import (
+    _BOOL,
+    _DAY_S,
+    _INT,
+    _STR,
+    _bytes_kind,
+    _csv_kind,
+    _duration_kind,
+    _float_kind,
+    _int_kind,
+    _list_kind,
+    _opt,
+    _section,
+    _str_map_kind,
+)
+from tidb_binlog.config._toml import _load, _to_toml
+
+__all__ = [
+    "TableName",
+    "TableRef",
+    "TableMigrateRule",
+    "BinlogFilterRule",
+    "RelayConfig",
+    "CheckpointConfig",
+    "ToConfig",
+    "SyncerConfig",
+    "DrainerConfig",
+    "SUPPORTED_DB_TYPES",
+    "load_drainer_config",
+]
+
+_TIDB_ONLY_DB_TYPES = ("kafka", "oracle")
+# TiDB Binlog's command-line flag names that are not the dotted TOML key.
+_DRAINER_FLAGS = {
+    "L": "log-level", "c": "syncer.worker-count", "dest-db-type": "syncer.db-type",
+    "relay-log-dir": "syncer.relay.log-dir", "relay-max-file-size": "syncer.relay.max-file-size",
+    **{k: f"syncer.{k}" for k in (
+        "txn-batch", "loopback-control", "sync-ddl", "channel-id", "ignore-schemas", "safe-mode",
+        "enable-dispatch", "disable-dispatch", "enable-detect", "disable-detect",
+        "load-schema-snapshot", "exactly-once", "sql-mode")},
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TableName:
+    """An entry of ``[[syncer.ignore-table]]`` / ``[[syncer.replicate-do-table]]``."""
+
+    db_name: str = _opt("db-name", _STR, "")
+    tbl_name: str = _opt("tbl-name", _STR, "")
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """``source`` / ``target`` of a table-migrate-rule (wildcards allowed in source)."""
+
+    schema: str = _opt("schema", _STR, "")
+    table: str = _opt("table", _STR, "")
+
+
+@dataclass(frozen=True)
+class BinlogFilterRule:
+    """``[syncer.binlog-filter-rule.<name>]``: tidb-tools event types and SQL regexes."""
+
+    ignore_event: tuple[str, ...] = _opt("ignore-event", _list_kind(_STR, "an array of strings"), ())
+    ignore_sql: tuple[str, ...] = _opt("ignore-sql", _list_kind(_STR, "an array of strings"), ())
+
+
+@dataclass(frozen=True)
+class TableMigrateRule:
+    """``[[syncer.table-migrate-rule]]``: binds filter rules (and, for oracle, a target)."""
+
+    binlog_filter_rule: tuple[str, ...] = _opt(
+        "binlog-filter-rule", _list_kind(_STR, "an array of rule names"), ())
+    source: TableRef = _section("source", TableRef)
+    target: TableRef | None = _section("target", TableRef, default=None)
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    """``[syncer.relay]``: relay log (empty ``log-dir`` disables it)."""
+
+    log_dir: str = _opt("log-dir", _STR, "")
+    max_file_size_bytes: int = _opt("max-file-size", _bytes_kind(), 10485760)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """``[syncer.to.checkpoint]``: where the checkpoint is saved."""
+
+    type: str = _opt("type", _STR, "")
+    schema: str = _opt("schema", _STR, "tidb_binlog")
+    table: str = _opt("table", _STR, "checkpoint")
+    host: str = _opt("host", _STR, "")
+    port: int = _opt("port", _int_kind(0, 65535), 0)
+    user: str = _opt("user", _STR, "")
+    password: str = _opt("password", _STR, "")
+    encrypted_password: str = _opt("encrypted_password", _STR, "")
+    security: SecurityConfig = _section("security", SecurityConfig)
+
+
+@dataclass(frozen=True)
+class ToConfig:
+    """``[syncer.to]``: the downstream (mysql/tidb connection, or the file sink dir)."""
+
+    host: str = _opt("host", _STR, "")
+    port: int = _opt("port", _int_kind(0, 65535), 0)
+    user: str = _opt("user", _STR, "")
+    password: str = _opt("password", _STR, "")
+    encrypted_password: str = _opt("encrypted_password", _STR, "")
+    sync_mode: int = _opt("sync-mode", _int_kind(1, 2), 1)
+    read_timeout_s: float = _opt("read-timeout", _duration_kind(), 60.0)
+    params: dict = _opt("params", _str_map_kind(), {})
+    merge: bool = _opt("merge", _BOOL, True)
+    dir: str = _opt("dir", _STR, "")
+    retention_time_s: float = _opt("retention-time", _float_kind("days", unit_s=_DAY_S, allow_zero=True),
+                                   0.0)  # fmt: skip
+    security: SecurityConfig = _section("security", SecurityConfig)
+    checkpoint: CheckpointConfig = _section("checkpoint", CheckpointConfig)
+
+
+@dataclass(frozen=True)
+class SyncerConfig:
+    """``[syncer]``: translation, filters, workers and the downstream."""
+
+    sql_mode: str | None = _opt("sql-mode", _STR, None)
+    txn_batch: int = _opt("txn-batch", _int_kind(1), 20)
+    worker_count: int = _opt("worker-count", _int_kind(1), 16)
+    enable_dispatch: bool = _opt("enable-dispatch", _BOOL, True, inverse="disable-dispatch")
+    enable_detect: bool = _opt("enable-detect", _BOOL, True, inverse="disable-detect")
+    safe_mode: bool = _opt("safe-mode", _BOOL, False)
+    db_type: str = _opt("db-type", _STR, "mysql")
+    sync_ddl: bool = _opt("sync-ddl", _BOOL, True)
+    loopback_control: bool = _opt("loopback-control", _BOOL, False)
+    channel_id: int = _opt("channel-id", _int_kind(-(1 << 63), (1 << 63) - 1), 0)
+    ignore_schemas: tuple[str, ...] = _opt(
+        "ignore-schemas", _csv_kind(), ("INFORMATION_SCHEMA", "PERFORMANCE_SCHEMA", "mysql"))
+    replicate_do_db: tuple[str, ...] = _opt(
+        "replicate-do-db", _list_kind(_STR, "an array of schema names"), ())
+    ignore_txn_commit_ts: tuple[int, ...] = _opt(
+        "ignore-txn-commit-ts", _list_kind(_INT, "an array of commit ts integers"), ())
+    load_schema_snapshot: bool = _opt("load-schema-snapshot", _BOOL, False)
+    case_sensitive: bool = _opt("case-sensitive", _BOOL, False)
+    exactly_once: bool | None = _opt("exactly-once", _BOOL, None)
+    ignore_table: tuple[TableName, ...] = _section("ignore-table", TableName, shape="array")
+    replicate_do_table: tuple[TableName, ...] = _section(
+        "replicate-do-table", TableName, shape="array")
+    table_migrate_rule: tuple[TableMigrateRule, ...] = _section(
+        "table-migrate-rule", TableMigrateRule, shape="array")
+    binlog_filter_rule: dict = _section("binlog-filter-rule", BinlogFilterRule, shape="map")
+    relay: RelayConfig = _section("relay", RelayConfig)
+    to: ToConfig = _section("to", ToConfig)
+
+
+@dataclass(frozen=True)
+class DrainerConfig:
+    """drainer.toml (``cmd/drainer/drainer.toml``, ``drainer/config.go``) plus our keys."""
+
+    addr: str = _opt("addr", _STR, "127.0.0.1:8249")
+    advertise_addr: str = _opt("advertise-addr", _STR, "")
+    node_id: str = _opt("node-id", _STR, "")
+    log_level: str = _opt("log-level", _STR, "info")
+    log_file: str = _opt("log-file", _STR, "")
+    data_dir: str = _opt("data-dir", _STR, "data.drainer")
+    detect_interval_s: float = _opt("detect-interval", _float_kind(), 5.0)
+    pd_urls: str = _opt("pd-urls", _STR, "http://127.0.0.1:2379")
+    initial_commit_ts: int = _opt("initial-commit-ts", _int_kind(-1, (1 << 63) - 1), -1)
+    synced_check_time_s: float = _opt("synced-check-time", _float_kind("minutes", unit_s=60),
+                                      300.0)  # fmt: skip
+    compressor: str = _opt("compressor", _STR, "")
+    cache_binlog_count: int = _opt("cache-binlog-count", _int_kind(1), 8)
+    cluster_id: int = _opt("cluster-id", _int_kind(1, (1 << 64) - 1), 1)
+    registry: str = _opt("registry", _STR, "")
+    security: SecurityConfig = _section("security", SecurityConfig)
+    syncer: SyncerConfig = _section("syncer", SyncerConfig)
+
+    def to_toml(self) -> str:
+        return _to_toml(self)
+
+
+def load_drainer_config(path: str | Path | None, overrides: dict | None = None, *,
+                        env: dict | None = None) -> DrainerConfig:  # fmt: skip
+    """Load drainer.toml, apply flag ``overrides``, then TiDB Binlog's adjustments.
+
+    ``env`` (default ``os.environ``) supplies ``MYSQL_HOST/PORT/USER/PSWD``.
+    """
+    cfg, source = _load(DrainerConfig, path, overrides, _DRAINER_FLAGS)
+    return _resolve_drainer(cfg, source, os.environ if env is None else env)
+
+
+
+def _resolve_drainer(cfg: DrainerConfig, source: str, env) -> DrainerConfig:
+    advertise = _check_common(cfg, source)
+    if cfg.compressor not in ("", "gzip"):
+        raise _fail("compressor", source, f"{cfg.compressor!r} is not supported; use \"gzip\" "
+                    "or \"\" (no compression)")  # fmt: skip
+    return replace(cfg, advertise_addr=advertise, syncer=_resolve_syncer(cfg, source, env))
+
+
+def _resolve_syncer(cfg: DrainerConfig, source: str, env) -> SyncerConfig:
+    s = cfg.syncer
+    db_type = "file" if s.db_type == "pb" else s.db_type
+    if db_type not in SUPPORTED_DB_TYPES:
+        known = "is TiDB Binlog's but not supported here" if db_type in _TIDB_ONLY_DB_TYPES \
+            else "is unknown"
+        raise _fail("syncer.db-type", source, f"{s.db_type!r} {known}; supported: "
+                    f"{', '.join(SUPPORTED_DB_TYPES)}")  # fmt: skip
+    exactly_once = db_type in ("mysql", "tidb") if s.exactly_once is None else s.exactly_once
+    if exactly_once and db_type == "file":
+        raise _fail("syncer.exactly-once", source, "needs a mysql or tidb downstream; set it "
+                    "to false for db-type file")  # fmt: skip
+    for i, name in enumerate(s.ignore_schemas):
+        if not name:
+            raise _fail("syncer.ignore-schemas", source, f"empty schema name at position {i}")
+    for i, name in enumerate(s.replicate_do_db):
+        if not name:
+            raise _fail("syncer.replicate-do-db", source, f"empty schema name at position {i}")
+    for key, tables in (("ignore-table", s.ignore_table), ("replicate-do-table",
+                                                           s.replicate_do_table)):  # fmt: skip
+        for i, t in enumerate(tables):
+            if not t.db_name or not t.tbl_name:
+                raise _fail(f"syncer.{key}[{i}]", source, "db-name and tbl-name are required")
+    for i, rule in enumerate(s.table_migrate_rule):
+        if not rule.source.schema:
+            raise _fail(f"syncer.table-migrate-rule[{i}].source.schema", source, "is required")
+        for name in rule.binlog_filter_rule:
+            if name not in s.binlog_filter_rule:
+                raise _fail(f"syncer.table-migrate-rule[{i}].binlog-filter-rule", source,
+                            f"no [syncer.binlog-filter-rule.{name}] is defined")  # fmt: skip
+    to = _resolve_to(s.to, db_type, cfg.data_dir, source, env)
+    worker_count = 1 if db_type == "file" or not s.enable_dispatch else s.worker_count
+    lower = [TableName(t.db_name.lower(), t.tbl_name.lower()) for t in s.replicate_do_table]
+    return replace(s, db_type=db_type, exactly_once=exactly_once, worker_count=worker_count,
+                   replicate_do_db=tuple(d.lower() for d in s.replicate_do_db),
+                   replicate_do_table=tuple(lower), to=to)  # fmt: skip
+
+
+def _resolve_to(to: ToConfig, db_type: str, data_dir: str, source: str, env) -> ToConfig:
+    for key, sec in (("syncer.to", to), ("syncer.to.checkpoint", to.checkpoint)):
+        if sec.encrypted_password:
+            raise _fail(f"{key}.encrypted_password", source, "encrypted passwords are not "
+                        "supported; put the plain password in `password`")  # fmt: skip
+        _check_security(sec.security, f"{key}.security", source)
+    if db_type == "file":
+        to = replace(to, dir=to.dir or data_dir)
+    else:
+        port = to.port or int(env.get("MYSQL_PORT") or 0) or 3306
+        to = replace(to, host=to.host or env.get("MYSQL_HOST") or "localhost", port=port,
+                     user=to.user or env.get("MYSQL_USER") or "root",
+                     password=to.password or env.get("MYSQL_PSWD", ""))  # fmt: skip
+    cp = to.checkpoint
+    cp_type = cp.type or ("file" if db_type == "file" else db_type)
+    if cp_type not in ("mysql", "tidb", "file"):
+        raise _fail("syncer.to.checkpoint.type", source,
+                    f"{cp.type!r} is not supported; use mysql, tidb or leave it empty")
+    if cp_type != "file":
+        cp = replace(cp, host=cp.host or to.host, port=cp.port or to.port,
+                     user=cp.user or to.user, password=cp.password or to.password)  # fmt: skip
+        if not cp.host or not cp.port:
+            raise _fail("syncer.to.checkpoint.host", source, "a mysql/tidb checkpoint needs "
+                        "host and port when db-type is file")  # fmt: skip
+    return replace(to, checkpoint=replace(cp, type=cp_type))
