@@ -217,6 +217,7 @@ class MergerActor:
         self._startup_error: BinlogError | None = None
         self._stop_lock = threading.Lock()
         self._stop = threading.Event()
+        self._started = threading.Event()
         detect_s = service.detect_interval_s if service is not None else 5.0
         self._collector = Collector(self._list_pumps, None, detect_interval_s=detect_s)
         self.node = None
@@ -252,6 +253,12 @@ class MergerActor:
                 "node_id": self.node.node_id if self.node else "",
                 "node_state": self.node.state if self.node else "",
                 "saved_commit_ts": self.node.max_commit_ts if self.node else self._start_ts}
+
+    def wait_started(self, timeout_s: float = 60.0) -> str:
+        """Block until the pipeline started merging (the node is online) or failed;
+        returns the state (``starting`` if it is still reading the checkpoint)."""
+        self._started.wait(timeout_s)
+        return self.state
 
     def notify(self, timeout_s: float = 10.0) -> bool:
         """What ``Cistern.Notify`` does: refresh the pump list now and wait for it."""
@@ -289,6 +296,7 @@ class MergerActor:
     def _fail(self, exc: BaseException) -> None:
         self.error = f"{type(exc).__name__}: {exc}"
         self.state = "failed"
+        self._started.set()
         log.error("replication task stopped: %s", self.error)
 
     # -- loop ---------------------------------------------------------------------------------
@@ -322,6 +330,7 @@ class MergerActor:
                 self.node.register(cp.commit_ts)  # before the first refresh: see Notify
             self._first_refresh(target)
             self.state = "running"
+            self._started.set()
             self._merge(merger, target)
         finally:
             target.close()

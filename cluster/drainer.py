@@ -77,13 +77,16 @@ class Drainer:
     def start(cls, cfg, *, registry=None, upstream_meta: dict | None = None,
               pumps: dict | None = None, namespace: str = DEFAULT_NAMESPACE,
               addr: str | None = None, status_addr: str = "", node_id: str | None = None,
-              serve: bool = True, **settings_overrides) -> Drainer:
+              serve: bool = True, start_timeout_s: float = 60.0,
+              **settings_overrides) -> Drainer:
         """Start the actors of one task from a :class:`~tidb_binlog.config.DrainerConfig`.
 
         ``pumps`` maps node ids to PumpActor handles (a fixed set; default: follow the
         registry). ``addr`` / ``status_addr`` / ``node_id`` override drainer.toml's
         (``status_addr`` "" = the Cistern port + 1). ``serve=False`` runs the pipeline
         only: no Cistern, HTTP or registry record (no Notify handshake either).
+        Returns once the task merges (its node online), or after ``start_timeout_s``;
+        a task that failed meanwhile is returned too: ``status()`` names the error.
         """
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -124,6 +127,11 @@ class Drainer:
         drainer.node_id = addresses["node_id"]
         drainer.addr = addresses["addr"]
         drainer.status_addr = addresses["status_addr"]
+        # Online (and merging) before returning: a pump started afterwards notifies us.
+        state = RayCalls.get(merger.wait_started.remote(start_timeout_s))
+        if state == "starting":
+            log.warning("the replication task is still starting after %.0f s (reading the "
+                        "checkpoint from the downstream?); see status()", start_timeout_s)
         log.info("replication task started: %s, %d SQL worker(s), downstream %s%s",
                  f"pumps {sorted(pumps)}" if pumps is not None else "pumps from the registry",
                  len(workers), settings.downstream.address,

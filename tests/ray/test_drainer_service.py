@@ -1,0 +1,189 @@
+"""The drainer as a service on a real local Ray: pumps joining and leaving while the task
+runs (Notify handshake, retirement), its registry record holding back pump GC, and the
+HTTP status / metrics / action API against a live task."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from cluster.drainer import Drainer
+from cluster.launch import LocalCluster, PumpOptions
+from tidb_binlog import binlog as bl
+from tidb_binlog.config import load_drainer_config
+from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, PUMP
+from tidb_binlog.upstream import Upstream
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def drainer_config(downstream, **extra):
+    overrides = {"syncer.to.host": downstream.host, "syncer.to.port": downstream.port,
+                 "syncer.to.user": downstream.user, "syncer.to.password": downstream.password,
+                 "syncer.worker-count": 2, "initial-commit-ts": 0, "detect-interval": 30,
+                 "addr": "127.0.0.1:0"}
+    overrides.update(extra)
+    return load_drainer_config(None, overrides)
+
+
+def rows(server, table):
+    conn = server.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT * FROM {table} ORDER BY 1")
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+def wait_until(predicate, timeout_s=60.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def write(upstream, first, count):
+    with upstream.session("shop") as s:
+        for i in range(first, first + count):
+            txn = s.begin()
+            txn.insert("t", [{"id": i, "v": f"v{i}"}])
+            txn.commit()
+    upstream.flush()
+
+
+def stored_commits(pump_actor, ray) -> int:
+    """Non-fake commit binlogs the pump stores (it received real writes)."""
+    batch_ref, _ = pump_actor.pull.options(num_returns=2).remote(0, 64 << 20, 0)
+    return sum(1 for _, payload in ray.get(batch_ref) if not bl.is_fake(bl.decode(payload)))
+
+
+def http(method, url):
+    req = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+@pytest.fixture
+def stack(ray_local, mariadb_factory, tmp_path):
+    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
+    options = PumpOptions(extra={"gc": "1s"})  # GC right behind now unless held back
+    cluster = LocalCluster(tmp_path / "cluster", pumps=1, upstream_params=up_db.params(),
+                           pump_options=options).start()
+    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
+    upstream.ddl("CREATE DATABASE shop")
+    upstream.ddl("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(16))")
+    yield up_db, down_db, cluster, upstream
+    upstream.close()
+    cluster.stop()
+
+
+def test_pumps_join_and_leave_while_running_and_the_paused_drainer_holds_back_gc(stack):
+    ray = pytest.importorskip("ray")
+    up_db, down_db, cluster, upstream = stack
+    drainer = Drainer.start(drainer_config(down_db), registry=cluster.registry)
+    try:
+        write(upstream, 0, 10)
+        drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
+        assert drainer.status()["pumps"] == ["pump-0"]
+
+        # A new pump: Notify returns only once it is a merge source (detect-interval is
+        # 30 s, so only the handshake can have added it by now).
+        new_pump = cluster.start_pump("pump-1")
+        assert drainer.status()["pumps"] == ["pump-0", "pump-1"]
+        next_id = 1000
+        while stored_commits(new_pump, ray) == 0:  # the client picks pump-1 up from its watch
+            assert next_id < 1200, "no write reached the new pump"
+            write(upstream, next_id, 5)
+            next_id += 5
+        write(upstream, 10, 20)
+        drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
+        assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
+
+        # pump-0 goes offline: it waits for our checkpoint, then we retire it.
+        ray.get(cluster.pumps["pump-0"].close.remote())
+        wait_until(lambda: cluster.registry.node(PUMP, "pump-0").state == OFFLINE,
+                   what="pump-0 offline")
+        wait_until(lambda: drainer.status()["pumps"] == ["pump-1"], what="pump-0 retired")
+        write(upstream, 30, 20)
+        drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
+        assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
+        assert len(rows(down_db, "shop.t")) >= 50
+    finally:
+        result = drainer.stop()
+    assert result["consistent"] is True
+    record = cluster.registry.node(DRAINER, drainer.node_id)
+    assert record.state == PAUSED and record.max_commit_ts == result["commit_ts"]
+
+    # A paused drainer still holds back GC: with gc = 1 s the pump would cut at
+    # now - 1 s; it must stop at the drainer's checkpoint instead.
+    time.sleep(1.5)
+    write(upstream, 50, 3)
+    status_addr = ray.get(cluster.pumps["pump-1"].status_address.remote())
+    code, body = http("POST", f"http://{status_addr}/debug/gc/trigger")
+    assert code == 200, body
+    code, body = http("GET", f"http://{status_addr}/status")
+    assert json.loads(body)["Checkpoint"]["gcTS"] == record.max_commit_ts
+
+
+def test_registry_record_and_http_api_of_a_live_task(stack):
+    up_db, down_db, cluster, upstream = stack
+    drainer = Drainer.start(drainer_config(down_db, **{"node-id": "drainer-a"}),
+                            registry=cluster.registry)
+    base = f"http://{drainer.status_addr}"
+    try:
+        assert int(drainer.status_addr.rpartition(":")[2]) == \
+            int(drainer.addr.rpartition(":")[2]) + 1
+        record = cluster.registry.node(DRAINER, "drainer-a")
+        assert record.state == ONLINE and record.host == drainer.addr
+        write(upstream, 0, 10)
+        target = cluster.get_ts()
+        drainer.wait_for_checkpoint(target, timeout_s=120)
+        # the heartbeat carries the saved checkpoint (saved every 3 s)
+        wait_until(lambda: cluster.registry.node(DRAINER, "drainer-a").max_commit_ts >= target,
+                   what="the registry record's maxCommitTS")
+
+        code, body = http("GET", f"{base}/status")
+        doc = json.loads(body)
+        assert code == 200 and set(doc) == {"PumpPos", "Synced", "LastTS", "TsMap"}
+        assert doc["PumpPos"]["pump-0"] >= target and doc["LastTS"] >= target
+        assert doc["Synced"] is False          # rows were applied well within 5 minutes
+        code, body = http("GET", f"{base}/commit_ts")
+        assert code == 200 and json.loads(body)["data"]["ts"] >= target
+
+        code, body = http("GET", f"{base}/metrics")
+        text = body.decode()
+        assert code == 200
+        for name in ("binlog_drainer_checkpoint_tso", "binlog_drainer_checkpoint_delay_seconds",
+                     "binlog_drainer_execute_duration_time_count",
+                     "binlog_drainer_query_duration_time_count",
+                     "binlog_drainer_binlog_reach_duration_time_count",
+                     "binlog_drainer_queue_size", "binlog_drainer_error_count",
+                     'binlog_drainer_pump_position{nodeID="pump-0"}'):
+            assert name in text, name
+        # the two workers' counters are summed into one series
+        inserts = [line for line in text.splitlines()
+                   if line.startswith('binlog_drainer_event_total{type="Insert"}')]
+        assert len(inserts) == 1 and float(inserts[0].split()[-1]) == 10.0
+
+        code, body = http("PUT", f"{base}/state/someone-else/close")
+        assert code == 400 and b"not this drainer" in body
+        code, body = http("PUT", f"{base}/state/drainer-a/close")
+        assert code == 200 and json.loads(body)["message"] == "apply action close success!"
+        wait_until(lambda: drainer.status()["state"] == "stopped", what="the task to stop")
+        record = cluster.registry.node(DRAINER, "drainer-a")
+        assert record.state == OFFLINE and record.max_commit_ts >= target
+    finally:
+        result = drainer.stop()
+    assert result["consistent"] is True
