@@ -42,7 +42,8 @@ from actors.ray_calls import RayCalls
 from tidb_binlog.errors import ConfigError, UnavailableError
 from tidb_binlog.node import PAUSED
 
-__all__ = ["Drainer", "pump_actor_name", "UPSTREAM_META_KEY", "DEFAULT_NAMESPACE"]
+__all__ = ["Drainer", "pump_actor_name", "join_cluster", "UPSTREAM_META_KEY",
+           "DEFAULT_NAMESPACE"]
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,10 @@ class Drainer:
         return {**merger, **{f"checkpoint_{k}" if k == "commit_ts" else k: v
                              for k, v in coord.items()}}
 
+    def task_state(self) -> dict:
+        """The merger's status alone (cheap): ``state``, ``error``, ``node_state``, ..."""
+        return RayCalls.get(self.merger.status.remote())
+
     def checkpoint_ts(self) -> int:
         return self.status()["checkpoint_commit_ts"]
 
@@ -184,6 +189,35 @@ class Drainer:
 
         for actor in [self.merger, self.keeper, self.coordinator, *self.workers]:
             ray.kill(actor, no_restart=True)
+
+
+def join_cluster(cfg, *, ray_address: str | None = None):
+    """``(registry client, namespace)`` for drainer.toml's ``registry``, on Ray.
+
+    Joins the Ray cluster at ``ray_address`` (else ``$RAY_ADDRESS``, else the one
+    running on this machine); when none runs and no address was given, starts a
+    local Ray. ``registry = "<namespace>[/<actor name>]"`` names the registry
+    actor ("" = namespace ``tidb-binlog``, the default actor name).
+    """
+    import os
+
+    import ray
+
+    from cluster.registry import REGISTRY_NAME, connect_registry
+    from tidb_binlog.config import split_registry
+
+    namespace, name = split_registry(cfg.registry) or (DEFAULT_NAMESPACE, REGISTRY_NAME)
+    if not ray.is_initialized():
+        address = ray_address or os.environ.get("RAY_ADDRESS") or ""
+        try:
+            ray.init(address=address or "auto", namespace=namespace, log_to_driver=False)
+        except ConnectionError as exc:
+            if address:
+                raise UnavailableError(f"cannot join the Ray cluster at {address!r}: {exc}; "
+                                       "check --ray-address / RAY_ADDRESS") from exc
+            log.info("no running Ray cluster found: starting a local one")
+            ray.init(namespace=namespace, log_to_driver=False, include_dashboard=False)
+    return connect_registry(namespace=namespace, name=name), namespace
 
 
 def _upstream_meta_from(registry) -> dict:

@@ -1,0 +1,140 @@
+"""``tidb-binlog drainer`` as a subprocess joining the Ray cluster of the test process,
+where a LocalCluster (registry + pump actor) runs: it registers, replicates, stops on
+SIGTERM with a consistent checkpoint and state paused, and exits 1 naming the error when
+the task fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster.launch import LocalCluster
+from tidb_binlog.node import DRAINER, ONLINE, PAUSED
+from tidb_binlog.upstream import Upstream
+
+pytestmark = pytest.mark.timeout(400)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(args, tmp_path, name):
+    log_path = tmp_path / f"{name}.log"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    log_file = open(log_path, "w")
+    proc = subprocess.Popen([sys.executable, "-m", "tidb_binlog.cli.main", "drainer", *args],
+                            cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    log_file.close()
+    return proc, log_path
+
+
+def wait_until(predicate, proc, log_path, timeout_s=120.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if proc.poll() is not None:
+            raise AssertionError(f"drainer exited ({proc.returncode}) while waiting for {what}:"
+                                 f"\n{log_path.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}:\n"
+                                 f"{log_path.read_text()[-3000:]}")
+        time.sleep(0.3)
+
+
+def query(server, sql):
+    conn = server.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+def write(upstream, first, count):
+    with upstream.session("shop") as s:
+        for i in range(first, first + count):
+            txn = s.begin()
+            txn.insert("t", [{"id": i, "v": f"v{i}"}])
+            txn.commit()
+    upstream.flush()
+
+
+def test_bad_config_exits_1_with_the_reason(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tidb_binlog.cli.main", "drainer", "--config",
+                           str(tmp_path / "missing.toml")], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "cannot read config file" in proc.stderr and "missing.toml" in proc.stderr
+
+
+def test_cli_registers_replicates_stops_on_sigterm_and_fails_clearly(
+        ray_local, mariadb_factory, tmp_path, free_port):
+    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
+    cluster = LocalCluster(tmp_path / "cluster", pumps=1,
+                           upstream_params=up_db.params()).start()
+    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
+    port = free_port()
+    config = tmp_path / "drainer.toml"
+    config.write_text(f"""
+addr = "127.0.0.1:{port}"
+node-id = "cli-drainer"
+data-dir = "{tmp_path / 'drainer'}"
+initial-commit-ts = 0
+detect-interval = 30
+registry = "{cluster.namespace}"
+[syncer]
+worker-count = 2
+[syncer.to]
+host = "{down_db.host}"
+port = {down_db.port}
+user = "{down_db.user}"
+password = "{down_db.password}"
+""")
+    args = ["--config", str(config), "--ray-address",
+            ray_local.get_runtime_context().gcs_address]
+    try:
+        upstream.ddl("CREATE DATABASE shop")
+        upstream.ddl("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(16))")
+        write(upstream, 0, 20)
+
+        proc, log_path = run_cli(args, tmp_path, "first")
+        record = wait_until(lambda: cluster.registry.node(DRAINER, "cli-drainer"), proc,
+                            log_path, what="the drainer's registry record")
+        assert record.state == ONLINE and record.host == f"127.0.0.1:{port}"
+        target = cluster.get_ts()
+        wait_until(lambda: cluster.registry.node(DRAINER, "cli-drainer").max_commit_ts
+                   >= target, proc, log_path, what="the checkpoint to pass the writes")
+        assert query(down_db, "SELECT * FROM shop.t ORDER BY id") == \
+            query(up_db, "SELECT * FROM shop.t ORDER BY id")
+        text = log_path.read_text()
+        assert f"Cistern gRPC on 127.0.0.1:{port}" in text
+        assert f"HTTP status on 127.0.0.1:{port + 1}" in text
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log_path.read_text()[-3000:]
+        record = cluster.registry.node(DRAINER, "cli-drainer")
+        assert record.state == PAUSED and record.max_commit_ts >= target
+        saved = json.loads(query(down_db, "SELECT checkPoint FROM tidb_binlog.checkpoint")[0][0])
+        assert saved["consistent"] is True and saved["commitTS"] == record.max_commit_ts
+
+        # The downstream table loses a column: applying new rows fails for good.
+        query(down_db, "ALTER TABLE shop.t DROP COLUMN v")
+        write(upstream, 100, 3)
+        proc, log_path = run_cli(args, tmp_path, "second")
+        assert proc.wait(timeout=180) == 1, log_path.read_text()[-3000:]
+        text = log_path.read_text()
+        assert "replication task failed" in text and "DownstreamError" in text
+        assert "Unknown column" in text
+        assert cluster.registry.node(DRAINER, "cli-drainer").state == PAUSED
+    finally:
+        upstream.close()
+        cluster.stop()

@@ -1,0 +1,110 @@
+"""``tidb-binlog drainer``: run one replication task on Ray, as TiDB's drainer process.
+
+    tidb-binlog drainer --config drainer.toml [--addr 127.0.0.1:8249] [--node-id ID]
+
+It joins the Ray cluster (``--ray-address``, else ``$RAY_ADDRESS``, else the one
+running on this machine; with none running it starts a local Ray), finds the
+registry actor named by drainer.toml's ``registry`` (``"<ray namespace>[/<actor
+name>]"``, default namespace ``tidb-binlog``), and starts the task: it follows
+the registry's pumps, serves Cistern gRPC on ``addr`` and HTTP status on the
+port + 1 (``--status-addr``), and keeps its registry record ``online`` with the
+saved checkpoint. It logs where it listens and runs until SIGTERM or SIGINT,
+then stops gracefully: final consistent checkpoint, state ``paused``, exit 0.
+``PUT /state/{nodeID}/pause|close`` also ends it (``paused`` / ``offline``).
+When the task fails (a downstream refusing a statement, an unsupported DDL),
+it records ``paused`` and exits 1 with the error.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+
+__all__ = ["register", "run", "load_config"]
+
+log = logging.getLogger("tidb_binlog.drainer")
+
+# flag -> drainer.toml key; flags override the file.
+_FLAG_KEYS = {
+    "addr": "addr",
+    "advertise_addr": "advertise-addr",
+    "data_dir": "data-dir",
+    "node_id": "node-id",
+    "registry": "registry",
+    "initial_commit_ts": "initial-commit-ts",
+    "detect_interval": "detect-interval",
+    "worker_count": "syncer.worker-count",
+    "txn_batch": "syncer.txn-batch",
+    "safe_mode": "syncer.safe-mode",
+}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("drainer", help="run a drainer (replicate the pumps' binlogs downstream)",
+                       description=__doc__.split("\n\n")[1])
+    p.add_argument("--config", "-config", help="drainer.toml")
+    p.add_argument("--addr", help="Cistern gRPC listen address host:port (default "
+                   "127.0.0.1:8249)")
+    p.add_argument("--advertise-addr", help="address registered for pumps (default addr)")
+    p.add_argument("--status-addr", help="HTTP status address host:port (default: the gRPC "
+                   "port + 1 on the same host)")
+    p.add_argument("--data-dir", help="data directory (default data.drainer)")
+    p.add_argument("--node-id", help="node id (default hostname:port)")
+    p.add_argument("--registry", help='registry actor "<ray namespace>[/<actor name>]"')
+    p.add_argument("--ray-address", help="Ray cluster to join (default $RAY_ADDRESS, else the "
+                   "local one; a local Ray is started when none runs)")
+    p.add_argument("--initial-commit-ts", type=int,
+                   help="start ts when no checkpoint exists (-1 = now)")
+    p.add_argument("--detect-interval", type=float, help="seconds between pump discovery rounds")
+    p.add_argument("-c", "--worker-count", dest="worker_count", type=int,
+                   help="SQL workers (syncer.worker-count)")
+    p.add_argument("--txn-batch", type=int, help="DMLs per downstream transaction")
+    p.add_argument("--safe-mode", action="store_const", const=True, default=None,
+                   help="REPLACE / DELETE+REPLACE instead of INSERT / UPDATE")
+    p.set_defaults(func=run)
+
+
+def load_config(args):
+    """The frozen DrainerConfig from ``--config`` with the given flags applied."""
+    from tidb_binlog.config import load_drainer_config
+
+    overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
+                 if getattr(args, flag, None) is not None}
+    return load_drainer_config(args.config, overrides)
+
+
+def run(args) -> int:
+    from cluster.drainer import Drainer, join_cluster
+    from tidb_binlog.errors import UnavailableError
+
+    cfg = load_config(args)
+    Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
+    registry, namespace = join_cluster(cfg, ray_address=args.ray_address)
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    drainer = Drainer.start(cfg, registry=registry, namespace=namespace,
+                            status_addr=args.status_addr or "")
+    log.info("drainer %s serving Cistern gRPC on %s, HTTP status on %s", drainer.node_id,
+             drainer.addr, drainer.status_addr)
+    state = drainer.task_state()
+    while not stop.is_set() and state["state"] not in ("failed", "stopped"):
+        stop.wait(0.5)
+        state = drainer.task_state()
+    result = drainer.stop()
+    if state["state"] == "failed" or "error" in result:
+        raise UnavailableError(f"replication task failed: {result.get('error', state['error'])}"
+                               f"; drainer {drainer.node_id} recorded paused, fix the cause "
+                               "and start it again (it resumes from its checkpoint)")
+    record = registry.node("drainers", drainer.node_id)
+    log.info("drainer %s stopped: checkpoint %s (consistent: %s), state %s", drainer.node_id,
+             result.get("commit_ts"), result.get("consistent"),
+             record.state if record is not None else "unknown")
+    return 0
