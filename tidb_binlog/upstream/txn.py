@@ -1,22 +1,11 @@
 """Sessions and transactions that write binlogs exactly as TiDB's 2PC does.
 
 ``txn = session.begin()`` takes ``start_ts`` from the TSO. DML methods change rows
-in MariaDB *and* capture exact row images inside the transaction:
-
-- ``insert(table, rows)``: ``INSERT ... RETURNING`` gives the rows as stored
-  (auto-increment values, defaults, coercions) → Insert mutations;
-- ``update(table, set_values, where_sql, args)``: ``SELECT ... FOR UPDATE`` with the
-  WHERE locks and reads the old rows; the UPDATE is then applied by handle and the
-  new rows read back by handle → Update mutations. A row whose handle changes (its
-  int or clustered primary key is updated) becomes DeleteRow + Insert, as TiDB's
-  ``updateRecord`` does; an unchanged row writes nothing;
-- ``delete(table, where_sql, args)``: ``DELETE ... RETURNING`` → DeleteRow;
-- ``replace(table, rows)``: conflicting rows (by any unique key) are locked and
-  deleted, then the row inserted, as TiDB's REPLACE (an identical row is a no-op);
-- ``execute(sql, args)``: the same for a plain INSERT/REPLACE/UPDATE/DELETE text.
-
-Multi-step operations run under a SAVEPOINT so a failed statement leaves neither
-rows nor mutations behind (TiDB's statement atomicity).
+in MariaDB *and* capture exact row images inside the transaction
+(``insert``/``update``/``delete``/``replace``/``execute``; see ``capture.py``, whose
+:class:`~tidb_binlog.upstream.capture.DmlCapture` is this ``Txn``'s base). Multi-step
+operations run under a SAVEPOINT so a failed statement leaves neither rows nor
+mutations behind (TiDB's statement atomicity).
 
 The first change of a transaction carries, in the same round trip, the
 *prologue*: one ``INSERT ... SELECT`` that writes the txn-status row
@@ -38,22 +27,17 @@ A transaction without row changes writes no binlog.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
-
 import pymysql
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import SchemaError, UpstreamError
-from tidb_binlog.model import HANDLE_ROWID, TableInfo
+from tidb_binlog.upstream.capture import DmlCapture, Raw
 from tidb_binlog.upstream.catalog import CATALOG_DB, META_SCHEMA_VERSION
 from tidb_binlog.upstream.core import connect, translate
 from tidb_binlog.upstream.faults import SimulatedCrash
-from tidb_binlog.upstream.rows import TableCodec, quote_id
 
 __all__ = ["Session", "Txn", "Raw"]
 
-_BATCH_ROWS = 1000
 # The transaction prologue, sent in the round trip of its first change (see Txn._exec).
 _PROLOGUE_SQL = (f"INSERT INTO {CATALOG_DB}.txn_status (start_ts, commit_ts) SELECT %d, 0 FROM "
                  f"{CATALOG_DB}.meta WHERE name='{META_SCHEMA_VERSION}' AND value=%d "
@@ -62,29 +46,6 @@ _STATUS_ROW_SQL = f"INSERT INTO {CATALOG_DB}.txn_status VALUES (%d, 0); "
 _DROP_STATUS_SQL = f"DELETE FROM {CATALOG_DB}.txn_status WHERE start_ts=%d; "
 _VERSION_SQL = (f"SELECT value FROM {CATALOG_DB}.meta WHERE name='{META_SCHEMA_VERSION}' "
                 "LOCK IN SHARE MODE; ")
-_INSERT, _UPDATE, _DELETE = bl.MutationType.INSERT, bl.MutationType.UPDATE, bl.MutationType.DELETE_ROW
-
-
-class Raw(str):
-    """A SQL expression used verbatim as an UPDATE value, e.g. ``Raw("k + 1")``."""
-
-
-class _Mutation:
-    __slots__ = ("table_id", "inserted", "updated", "deleted", "sequence")
-
-    def __init__(self, table_id: int):
-        self.table_id = table_id
-        self.inserted: list[bytes] = []
-        self.updated: list[bytes] = []
-        self.deleted: list[bytes] = []
-        self.sequence: list[int] = []
-
-    def mark(self) -> tuple[int, int, int, int]:
-        return len(self.inserted), len(self.updated), len(self.deleted), len(self.sequence)
-
-    def reset(self, mark) -> None:
-        i, u, d, s = mark
-        del self.inserted[i:], self.updated[u:], self.deleted[d:], self.sequence[s:]
 
 
 class Session:
@@ -121,20 +82,17 @@ class Session:
         self.close()
 
 
-class Txn:
+class Txn(DmlCapture):
     """A transaction; use as a context manager (commit on success, rollback on error)."""
 
     def __init__(self, session: Session, start_ts: int):
+        super().__init__()  # the captured mutations, their tables and savepoints
         self.session = session
         self.upstream = session.upstream
         self.start_ts = start_ts
         self.commit_ts = 0
         self.open = True
         self._cur = session.conn.cursor()
-        self._muts: dict[int, _Mutation] = {}
-        self._infos: dict[int, TableInfo] = {}
-        self._primary: bytes | None = None
-        self._sp = 0  # autocommit is off: InnoDB opens the transaction at the first statement
         self._registered = False  # status row written, schema version read (the prologue)
         self._version = 0
 
@@ -213,260 +171,13 @@ class Txn:
         if not self.open:
             raise UpstreamError(f"transaction start_ts={self.start_ts} is finished or aborted")
 
-    def _target(self, table: str) -> tuple[str, TableInfo, TableCodec]:
-        self._check_open()
-        db, name = self.upstream.resolve(table, self.session.database)
-        info = self.upstream.snapshot.table(db, name)
-        seen = self._infos.get(info.id)
-        if seen is not None and seen is not info:
-            raise SchemaError(f"table {db}.{name} changed by a DDL during transaction "
-                              f"start_ts={self.start_ts}; roll back and retry")
-        self._infos[info.id] = info
-        return f"{quote_id(db)}.{quote_id(name)}", info, self.upstream.codec(info)
-
-    def _mutation(self, info: TableInfo) -> _Mutation:
-        m = self._muts.get(info.id)
-        if m is None:
-            m = self._muts[info.id] = _Mutation(info.id)  # the logical id, even for partitions
-        return m
-
-    def _record(self, info: TableInfo, codec: TableCodec, tp: int, row, old=None) -> None:
-        m = self._mutation(info)
-        if tp == _INSERT:
-            m.inserted.append(codec.insert_row(row))
-        elif tp == _UPDATE:
-            m.updated.append(codec.update_row(old, row))
-        else:
-            m.deleted.append(codec.delete_row(row))
-        m.sequence.append(tp)
-        if self._primary is None:
-            self._primary = codec.key(row)
-
-    def _savepoint(self):
-        self._sp += 1
-        name = f"tidb_binlog_sp{self._sp}"
-        self._exec(f"SAVEPOINT {name}")
-        return name, {tid: m.mark() for tid, m in self._muts.items()}, self._primary
-
-    def _undo(self, sp) -> None:
-        name, marks, primary = sp
-        if self.open:
-            self._exec(f"ROLLBACK TO SAVEPOINT {name}")
-        for tid in list(self._muts):
-            if tid in marks:
-                self._muts[tid].reset(marks[tid])
-            else:
-                del self._muts[tid]
-        self._primary = primary
-
-    def _handle_where(self, codec: TableCodec, handles: Sequence) -> tuple[str, list]:
-        if codec.kind == HANDLE_ROWID:
-            cols = ["_tidb_rowid"]
-        else:
-            cols = [codec.columns[i].name.O for i in codec.pk_offsets]
-        if len(cols) == 1:
-            hs = [h[0] if isinstance(h, tuple) else h for h in handles]
-            return f"{quote_id(cols[0])} IN ({', '.join(['%s'] * len(hs))})", hs
-        one = "(" + ", ".join(["%s"] * len(cols)) + ")"
-        args = [v for h in handles for v in h]
-        return (f"({', '.join(quote_id(c) for c in cols)}) IN ({', '.join([one] * len(handles))})",
-                args)
-
-    # -- DML -------------------------------------------------------------------------
+    # -- reads (the capturing DML is DmlCapture's) ------------------------------------
     def query(self, sql: str, args=None) -> list[tuple]:
         """A plain read inside the transaction (no binlog)."""
         self._check_open()
         return self._rows(sql, args, plain=True)
 
-    def insert(self, table: str, rows: Iterable[dict]) -> int:
-        """Insert dict rows (all with the same keys); return how many."""
-        target, info, codec = self._target(table)
-        escape = self.session.conn.escape
-        count, batch, cols = 0, [], None
-        for row in rows:
-            if cols is None:
-                cols = list(row)
-            elif len(row) != len(cols) or any(c not in row for c in cols):
-                raise UpstreamError(f"insert into {table}: every row needs the columns {cols}, "
-                                    f"got {list(row)}")
-            batch.append("(" + ", ".join(escape(row[c]) for c in cols) + ")")
-            if len(batch) >= _BATCH_ROWS:
-                count += self._insert_batch(target, info, codec, cols, batch)
-                batch = []
-        if batch:
-            count += self._insert_batch(target, info, codec, cols, batch)
-        return count
-
-    def _insert_batch(self, target, info, codec, cols, values: list[str], verb="INSERT") -> int:
-        col_sql = ", ".join(quote_id(c) for c in cols)
-        rows = self._rows(f"{verb} INTO {target} ({col_sql}) VALUES {', '.join(values)} "
-                          f"RETURNING {codec.select_list}")
-        for r in rows:
-            self._record(info, codec, _INSERT, r)
-        return len(rows)
-
-    def _set_clause(self, set_values: dict) -> tuple[str, list]:
-        parts, args = [], []
-        for col, v in set_values.items():
-            if isinstance(v, Raw):
-                parts.append(f"{quote_id(col)} = {v}")
-            else:
-                parts.append(f"{quote_id(col)} = %s")
-                args.append(v)
-        return ", ".join(parts), args
-
-    def update(self, table: str, set_values: dict, where_sql: str = "1=1", args=()) -> int:
-        """``UPDATE table SET set_values WHERE where_sql``; return the rows changed."""
-        target, info, codec = self._target(table)
-        if not set_values:
-            raise UpstreamError(f"update of {table}: set_values is empty")
-        olds = self._rows(f"SELECT {codec.select_list} FROM {target} WHERE {where_sql} FOR UPDATE",
-                          args)
-        if not olds:
-            return 0
-        set_sql, set_args = self._set_clause(set_values)
-        pk_names = {codec.columns[i].name.L for i in codec.pk_offsets} \
-            if codec.kind != HANDLE_ROWID else set()
-        if not any(c.lower() in pk_names for c in set_values):
-            changed = 0
-            for start in range(0, len(olds), _BATCH_ROWS):
-                chunk = olds[start:start + _BATCH_ROWS]
-                hw, hargs = self._handle_where(codec, [codec.handle(r) for r in chunk])
-                self._exec(f"UPDATE {target} SET {set_sql} WHERE {hw}", set_args + hargs)
-                news = {codec.handle(r): r for r in self._rows(
-                    f"SELECT {codec.select_list} FROM {target} WHERE {hw}", hargs)}
-                for old in chunk:
-                    new = news[codec.handle(old)]
-                    if new != old:
-                        self._record(info, codec, _UPDATE, new, old)
-                        changed += 1
-            return changed
-        return self._update_handles(target, info, codec, olds, set_values, set_sql, set_args)
-
-    def _update_handles(self, target, info, codec, olds, set_values, set_sql, set_args) -> int:
-        sp = self._savepoint()
-        try:
-            changed = 0
-            pk_cols = [codec.columns[i].name.O for i in codec.pk_offsets]
-            for old in olds:
-                hw, hargs = self._handle_where(codec, [codec.handle(old)])
-                new_pk = list(codec.handle(old)) if isinstance(codec.handle(old), tuple) \
-                    else [codec.handle(old)]
-                for j, col in enumerate(pk_cols):
-                    v = next((val for k, val in set_values.items() if k.lower() == col.lower()),
-                             None)
-                    if isinstance(v, Raw):
-                        v = self._rows(f"SELECT {v} FROM {target} WHERE {hw}", hargs)[0][0]
-                    if v is not None or any(k.lower() == col.lower() for k in set_values):
-                        new_pk[j] = v
-                self._exec(f"UPDATE {target} SET {set_sql} WHERE {hw}", set_args + hargs)
-                nw, nargs = self._handle_where(codec, [tuple(new_pk)])
-                new = self._rows(f"SELECT {codec.select_list} FROM {target} WHERE {nw}", nargs)[0]
-                if new == old:
-                    continue
-                if codec.handle(new) == codec.handle(old):
-                    self._record(info, codec, _UPDATE, new, old)
-                else:  # TiDB: RemoveRecord(old) + AddRecord(new)
-                    self._record(info, codec, _DELETE, old)
-                    self._record(info, codec, _INSERT, new)
-                changed += 1
-            return changed
-        except BaseException:
-            self._undo(sp)
-            raise
-
-    def delete(self, table: str, where_sql: str = "1=1", args=()) -> int:
-        """``DELETE FROM table WHERE where_sql``; return the rows deleted."""
-        target, info, codec = self._target(table)
-        rows = self._rows(f"DELETE FROM {target} WHERE {where_sql} RETURNING {codec.select_list}",
-                          args)
-        for r in rows:
-            self._record(info, codec, _DELETE, r)
-        return len(rows)
-
-    def replace(self, table: str, rows: Iterable[dict]) -> int:
-        """TiDB's REPLACE: per row, delete every row it conflicts with, then insert it."""
-        target, info, codec = self._target(table)
-        keys = [[c.name.O for c in k.columns] for k in info.unique_keys()]
-        escape = self.session.conn.escape
-        n = 0
-        for row in rows:
-            sp = self._savepoint()
-            try:
-                conds, args = [], []
-                for cols in keys:
-                    if all(any(k.lower() == c.lower() for k in row) for c in cols):
-                        vals = [next(v for k, v in row.items() if k.lower() == c.lower())
-                                for c in cols]
-                        if None in vals:
-                            continue
-                        conds.append("(" + " AND ".join(f"{quote_id(c)} = %s" for c in cols) + ")")
-                        args.extend(vals)
-                olds = self._rows(f"SELECT {codec.select_list} FROM {target} WHERE "
-                                  f"{' OR '.join(conds)} FOR UPDATE", args) if conds else []
-                mark = {tid: m.mark() for tid, m in self._muts.items()}
-                for old in olds:
-                    hw, hargs = self._handle_where(codec, [codec.handle(old)])
-                    self._exec(f"DELETE FROM {target} WHERE {hw}", hargs)
-                    self._record(info, codec, _DELETE, old)
-                cols = list(row)
-                values = ["(" + ", ".join(escape(row[c]) for c in cols) + ")"]
-                col_sql = ", ".join(quote_id(c) for c in cols)
-                new = self._rows(f"INSERT INTO {target} ({col_sql}) VALUES {values[0]} "
-                                 f"RETURNING {codec.select_list}")[0]
-                if len(olds) == 1 and codec.kind != HANDLE_ROWID and olds[0] == new:
-                    m = self._mutation(info)  # an identical row: TiDB changes nothing
-                    m.reset(mark.get(info.id, (0, 0, 0, 0)))
-                else:
-                    self._record(info, codec, _INSERT, new)
-                n += 1
-            except BaseException:
-                self._undo(sp)
-                raise
-        return n
-
-    def execute(self, sql: str, args=None) -> int:
-        """Run one INSERT/REPLACE ... VALUES, UPDATE ... SET ... [WHERE], DELETE FROM ...
-        [WHERE] statement with capture; return the rows affected."""
-        s = " ".join(sql.split()).rstrip(";")
-        args = list(args or ())
-        if m := re.fullmatch(r"(INSERT|REPLACE) INTO (\S+) \(([^)]*)\) VALUES? (.+)", s, re.I):
-            cols = [c.strip().strip("`") for c in m[3].split(",")]
-            tuples = re.findall(r"\(([^()]*)\)", m[4])
-            if not all(t.replace(" ", "") == ",".join(["%s"] * len(cols)) for t in tuples):
-                raise UpstreamError(f"execute: only %s placeholders are supported in VALUES: {sql}")
-            rows = [dict(zip(cols, args[i * len(cols):(i + 1) * len(cols)], strict=True))
-                    for i in range(len(tuples))]
-            return (self.insert if m[1].upper() == "INSERT" else self.replace)(m[2], rows)
-        if m := re.fullmatch(r"UPDATE (\S+) SET (.+?)(?: WHERE (.+))?", s, re.I):
-            n_set = m[2].count("%s")
-            set_values = {}
-            for part in _split_top(m[2]):
-                col, _, expr = part.partition("=")
-                set_values[col.strip().strip("`")] = Raw(expr.strip())
-            if n_set:  # bind the SET placeholders into the Raw expressions
-                set_values = self._bind_set(set_values, args[:n_set])
-            return self.update(m[1], set_values, m[3] or "1=1", args[n_set:])
-        if m := re.fullmatch(r"DELETE FROM (\S+)(?: WHERE (.+))?", s, re.I):
-            return self.delete(m[1], m[2] or "1=1", args)
-        raise UpstreamError(f"execute supports INSERT/REPLACE ... VALUES, UPDATE and DELETE; got "
-                            f"{sql[:200]!r}")
-
-    def _bind_set(self, set_values: dict, args: list) -> dict:
-        out, i = {}, 0
-        for k, v in set_values.items():
-            n = v.count("%s")
-            out[k] = Raw(self._cur.mogrify(v, args[i:i + n])) if n else v
-            i += n
-        return out
-
     # -- commit / rollback -----------------------------------------------------------
-    def _prewrite_value(self, schema_version: int) -> bytes:
-        muts = [bl.new_table_mutation(m.table_id, inserted_rows=m.inserted, updated_rows=m.updated,
-                                      deleted_rows=m.deleted, sequence=m.sequence)
-                for m in self._muts.values() if m.sequence]
-        return bl.encode(bl.new_prewrite_value(schema_version, muts))
-
     def _check_schema(self) -> int:
         """TiDB's schema check at commit: every table this transaction touched must be
         unchanged at the schema version read in the prologue (the shared lock keeps it
@@ -575,23 +286,3 @@ class Txn:
                 self.commit()
         elif self.open:
             self.rollback()
-
-
-def _split_top(s: str) -> list[str]:
-    parts, depth, quote, cur = [], 0, None, []
-    for ch in s:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"`":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-            continue
-        cur.append(ch)
-    parts.append("".join(cur))
-    return parts
