@@ -30,7 +30,7 @@ state: ``paused`` (stop, SIGTERM, action ``pause``) or ``offline`` (action
 Prometheus text (``SqlWorkerActor.metrics()``): series with the same name and
 labels are *summed*, so the page reads like one TiDB drainer process (one
 ``binlog_drainer_event_total{type="Insert"}``, not one per worker). ``*_created``
-samples are dropped (a sum of creation times means nothing).
+series are dropped (a sum of creation times means nothing).
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ def merge_expositions(texts: list[bytes | str]) -> bytes:
         if isinstance(text, bytes):
             text = text.decode()
         for fam in text_string_to_metric_families(text):
+            if fam.name.endswith("_created"):
+                continue  # creation times (a gauge family in the text format)
             if fam.name not in families:
                 families[fam.name] = Metric(fam.name, fam.documentation, fam.type)
                 values[fam.name] = {}
@@ -240,10 +242,11 @@ class DrainerNode:
             try:
                 self.heartbeat()
                 self.heartbeat_failures = 0
-            except BinlogError as exc:
+            except Exception as exc:  # a registry or store hiccup: keep beating
                 self.heartbeat_failures += 1
                 log.warning("drainer %s heartbeat failed (%d in a row): %s", self.node_id,
-                            self.heartbeat_failures, exc)
+                            self.heartbeat_failures, exc, exc_info=not isinstance(
+                                exc, BinlogError))
 
     def record(self) -> NodeStatus:
         return NodeStatus(node_id=self.node_id, host=self.host, state=self.state,

@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 
 _RETRY_S = 1.0            # a pump or the registry that failed is tried again after this
 _IDLE_WAIT_S = 0.05       # longest wait for a pull when idle (bounds the Notify latency)
+_BIND_WAIT_S = 10.0       # how long a (re)started merger tries to bind its addresses
 
 
 class _Ray:
@@ -226,14 +227,23 @@ class MergerActor:
             from tidb_binlog.drainer.cistern import collector_notifier
 
             self.node = DrainerNode(service, registry, checkpoint_ts=self._saved_checkpoint_ts)
-            try:
-                self.node.serve(on_notify=collector_notifier(self._collector),
-                                status_provider=self._http_status,
-                                metrics_provider=self._metrics_text, on_action=self._on_action)
-            except BinlogError as exc:
-                self._startup_error = exc
-                self._fail(exc)
-                return
+            deadline = time.monotonic() + _BIND_WAIT_S
+            while True:
+                try:
+                    self.node.serve(on_notify=collector_notifier(self._collector),
+                                    status_provider=self._http_status,
+                                    metrics_provider=self._metrics_text,
+                                    on_action=self._on_action)
+                    break
+                except BinlogError as exc:
+                    # After a crash Ray restarts us at once; the old process's ports may
+                    # take a moment to be released.
+                    if time.monotonic() < deadline:
+                        time.sleep(0.5)
+                        continue
+                    self._startup_error = exc
+                    self._fail(exc)
+                    return
         if autostart:
             self._thread.start()
 
