@@ -32,14 +32,9 @@ type code  Python      value bytes
   not UTF-8 still round-trip byte-exactly.
 * Nesting deeper than TiDB's limit (100 below the root) is rejected.
 
-:func:`json_to_string` is TiDB's ``BinaryJSON.String()``, the text a MySQL
-sink receives: ``{"k": v, "k2": v2}``, ``[a, b]``, Go ``encoding/json``
-string escaping without HTML escaping, plus ``\\b``/``\\f`` (current TiDB).
-Doubles follow **current TiDB master**: exponent form when
-``|f| < 1e-15 or |f| >= 1e15`` with no ``+`` in the exponent (``1e15``), and
-integral doubles keep ``.0`` (``4.0``). Older TiDB (v4-v7 binlog era)
-used Go's JSON cut-offs ``1e-6``/``1e21``, printed ``4`` and ``1e+21``:
-pass ``legacy_floats=True`` for that form.
+:func:`json_to_string` (TiDB's ``BinaryJSON.String()``) and
+:func:`parse_json_text` live in ``json_text`` and the model types in
+``json_model``; all are importable from here too.
 
 Malformed or truncated bytes raise :class:`~tidb_binlog.errors.CodecError`
 with the absolute ``offset`` and ``flag=0x0a``; never an ``IndexError``.
@@ -47,15 +42,35 @@ with the absolute ``offset`` and ``flag=0x0a``; never an ``IndexError``.
 
 from __future__ import annotations
 
-import base64
-import json
-import math
-import re
 import struct
-from dataclasses import dataclass
-from decimal import Decimal
 
-from tidb_binlog.errors import CodecError
+from tidb_binlog.codec.json_model import (
+    _INT64_MAX,
+    _INT64_MIN,
+    _TIME_TYPES,
+    _UINT64_MAX,
+    JSON_FLAG,
+    MAX_DEPTH,
+    TYPE_ARRAY,
+    TYPE_DATE,
+    TYPE_DATETIME,
+    TYPE_DOUBLE,
+    TYPE_INT64,
+    TYPE_LITERAL,
+    TYPE_OBJECT,
+    TYPE_OPAQUE,
+    TYPE_STRING,
+    TYPE_TIME,
+    TYPE_TIMESTAMP,
+    TYPE_UINT64,
+    JSONDuration,
+    JSONOpaque,
+    JSONTime,
+    JSONUInt,
+    _err,
+    _utf8,
+)
+from tidb_binlog.codec.json_text import json_to_string, parse_json_text
 
 __all__ = [
     "JSON_FLAG",
@@ -83,21 +98,6 @@ __all__ = [
     "parse_json_text",
 ]
 
-JSON_FLAG = 0x0A
-TYPE_OBJECT = 0x01
-TYPE_ARRAY = 0x03
-TYPE_LITERAL = 0x04
-TYPE_INT64 = 0x09
-TYPE_UINT64 = 0x0A
-TYPE_DOUBLE = 0x0B
-TYPE_STRING = 0x0C
-TYPE_OPAQUE = 0x0D
-TYPE_DATE = 0x0E
-TYPE_DATETIME = 0x0F
-TYPE_TIMESTAMP = 0x10
-TYPE_TIME = 0x11
-MAX_DEPTH = 100  # TiDB's maxJSONDepth: nesting levels allowed below the root
-
 _LIT_NULL, _LIT_TRUE, _LIT_FALSE = 0x00, 0x01, 0x02
 _HEADER = 8  # count u32 + size u32
 _KEY_ENTRY = 6
@@ -106,106 +106,11 @@ _FIXED_LEN = {
     TYPE_LITERAL: 1, TYPE_INT64: 8, TYPE_UINT64: 8, TYPE_DOUBLE: 8,
     TYPE_DATE: 8, TYPE_DATETIME: 8, TYPE_TIMESTAMP: 8, TYPE_TIME: 12,
 }  # fmt: skip
-_TIME_TYPES = (TYPE_DATE, TYPE_DATETIME, TYPE_TIMESTAMP)
-_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
 _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
 _I64 = struct.Struct("<q")
 _U64 = struct.Struct("<Q")
 _F64 = struct.Struct("<d")
-
-
-def _err(message: str, offset: int | None) -> CodecError:
-    where = f" at offset {offset}" if offset is not None else ""
-    return CodecError(f"JSON (datum flag 0x0a){where}: {message}", offset=offset, flag=JSON_FLAG)
-
-
-class JSONUInt(int):
-    """A JSON uint64 (type 0x0a); equal to the plain ``int`` of the same value."""
-
-    def __repr__(self) -> str:
-        return f"JSONUInt({int(self)})"
-
-
-@dataclass(frozen=True)
-class JSONOpaque:
-    """An opaque value: a MySQL column type byte and raw bytes (type 0x0d)."""
-
-    mysql_type: int
-    data: bytes
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.mysql_type <= 0xFF or not isinstance(self.data, bytes):
-            raise _err(f"JSONOpaque needs a type byte 0..255 and bytes, got {self!r}", None)
-
-
-@dataclass(frozen=True)
-class JSONTime:
-    """A date, datetime or timestamp (types 0x0e-0x10) as TiDB's raw ``CoreTime``.
-
-    CoreTime bits: year 14 @50, month 4 @46, day 5 @41, hour 5 @36, minute 6
-    @30, second 6 @24, microsecond 20 @4, fsp/type nibble 4 @0 (0 as TiDB writes).
-    """
-
-    type_code: int
-    core_time: int
-
-    def __post_init__(self) -> None:
-        if self.type_code not in _TIME_TYPES or not 0 <= self.core_time <= _UINT64_MAX:
-            raise _err(f"JSONTime needs type 0x0e/0x0f/0x10 and a uint64, got {self!r}", None)
-
-    @classmethod
-    def of(cls, type_code: int, year: int, month: int, day: int, hour: int = 0,
-           minute: int = 0, second: int = 0, microsecond: int = 0) -> JSONTime:  # fmt: skip
-        """Build from calendar fields (range-checked against the bit widths)."""
-        parts = ((year, 14), (month, 4), (day, 5), (hour, 5), (minute, 6), (second, 6),
-                 (microsecond, 20))  # fmt: skip
-        core = 0
-        for value, width in parts:
-            if not 0 <= value < (1 << width):
-                raise _err(f"time field {value} does not fit {width} bits", None)
-            core = (core << width) | value
-        return cls(type_code, core << 4)
-
-    def _field(self, shift: int, width: int) -> int:
-        return (self.core_time >> shift) & ((1 << width) - 1)
-
-    year = property(lambda self: self._field(50, 14))
-    month = property(lambda self: self._field(46, 4))
-    day = property(lambda self: self._field(41, 5))
-    hour = property(lambda self: self._field(36, 5))
-    minute = property(lambda self: self._field(30, 6))
-    second = property(lambda self: self._field(24, 6))
-    microsecond = property(lambda self: self._field(4, 20))
-
-    def __str__(self) -> str:
-        """TiDB's Time.String() with fsp 6 (dates print without the clock)."""
-        date = f"{self.year:04d}-{self.month:02d}-{self.day:02d}"
-        if self.type_code == TYPE_DATE:
-            return date
-        clock = f"{self.hour:02d}:{self.minute:02d}:{self.second:02d}"
-        return f"{date} {clock}.{self.microsecond:06d}"
-
-
-@dataclass(frozen=True)
-class JSONDuration:
-    """A MySQL TIME (type 0x11): signed nanoseconds and the fsp it carried."""
-
-    nanoseconds: int
-    fsp: int
-
-    def __post_init__(self) -> None:
-        if not _INT64_MIN <= self.nanoseconds <= _INT64_MAX or not 0 <= self.fsp <= 0xFFFFFFFF:
-            raise _err(f"JSONDuration needs int64 nanoseconds and a uint32 fsp: {self!r}", None)
-
-    def __str__(self) -> str:
-        """TiDB's Duration.String() with fsp 6: ``[-]HH:MM:SS.ffffff``."""
-        sign = "-" if self.nanoseconds < 0 else ""
-        rest_ns = abs(self.nanoseconds)
-        hours, rest_ns = divmod(rest_ns, 3_600_000_000_000)
-        minutes, rest_ns = divmod(rest_ns, 60_000_000_000)
-        seconds, rest_ns = divmod(rest_ns, 1_000_000_000)
-        return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}.{rest_ns // 1000:06d}"
 
 
 # ---------------------------------------------------------------------- encode
@@ -283,13 +188,6 @@ def _encode_container(keys: list[bytes], values: list, depth: int) -> bytes:
             data += encoded
     size = data_start + len(data)
     return b"".join((_U32.pack(count), _U32.pack(size), *key_entries, *value_entries, data))
-
-
-def _utf8(text: str) -> bytes:
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError as exc:
-        raise _err(f"string {text!r} is not encodable as UTF-8: {exc.reason}", None) from exc
 
 
 def _uvarint(n: int) -> bytes:
@@ -423,170 +321,3 @@ def _decode_container(buf: bytes, type_code: int, pos: int, end: int, depth: int
         key = bytes(buf[key_pos : key_pos + key_len]).decode("utf-8", "surrogateescape")
         result[key] = values[i]
     return result
-
-
-# ------------------------------------------------------------------------ text
-
-
-def json_to_string(obj: object, *, legacy_floats: bool = False) -> str:
-    """TiDB's ``BinaryJSON.String()`` of a Python JSON model value."""
-    out: list[str] = []
-    _to_text(obj, out, legacy_floats)
-    return "".join(out)
-
-
-def _to_text(obj: object, out: list[str], legacy: bool) -> None:
-    if obj is None:
-        out.append("null")
-    elif obj is True or obj is False:
-        out.append("true" if obj else "false")
-    elif isinstance(obj, int):
-        out.append(str(int(obj)))
-    elif isinstance(obj, float):
-        out.append(_format_double(obj, legacy))
-    elif isinstance(obj, str):
-        out.append(_quote(obj))
-    elif isinstance(obj, dict):
-        for key in obj:
-            if not isinstance(key, str):
-                raise _err(f"object key {key!r} is not a str", None)
-        items = sorted(((_utf8(k), k, v) for k, v in obj.items()), key=lambda kv: kv[0])
-        out.append("{")
-        for i, (_, key, value) in enumerate(items):
-            out.append(", " if i else "")
-            out.append(_quote(key) + ": ")
-            _to_text(value, out, legacy)
-        out.append("}")
-    elif isinstance(obj, (list, tuple)):
-        out.append("[")
-        for i, value in enumerate(obj):
-            out.append(", " if i else "")
-            _to_text(value, out, legacy)
-        out.append("]")
-    elif isinstance(obj, JSONOpaque):
-        out.append(f'"base64:type{obj.mysql_type}:{base64.b64encode(obj.data).decode()}"')
-    elif isinstance(obj, (JSONTime, JSONDuration)):
-        out.append(f'"{obj}"')
-    else:
-        raise _err(f"cannot render {type(obj).__name__} {obj!r}: not a TiDB JSON value", None)
-
-
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b",
-            "\f": "\\f", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # fmt: skip
-_NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\u2028\u2029\ud800-\udfff]')
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _escape(match: re.Match) -> str:
-    ch = match.group()
-    if ch in _ESCAPES:
-        return _ESCAPES[ch]
-    if ch < " ":
-        return f"\\u00{ord(ch):02x}"
-    return "\\ufffd"  # a surrogate: a byte that was not UTF-8 (surrogateescape)
-
-
-def _quote(text: str) -> str:
-    """Go encoding/json string quoting without HTML escaping (TiDB jsonMarshalStringTo)."""
-    return '"' + _NEEDS_ESCAPE.sub(_escape, text) + '"'
-
-
-def _format_double(value: float, legacy: bool) -> str:
-    """Go ``strconv.AppendFloat(f, 'f'|'e', -1, 64)`` with TiDB's cut-offs and clean-ups."""
-    if not math.isfinite(value):
-        raise _err(f"double {value} has no JSON text form", None)
-    magnitude = abs(value)
-    low, high = (1e-6, 1e21) if legacy else (1e-15, 1e15)
-    sign, digit_tuple, exponent = Decimal(repr(value)).as_tuple()
-    digits = "".join(map(str, digit_tuple)).rstrip("0")
-    exponent += len(digit_tuple) - len(digits)  # |value| = digits × 10**exponent
-    if not digits:  # ±0.0
-        digits, exponent = "0", 0
-    prefix = "-" if sign else ""
-    if magnitude != 0 and (magnitude < low or magnitude >= high):
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        power = exponent + len(digits) - 1
-        if legacy:  # Go pads to two digits and keeps '+'; TiDB only strips "e-0"
-            return f"{prefix}{mantissa}e{'-' if power < 0 else '+'}{abs(power):02d}".replace(
-                "e-0", "e-"
-            )
-        return f"{prefix}{mantissa}e{power}"
-    if exponent >= 0:
-        text = digits + "0" * exponent
-    else:
-        point = len(digits) + exponent
-        text = "0." + "0" * -point + digits if point <= 0 else digits[:point] + "." + digits[point:]
-    if not legacy and "." not in text:
-        text += ".0"
-    return prefix + text
-
-
-def parse_json_text(text: str | bytes) -> object:
-    """Parse JSON text (e.g. a MariaDB JSON column) into the model, by TiDB's rules.
-
-    Integers that fit int64 become ``int``, else fitting uint64 ``JSONUInt``,
-    else ``float``; numbers with ``.`` or an exponent are ``float``. Objects
-    keep the last of duplicate keys and come back with keys in TiDB's byte-wise
-    order. Invalid text raises CodecError with the character offset.
-    """
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", "replace")
-    try:
-        parsed = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
-                            parse_constant=_reject_constant)  # fmt: skip
-    except json.JSONDecodeError as exc:
-        raise CodecError(
-            f"invalid JSON text at line {exc.lineno} column {exc.colno} (char {exc.pos}): "
-            f"{exc.msg}; TiDB would reject this document too",
-            offset=exc.pos, flag=JSON_FLAG,
-        ) from exc  # fmt: skip
-    except RecursionError as exc:
-        raise _err(f"document nested deeper than TiDB's limit of {MAX_DEPTH}", None) from exc
-    model, depth = _normalize(parsed)
-    if depth - 1 > MAX_DEPTH:
-        raise _err(f"document nested deeper than TiDB's limit of {MAX_DEPTH}", None)
-    return model
-
-
-def _parse_int(literal: str) -> object:
-    if len(literal) <= 20:
-        value = int(literal)
-        if _INT64_MIN <= value <= _INT64_MAX:
-            return value
-        if 0 <= value <= _UINT64_MAX:
-            return JSONUInt(value)
-    return _parse_float(literal)
-
-
-def _parse_float(literal: str) -> float:
-    value = float(literal)
-    if math.isinf(value):
-        raise _err(f"number {literal[:40]} is out of the double range", None)
-    return value
-
-
-def _reject_constant(name: str) -> object:
-    raise _err(f"{name} is not valid JSON", None)
-
-
-def _normalize(obj: object) -> tuple[object, int]:
-    """Sort object keys byte-wise, replace lone surrogates by U+FFFD (as Go
-    does), and compute TiDB's element depth (scalar 1, container 1 + max)."""
-    if isinstance(obj, str):
-        return _scrub(obj), 1
-    if isinstance(obj, list):
-        pairs = [_normalize(v) for v in obj]
-        return [v for v, _ in pairs], 1 + max((d for _, d in pairs), default=0)
-    if isinstance(obj, dict):
-        fields = sorted(((_scrub(k), _normalize(v)) for k, v in obj.items()),
-                        key=lambda kv: kv[0].encode("utf-8"))  # fmt: skip
-        for key, _ in fields:
-            if len(key.encode("utf-8")) > 0xFFFF:
-                raise _err("object key exceeds TiDB's 65535-byte limit", None)
-        depth = 1 + max((d for _, (_, d) in fields), default=0)
-        return {k: v for k, (v, _) in fields}, depth
-    return obj, 1
-
-
-def _scrub(text: str) -> str:
-    return _SURROGATE.sub("\ufffd", text)
