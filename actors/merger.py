@@ -20,7 +20,7 @@ merge waits for them), offline pumps are retired once their final
 when one exists, else over gRPC from its registered host
 (:class:`~tidb_binlog.drainer.pump_source.GrpcPumpSource`, a standalone pump).
 A pump that cannot be reached is retried every second from its last watermark;
-the merge waits for it. A fixed ``pumps`` dict (node id → PumpActor handle)
+the merge waits for it (the feeds: :mod:`actors.merger_feeds`). A fixed ``pumps`` dict (node id → PumpActor handle)
 replaces the registry listing (tests, embedding).
 
 **The node** (:class:`~actors.drainer_node.DrainerNode`, when ``service`` is
@@ -39,6 +39,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from actors.drainer_node import DrainerNode, ServiceSettings, merge_expositions
+from actors.merger_feeds import RETRY_S as _RETRY_S
+from actors.merger_feeds import ActorFeed, GrpcFeed
 from actors.ray_calls import PipelineReset
 from actors.ray_calls import RayCalls as _Calls
 from tidb_binlog.drainer.collector import Collector, MergerSources
@@ -47,7 +49,6 @@ from tidb_binlog.drainer.merge import Merger
 from tidb_binlog.drainer.metrics import build_drainer_metrics
 from tidb_binlog.errors import BinlogError, UnavailableError
 from tidb_binlog.node import OFFLINE, ONLINE, PAUSED, PUMP, NodeStatus
-from tidb_binlog.tso import extract_physical
 
 if TYPE_CHECKING:
     from actors.drainer import TaskSettings
@@ -56,19 +57,12 @@ __all__ = ["MergerActor"]
 
 log = logging.getLogger(__name__)
 
-_RETRY_S = 1.0            # a pump or the registry that failed is tried again after this
 _IDLE_WAIT_S = 0.05       # longest wait for a pull when idle (bounds the Notify latency)
 _BIND_WAIT_S = 10.0       # how long a (re)started merger tries to bind its addresses
 
 
 class _Ray:
     """The Ray calls of the merger beyond :class:`actors.ray_calls.RayCalls`."""
-
-    @staticmethod
-    def module():
-        import ray
-
-        return ray
 
     @staticmethod
     def find_actor(name: str, namespace: str):
@@ -100,86 +94,6 @@ class _Ray:
             except ray.exceptions.RayError as exc:
                 log.warning("worker metrics unavailable: %s", exc)
         return out
-
-
-def _observe(metrics, node_id: str, items: list, watermark: int) -> None:
-    """Per pulled batch: position, reach time of its newest binlog, sizes."""
-    metrics.pump_position.labels(node_id).set(extract_physical(watermark))
-    if items:
-        commit_ts = items[-1][0]
-        metrics.binlog_reach_duration_s.labels(node_id).observe(
-            max(0.0, time.time() - extract_physical(commit_ts) / 1000))
-        size = metrics.read_binlog_size_bytes.labels(node_id)
-        for _, payload in items:
-            size.observe(len(payload))
-
-
-class _ActorFeed:
-    """A PumpActor, pipelined; restarted from the last watermark after a failure."""
-
-    def __init__(self, node_id: str, actor, since_ts: int, max_bytes: int, metrics):
-        from tidb_binlog.drainer.pump_source import ActorPumpSource
-
-        self.node_id = node_id
-        self.since_ts = since_ts
-        self.metrics = metrics
-        self.source = ActorPumpSource(actor, _Ray.module(), node_id=node_id,
-                                      max_bytes=max_bytes, pull_timeout_s=0.5,
-                                      max_outstanding=2)
-        self._retry_at: float | None = None
-        self.source.start_fetch(since_ts)
-
-    def poll(self) -> list[tuple[list, int]]:
-        if self._retry_at is not None:
-            if time.monotonic() < self._retry_at:
-                return []
-            self._retry_at = None
-            self.source.start_fetch(self.since_ts)
-        try:
-            fetched = self.source.poll(0.0)
-        except UnavailableError as exc:
-            log.warning("pump %s: %s; pulling again in %.0f s from %d", self.node_id, exc,
-                        _RETRY_S, self.since_ts)
-            self.metrics.error_count.labels("pump_unavailable").inc()
-            self._retry_at = time.monotonic() + _RETRY_S
-            return []
-        out = []
-        for f in fetched:
-            _observe(self.metrics, self.node_id, f.items, f.watermark)
-            self.since_ts = f.watermark
-            out.append((f.items, f.watermark))
-        return out
-
-    def refs(self) -> list:
-        return self.source.pending_refs()
-
-    def close(self) -> None:
-        self.source.close()
-
-
-class _GrpcFeed:
-    """A standalone pump over ``PullBinlogs`` (reconnects by itself)."""
-
-    def __init__(self, node_id: str, source, since_ts: int, max_bytes: int, metrics):
-        self.node_id = node_id
-        self.source = source
-        self.since_ts = since_ts
-        self.max_bytes = max_bytes
-        self.metrics = metrics
-
-    def poll(self) -> list[tuple[list, int]]:
-        items, watermark = self.source.fetch(self.since_ts, self.max_bytes, 0.0)
-        if not items and watermark <= self.since_ts:
-            return []
-        _observe(self.metrics, self.node_id, items, watermark)
-        self.since_ts = watermark
-        return [(items, watermark)]
-
-    def refs(self) -> list:
-        return []
-
-    def close(self) -> None:
-        self.source.close()
 
 
 class MergerActor:
@@ -426,18 +340,23 @@ class MergerActor:
             actor = _Ray.find_actor(pump_actor_name(node_id), namespace)
         if actor is not None:
             log.info("merging pump %s (PumpActor) after commit_ts %d", node_id, since_ts)
-            return _ActorFeed(node_id, actor, since_ts, max_bytes, self.metrics)
+            return ActorFeed(node_id, actor, since_ts, max_bytes, self.metrics)
         from tidb_binlog.drainer.pump_source import GrpcPumpSource
 
         s = self.service
         log.info("merging pump %s over gRPC at %s after commit_ts %d", node_id, host, since_ts)
         source = GrpcPumpSource(host, self.settings.cluster_id, s.security if s else None,
                                 node_id=node_id, compressor=s.compressor if s else "")
-        return _GrpcFeed(node_id, source, since_ts, max_bytes, self.metrics)
+        return GrpcFeed(node_id, source, since_ts, max_bytes, self.metrics)
 
     # -- status and metrics (HTTP threads) -------------------------------------------
     def _saved_checkpoint_ts(self) -> int:
-        """The durable checkpoint (what a restarted drainer would start from)."""
+        """The durable checkpoint (what a restarted drainer would start from); called by
+        each heartbeat, which also samples the apply counter for ``Synced``."""
+        try:
+            self._coordinator_status()
+        except Exception as exc:  # restarting: Synced is sampled at the next beat
+            log.debug("coordinator status unavailable: %s", exc)
         saved = 0
         if self.settings.downstream is not None:
             if self._store is None:
