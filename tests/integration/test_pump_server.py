@@ -182,6 +182,33 @@ def test_pull_streams_in_order_and_waits_for_new_data(start_pump):
     call.cancel()
 
 
+def test_pull_prefetching_one_binlog_per_batch_is_exactly_once_in_order(start_pump):
+    """Batches of one binlog: every batch is read by the prefetch thread while the one
+    before it is streamed, and the stream keeps following new writes."""
+    proc = start_pump()
+    proc.grpc_server.servicer.pull_batch_bytes = 1
+    s = stub(proc)
+    expected = []
+    for i in range(20):
+        start_ts = 1000 + 2 * i
+        assert write(s, pw(start_ts, b"v%d" % i)) == ""
+        assert write(s, cm(start_ts, start_ts + 1)) == ""
+        expected.append((start_ts, start_ts + 1, b"v%d" % i))
+    call = s.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=CLUSTER_ID,
+                                                startFrom=pump_pb2.Pos(offset=1002)))
+    got = []
+    for resp in call:
+        b = bl.decode(resp.entity.payload)
+        got.append((resp.entity.meta.startTs, resp.entity.meta.commitTs, b.prewrite_value))
+        if len(got) == 19:
+            assert write(s, pw(2000, b"late")) == "" and write(s, cm(2000, 2001)) == ""
+            expected.append((2000, 2001, b"late"))
+        if len(got) == 20:
+            break
+    call.cancel()
+    assert got == expected[1:]
+
+
 def test_pull_below_gc_is_an_error(start_pump):
     proc = start_pump()
     s = stub(proc)

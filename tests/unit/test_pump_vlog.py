@@ -190,3 +190,39 @@ def test_gc_deletes_sealed_files_only(tmp_path):
     with pytest.raises(StorageError, match="does not exist"):
         vl.read(ValuePointer(1, 0))
     vl.close()
+
+
+@pytest.mark.parametrize("hint", [0, 7, 40, 4096])
+def test_read_is_exact_whatever_the_size_hint(tmp_path, hint):
+    """One pread when the record fits the hint, a second for the rest otherwise; a
+    sealed file's footer beyond the last record is never part of a payload."""
+    vl = _open(tmp_path, size=100)
+    ptrs = _write(vl, [1, 2, 3], size=60)  # 2 records per file: files 1 (sealed) and 2
+    assert [p.fid for p in ptrs] == [1, 1, 2]
+    assert [vl.read(p, size_hint_bytes=hint) for p in ptrs] == [_payload(t, 60) for t in (1, 2, 3)]
+    vl.close()
+
+
+@pytest.mark.parametrize("hint", [7, 4096])
+def test_read_with_a_hint_still_checks_the_crc(tmp_path, hint):
+    vl = _open(tmp_path)
+    ptrs = _write(vl, [1, 2])
+    vl.close()
+    path = tmp_path / "000001.vlog"
+    raw = bytearray(path.read_bytes())
+    raw[ptrs[0].offset + HEADER_SIZE + 30] ^= 0x01
+    path.write_bytes(bytes(raw))
+    vl = _open(tmp_path)
+    with pytest.raises(CorruptRecord, match="checksum"):
+        vl.read(ptrs[0], size_hint_bytes=hint)
+    assert vl.read(ptrs[1], size_hint_bytes=hint) == _payload(2)
+    vl.close()
+
+
+def test_read_unless_prefix_skips_matching_payloads_only(tmp_path):
+    vl = _open(tmp_path)
+    ptrs = _write(vl, [1, 22])
+    assert vl.read(ptrs[0], unless_prefix=b"1:") is None
+    assert vl.read(ptrs[1], unless_prefix=b"1:") == _payload(22)
+    assert vl.read(ptrs[0], unless_prefix=b"1:x") == _payload(1)  # a partial match is read
+    vl.close()

@@ -97,6 +97,8 @@ class GroupCommitter:
 
     def _run(self) -> None:
         m = self._metrics
+        batch_s = m.write_duration_s.labels("batch")  # bound once: labels() costs a lock
+        batch_bytes = m.write_size_bytes.labels("batch")
         while True:
             with self._cond:
                 while not self._groups and not self._closing:
@@ -121,8 +123,8 @@ class GroupCommitter:
             self.groups_written += 1
             self.records_written += len(g.items)
             elapsed_s = time.perf_counter() - t0
-            m.write_duration_s.labels("batch").observe(elapsed_s)
-            m.write_size_bytes.labels("batch").observe(len(buf))
+            batch_s.observe(elapsed_s)
+            batch_bytes.observe(len(buf))
             if elapsed_s > self._slow_s:
                 log.warning("slow value-log write: %d records, %d bytes took %.3f s",
                             len(g.items), len(buf), elapsed_s)

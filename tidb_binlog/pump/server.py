@@ -69,12 +69,16 @@ class PumpServicer(pump_pb2_grpc.PumpServicer):
     """Translates RPCs to :class:`~tidb_binlog.pump.node.PumpNode` calls and back."""
 
     def __init__(self, node, *, stopping: threading.Event | None = None,
-                 pull_wait_s: float = 0.5, pull_batch_bytes: int = 4 << 20):
+                 pull_wait_s: float = 0.5, pull_batch_bytes: int = 4 << 20,
+                 prefetch_threads: int = 16):
         self.node = node
         self.metrics = node.metrics
         self.stopping = stopping or threading.Event()
         self.pull_wait_s = pull_wait_s
         self.pull_batch_bytes = pull_batch_bytes
+        # Batch reads run here, one ahead of each stream (see _pull).
+        self._prefetch = futures.ThreadPoolExecutor(max_workers=prefetch_threads,
+                                                    thread_name_prefix="pump-pull")
         self._write_ok = self.metrics.rpc_duration_s.labels("WriteBinlog", "succ")
         self._write_fail = self.metrics.rpc_duration_s.labels("WriteBinlog", "fail")
 
@@ -92,6 +96,10 @@ class PumpServicer(pump_pb2_grpc.PumpServicer):
         if elapsed_s > SLOW_RPC_S:
             log.warning("WriteBinlog took %.3f s", elapsed_s)
         return pump_pb2.WriteBinlogResp()
+
+    def close(self) -> None:
+        """Release the prefetch threads (after the server stopped)."""
+        self._prefetch.shutdown(wait=False, cancel_futures=True)
 
     def _failed(self, start_s: float, errmsg: str):
         self.metrics.loss_binlog_count.inc()
@@ -117,18 +125,26 @@ class PumpServicer(pump_pb2_grpc.PumpServicer):
                           f"cluster ID are mismatch, {request.clusterID} vs {self.node.cluster_id}")
         last = request.startFrom.offset
         log.info("PullBinlogs from %s starting after commit_ts %d", context.peer(), last)
-        while not self.stopping.is_set() and context.is_active():
-            try:
-                batch, _ = self.node.pull(last, self.pull_batch_bytes, timeout_s=self.pull_wait_s)
-            except PurgedError as exc:
-                log.error("drainer %s requested a purged binlog ts: %s", context.peer(), exc)
-                context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
-            for commit_ts, payload in batch:
-                start_ts = bl.Binlog.FromString(payload).start_ts
-                yield pump_pb2.PullBinlogResp(entity=pump_pb2.Entity(
-                    pos=pump_pb2.Pos(offset=commit_ts), payload=payload,
-                    meta=pump_pb2.Meta(startTs=start_ts, commitTs=commit_ts)))
-                last = commit_ts
+        pull, size, wait_s = self.node.pull, self.pull_batch_bytes, self.pull_wait_s
+        # While one batch is streamed, the next one is read on a prefetch thread.
+        ahead = self._prefetch.submit(pull, last, size, wait_s)
+        try:
+            while not self.stopping.is_set() and context.is_active():
+                try:
+                    batch, _ = ahead.result()
+                except PurgedError as exc:
+                    log.error("drainer %s requested a purged binlog ts: %s", context.peer(), exc)
+                    context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
+                if batch:
+                    last = batch[-1][0]
+                ahead = self._prefetch.submit(pull, last, size, wait_s)
+                for commit_ts, payload in batch:
+                    yield pump_pb2.PullBinlogResp(entity=pump_pb2.Entity(
+                        pos=pump_pb2.Pos(offset=commit_ts), payload=payload,
+                        meta=pump_pb2.Meta(startTs=bl.Binlog.FromString(payload).start_ts,
+                                           commitTs=commit_ts)))
+        finally:
+            ahead.cancel()  # a read already running ends within pull_wait_s, unused
 
 
 # -- credentials -----------------------------------------------------------------------
@@ -211,13 +227,14 @@ class PumpGrpcServer:
     def stop(self, grace_s: float = 1.0) -> None:
         self.servicer.stopping.set()
         self.server.stop(grace_s).wait()
+        self.servicer.close()
 
 
 def build_server(node, addr: str, *, socket_path: str = "", security=None,
                  max_message_size_bytes: int = MAX_GRPC_MESSAGE_BYTES, max_workers: int = 128,
                  pull_wait_s: float = 0.5) -> PumpGrpcServer:
     """Bind and start the Pump service on ``addr`` (``host:port``; port 0 picks one)."""
-    servicer = PumpServicer(node, pull_wait_s=pull_wait_s)
+    servicer = PumpServicer(node, pull_wait_s=pull_wait_s, prefetch_threads=max_workers)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix="pump-grpc"),
                          options=_message_options(max_message_size_bytes))

@@ -62,6 +62,8 @@ _PREWRITE, _COMMIT, _ROLLBACK = bl.BinlogType.PREWRITE, bl.BinlogType.COMMIT, bl
 _SPACE_POLL_S = 3.0
 _LOG_EVERY_S = 10.0
 _SEAL_ON_CLOSE_BYTES = 50 * 1024
+_PREWRITE_PREFIX = b"\x08\x00"  # a payload starting tp = Prewrite: not served by pulls
+_COMMIT_HINT_BYTES = 240  # commits and fake binlogs are ~20 bytes: one small pread each
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,8 @@ class Storage:
         m.gc_ts.set(extract_physical(self._gc_ts))
         m.max_commit_ts.set(extract_physical(self._max_commit_ts))
         self._gc_thread: threading.Thread | None = None
+        self._to_disk_s = m.write_duration_s.labels("to_disk")
+        self._fsync_s = m.write_duration_s.labels("fsync")
         self._committer = GroupCommitter(self._append, self._forward, metrics=m,
                                          max_group_bytes=options.max_group_bytes,
                                          slow_write_threshold_s=options.slow_write_threshold_s)
@@ -252,10 +256,9 @@ class Storage:
     def _append(self, buf: bytes, max_ts: int) -> ValuePointer:
         fid = self.vlog.active_fid
         start = self.vlog.append(buf, max_ts)
-        m = self.metrics.write_duration_s
-        m.labels("to_disk").observe(self.vlog.last_write_s)
+        self._to_disk_s.observe(self.vlog.last_write_s)
         if self.options.sync_log:
-            m.labels("fsync").observe(self.vlog.last_sync_s)
+            self._fsync_s.observe(self.vlog.last_sync_s)
         if start.fid != fid:
             log.info("value log rotated to file %06d.vlog", start.fid)
         return start
@@ -335,10 +338,11 @@ class Storage:
         size = 0
         for ts, ptr in self.index.iter_range(since_commit_ts, upto):
             try:
-                head = self.vlog.peek(ptr, 2)
-                if head[:2] == b"\x08\x00":  # tp = Prewrite
+                payload = self.vlog.read(ptr, size_hint_bytes=_COMMIT_HINT_BYTES,
+                                         unless_prefix=_PREWRITE_PREFIX)
+                if payload is None:
                     continue
-                payload = self._filled(self.vlog.read(ptr), ts)
+                payload = self._filled(payload, ts)
             except (CorruptRecord, DecodeError) as exc:
                 log.error("not serving ts %d: %s", ts, exc)
                 self.metrics.error_count.labels("read_value").inc()
@@ -354,8 +358,11 @@ class Storage:
         return out
 
     def _filled(self, payload: bytes, ts: int) -> bytes | None:
-        c = bl.Binlog()
-        c.ParseFromString(payload)
+        """A Commit filled with its Prewrite's fields (TiDB's ``feedPreWriteValue``), a
+        fake binlog as it is, None for what is not served (a Commit whose Prewrite is
+        gone). Parse + set + marshal through protobuf's C parser: it keeps TiDB's field
+        order and measured faster than splicing the serialized bytes in Python."""
+        c = bl.Binlog.FromString(payload)
         if c.tp != _COMMIT:
             return payload if c.start_ts == c.commit_ts else None  # fake passes through
         ptr = self.index.lookup(c.start_ts)
@@ -364,8 +371,7 @@ class Storage:
                       "pump (never written here, or purged by GC); skipped", ts, c.start_ts)
             self.metrics.error_count.labels("feed_pre_write_value").inc()
             return None
-        p = bl.Binlog()
-        p.ParseFromString(self.vlog.read(ptr))
+        p = bl.Binlog.FromString(self.vlog.read(ptr))
         if p.HasField("prewrite_key"):
             c.prewrite_key = p.prewrite_key
         c.prewrite_value = p.prewrite_value

@@ -49,6 +49,7 @@ __all__ = [
     "HEADER_SIZE",
     "FOOTER_SIZE",
     "POINTER_SIZE",
+    "READ_HINT_BYTES",
     "ValuePointer",
     "encode_record",
     "scan_segment",
@@ -65,6 +66,7 @@ _POINTER = struct.Struct("<Iq")
 HEADER_SIZE = _HEADER.size  # 16
 FOOTER_SIZE = _FOOTER.size  # 12
 POINTER_SIZE = _POINTER.size  # 12
+READ_HINT_BYTES = 4096  # read() fetches header + this much in one pread
 _MAGIC_BYTES = struct.pack("<I", RECORD_MAGIC)
 _NAME = re.compile(r"^(\d{6,})\.vlog$")
 _crc = google_crc32c.value
@@ -320,18 +322,31 @@ class ValueLog:
             raise StorageError(f"value log {seg.path}: read of {nbytes} bytes at offset "
                                f"{offset} failed: {exc}") from exc
 
-    def read(self, ptr: ValuePointer) -> bytes:
-        """The payload of the record at ``ptr``; raises CorruptRecord on a bad record."""
+    def read(self, ptr: ValuePointer, *, size_hint_bytes: int = READ_HINT_BYTES,
+             unless_prefix: bytes = b"") -> bytes | None:
+        """The payload of the record at ``ptr``; raises CorruptRecord on a bad record.
+
+        One ``pread`` of header + ``size_hint_bytes`` serves every record that fits
+        (a second one fetches the rest of a bigger one). With ``unless_prefix``, a
+        payload starting with it is not read further (nor CRC-checked): None.
+        """
         fd, seg = self._fd(ptr.fid)
-        head = self._pread(fd, seg, HEADER_SIZE, ptr.offset)
-        if len(head) < HEADER_SIZE:
+        raw = self._pread(fd, seg, HEADER_SIZE + size_hint_bytes, ptr.offset)
+        if len(raw) < HEADER_SIZE:
             raise CorruptRecord(f"value log {seg.path}: short header at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
-        magic, length, crc = _HEADER.unpack(head)
+        magic, length, crc = _HEADER.unpack_from(raw)
         if magic != RECORD_MAGIC or length > seg.data_end - ptr.offset - HEADER_SIZE:
             raise CorruptRecord(f"value log {seg.path}: bad magic or length at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
-        payload = self._pread(fd, seg, length, ptr.offset + HEADER_SIZE)
+        if unless_prefix and raw.startswith(unless_prefix, HEADER_SIZE):
+            return None
+        end = HEADER_SIZE + length
+        if len(raw) >= end:
+            payload = raw[HEADER_SIZE:end]
+        else:
+            payload = raw[HEADER_SIZE:] + self._pread(fd, seg, end - len(raw),
+                                                      ptr.offset + len(raw))
         if len(payload) != length or _crc(payload) != crc:
             raise CorruptRecord(f"value log {seg.path}: checksum mismatch at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
