@@ -196,6 +196,12 @@ class DrainerNode:
                                         name="drainer-heartbeat")
         self._thread.start()
 
+    def set_state(self, state: str) -> None:
+        """Write ``state`` now (the heartbeat rewrites the record only while online)."""
+        with self._lock:
+            self.state = state
+            self._write()
+
     def check_action(self, action: str) -> None:
         """TiDB accepts ``pause``/``close`` only while online."""
         if self.state != ONLINE:
@@ -209,10 +215,8 @@ class DrainerNode:
             self._thread.join(timeout=10)
         if checkpoint_ts is not None:
             self.max_commit_ts = max(self.max_commit_ts, checkpoint_ts)
-        if self.registry is not None and self.state != final_state:
-            with self._lock:
-                self.state = final_state
-                self._write()
+        if self.registry is not None and (self.state != final_state or checkpoint_ts):
+            self.set_state(final_state)
             log.info("drainer %s is %s (checkpoint %d)", self.node_id, final_state,
                      self.max_commit_ts)
         self.stop_servers()

@@ -199,15 +199,17 @@ class MergerActor:
                 self._thread.join(timeout=60)
             final_ts = None
             if self.error is None:
-                cp = _Calls.get(_Calls.call(self.coordinator, "close"))
-                final_ts = cp.commit_ts
-                self._result = {"commit_ts": cp.commit_ts, "consistent": cp.consistent}
-            else:
+                try:
+                    cp = _Calls.get(_Calls.call(self.coordinator, "close"))
+                    final_ts = cp.commit_ts
+                    self._result = {"commit_ts": cp.commit_ts, "consistent": cp.consistent}
+                    self.state = "stopped"
+                except Exception as exc:  # no final checkpoint: the saved one stands
+                    self._fail(exc)
+            if self._result is None:
                 self._result = {"error": self.error}
             if self.node is not None:
                 self.node.close(final_state, final_ts)
-            if self.error is None:
-                self.state = "stopped"
             return self._result
 
     def _on_action(self, action: str) -> None:
@@ -222,6 +224,11 @@ class MergerActor:
         self.state = "failed"
         self._started.set()
         log.error("replication task stopped: %s", self.error)
+        if self.node is not None and self.node.state == ONLINE:
+            try:  # pumps must not wait for our Notify; our checkpoint still holds their GC
+                self.node.set_state(PAUSED)
+            except Exception as rec_exc:
+                log.warning("could not record the drainer paused: %s", rec_exc)
 
     # -- loop ---------------------------------------------------------------------------------
     def _run(self) -> None:

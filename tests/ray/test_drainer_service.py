@@ -16,6 +16,7 @@ from cluster.launch import LocalCluster, PumpOptions
 from tidb_binlog import binlog as bl
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, PUMP
+from tidb_binlog.pump.server import open_pump
 from tidb_binlog.upstream import Upstream
 
 pytestmark = pytest.mark.timeout(300)
@@ -137,16 +138,36 @@ def test_pumps_join_and_leave_while_running_and_the_paused_drainer_holds_back_gc
     assert json.loads(body)["Checkpoint"]["gcTS"] == record.max_commit_ts
 
 
-def test_registry_record_and_http_api_of_a_live_task(stack):
+def test_registry_record_http_api_and_a_standalone_pump_over_grpc(stack):
     up_db, down_db, cluster, upstream = stack
     drainer = Drainer.start(drainer_config(down_db, **{"node-id": "drainer-a"}),
                             registry=cluster.registry)
     base = f"http://{drainer.status_addr}"
+    standalone = None
     try:
+        # A pump process outside Ray (no PumpActor of its name): pulled over gRPC.
+        standalone = open_pump(cluster.pump_config("solo"), registry=cluster.registry)
+        assert drainer.status()["pumps"] == ["pump-0", "solo"]      # Notify handshake
+        next_id = 500
+        while not any(not bl.is_fake(bl.decode(p))
+                      for _, p in standalone.node.pull(0, 64 << 20)[0]):
+            assert next_id < 700, "no write reached the standalone pump"
+            write(upstream, next_id, 5)
+            next_id += 5
+        drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
+        assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
+        standalone.node.apply_action("solo", "close")
+        wait_until(lambda: cluster.registry.node(PUMP, "solo").state == OFFLINE,
+                   what="the standalone pump offline")
+        wait_until(lambda: drainer.status()["pumps"] == ["pump-0"], what="solo retired")
+        standalone.stop()
+        standalone = None
+
         assert int(drainer.status_addr.rpartition(":")[2]) == \
             int(drainer.addr.rpartition(":")[2]) + 1
         record = cluster.registry.node(DRAINER, "drainer-a")
         assert record.state == ONLINE and record.host == drainer.addr
+        inserted = len(rows(down_db, "shop.t"))
         write(upstream, 0, 10)
         target = cluster.get_ts()
         drainer.wait_for_checkpoint(target, timeout_s=120)
@@ -175,7 +196,7 @@ def test_registry_record_and_http_api_of_a_live_task(stack):
         # the two workers' counters are summed into one series
         inserts = [line for line in text.splitlines()
                    if line.startswith('binlog_drainer_event_total{type="Insert"}')]
-        assert len(inserts) == 1 and float(inserts[0].split()[-1]) == 10.0
+        assert len(inserts) == 1 and float(inserts[0].split()[-1]) == inserted + 10
 
         code, body = http("PUT", f"{base}/state/someone-else/close")
         assert code == 400 and b"not this drainer" in body
@@ -186,4 +207,6 @@ def test_registry_record_and_http_api_of_a_live_task(stack):
         assert record.state == OFFLINE and record.max_commit_ts >= target
     finally:
         result = drainer.stop()
+        if standalone is not None:
+            standalone.stop()
     assert result["consistent"] is True
