@@ -124,10 +124,19 @@ class SchemaKeeperActor:
         self.meta = meta if meta is not None else UpstreamMeta(settings.upstream_meta)
         self._ignored_ts = frozenset(settings.ignore_txn_commit_ts)
         self._ignored_dbs = frozenset(s.lower() for s in settings.ignore_schemas)
-        self.reset(schema_version)
+        self._rebuild(schema_version)
+        # A fresh process (first start, or Ray restarted it mid-pipeline) holds the
+        # schema at ``schema_version``, not where the stream is: it translates only
+        # after the merger's reset() has placed it at the checkpoint.
+        self._placed = False
 
     def reset(self, schema_version: int) -> int:
         """Rebuild the schema from the upstream's DDL history at ``schema_version``."""
+        version = self._rebuild(schema_version)
+        self._placed = True
+        return version
+
+    def _rebuild(self, schema_version: int) -> int:
         from tidb_binlog.drainer.schema import SchemaKeeper
         from tidb_binlog.drainer.translate import Translator
 
@@ -149,7 +158,14 @@ class SchemaKeeperActor:
             delay = min(delay * 2, 1.0)
 
     def translate(self, items: list[tuple[int, bytes]]) -> list[tuple[int, Txn | None, int]]:
-        """``(commit_ts, payload)`` in commit order → ``(commit_ts, txn | None, schema_version)``."""
+        """``(commit_ts, payload)`` in commit order → ``(commit_ts, txn | None, schema_version)``.
+
+        Raises PipelineReset when this keeper was restarted since the merger's
+        last reset(): its schema is not at the stream's position.
+        """
+        if not self._placed:
+            raise PipelineReset("the schema keeper restarted: its schema must be rebuilt at "
+                                "the checkpoint before it translates")
         out = []
         for commit_ts, payload in items:
             if commit_ts in self._ignored_ts:
