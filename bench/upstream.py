@@ -16,7 +16,10 @@ before the clock starts:
   that marshals every binlog but sends nothing (the upstream's own cost).
 
 Modes alternate within a round, so a noisy neighbour hits all of them alike. The
-result uses the median round of each mode. Prints, last,
+result uses the median round of each mode. Each mode also reports the CPU per
+transaction of this process (``time.process_time``: the client), of the pump processes
+and of MariaDB (``/proc/<pid>/stat``), medians over the rounds: on the shared 2-core box
+CPU per transaction, not latency, decides the ratio. Prints, last,
 ``RESULT upstream_binlog_on value=<rows/s> unit=rows/s ceiling=<rows/s off>
 ratio=<on/off>`` (goal ratio > 0.7).
 
@@ -47,6 +50,32 @@ from tidb_binlog.upstream.workload import SBTEST_DDL
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_ID = 6_900_000_000_000_000_011
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of another process so far (0.0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+
+
+class CpuMeter:
+    """CPU seconds spent by this process, the pumps and MariaDB during one mode."""
+
+    def __init__(self, pump_pids: list[int], mariadb_pid: int | None):
+        self._pump_pids = pump_pids
+        self._mariadb_pid = mariadb_pid
+
+    def snapshot(self) -> tuple[float, float, float]:
+        return (time.process_time(), sum(proc_cpu_s(p) for p in self._pump_pids),
+                proc_cpu_s(self._mariadb_pid) if self._mariadb_pid else 0.0)
+
+    def since(self, before: tuple[float, float, float]) -> tuple[float, float, float]:
+        """(client, pumps, mariadb) CPU seconds since ``before``."""
+        return tuple(b - a for a, b in zip(before, self.snapshot(), strict=True))
 
 
 def _rows(rng: random.Random, n: int) -> list[tuple]:
@@ -81,7 +110,7 @@ def _timed(n: int, duration_s: float, open_, loop, close) -> tuple[int, float]:
 
 
 def bench_off(params: dict, sessions: int, duration_s: float, rows_per_txn: int,
-              seed: int) -> float:
+              seed: int) -> tuple[float, int]:
     def open_(i):
         return connect(params, database="bench_off"), random.Random(seed + i)
 
@@ -98,11 +127,11 @@ def bench_off(params: dict, sessions: int, duration_s: float, rows_per_txn: int,
         return n
 
     rows, start = _timed(sessions, duration_s, open_, loop, lambda state: state[0].close())
-    return rows / (time.monotonic() - start)
+    return rows / (time.monotonic() - start), rows
 
 
 def bench_on(up: Upstream, sessions: int, duration_s: float, rows_per_txn: int,
-             seed: int) -> float:
+             seed: int) -> tuple[float, int]:
     def open_(i):
         return up.session(), random.Random(seed + i)
 
@@ -120,7 +149,7 @@ def bench_on(up: Upstream, sessions: int, duration_s: float, rows_per_txn: int,
 
     rows, start = _timed(sessions, duration_s, open_, loop, close)
     up.flush()  # the asynchronous Commit binlogs are part of the cost
-    return rows / (time.monotonic() - start)
+    return rows / (time.monotonic() - start), rows
 
 
 # -- real pumps: `tidb-binlog pump` processes ---------------------------------------------
@@ -139,14 +168,23 @@ def _two_free_ports() -> int:
     raise RuntimeError("no two consecutive free ports for a pump (gRPC and HTTP status)")
 
 
-def start_pump(work: Path, i: int) -> tuple[subprocess.Popen, str]:
+def _mariadb_pid(server: MariaDBServer) -> int | None:
+    """The server's pid from its pid file (None when it cannot be read)."""
+    try:
+        return int((server.directory / "mysqld.pid").read_text().strip())
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def start_pump(work: Path, i: int, *, sync_log: bool = True) -> tuple[subprocess.Popen, str]:
     import grpc
 
     addr = f"127.0.0.1:{_two_free_ports()}"
     cfg = work / f"pump{i}.toml"
     cfg.write_text(f'addr = "{addr}"\ndata-dir = "{work / f"pump{i}"}"\nnode-id = "pump-{i}"\n'
                    f"cluster-id = {CLUSTER_ID}\n"
-                   '[storage]\nsync-log = true\nstop-write-at-available-space = "1 MiB"\n')
+                   f"[storage]\nsync-log = {str(sync_log).lower()}\n"
+                   'stop-write-at-available-space = "1 MiB"\n')
     log = open(work / f"pump{i}.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "tidb_binlog.cli.main", "pump", "--config",
                              str(cfg)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
@@ -184,6 +222,7 @@ def main() -> None:
     from tidb_binlog.pump_client import PumpClient
 
     figures: dict[str, list[float]] = {"off": [], "on": [], "in-process": []}
+    cpu_ms: dict[str, list[tuple[float, ...]]] = {"off": [], "on": [], "in-process": []}
     with tempfile.TemporaryDirectory(prefix="bench-upstream-") as tmp, \
             MariaDBServer(name="bench-upstream") as server:
         server.start()
@@ -204,17 +243,24 @@ def main() -> None:
         inproc = Upstream(params, collector, tso.get_ts, database="bench_inproc")
         inproc.ddl("CREATE DATABASE bench_inproc")
         inproc.ddl(SBTEST_DDL)
+        mariadb_pid = _mariadb_pid(server)
+        meter = CpuMeter([p.pid for p, _ in pumps], mariadb_pid)
+
+        def measure(mode: str, run, *run_args) -> None:
+            before = meter.snapshot()
+            rate, rows = run(*run_args)
+            txns = max(rows // args.rows_per_txn, 1)
+            figures[mode].append(rate)
+            cpu_ms[mode].append(tuple(c / txns * 1e3 for c in meter.since(before)))
+
         try:
             for r in range(args.rounds):
                 seed = 1000 * r
-                figures["off"].append(bench_off(params, args.sessions, args.duration_s,
-                                                args.rows_per_txn, seed))
-                figures["on"].append(bench_on(up, args.sessions, args.duration_s,
-                                              args.rows_per_txn, seed + 100))
+                shape = (args.sessions, args.duration_s, args.rows_per_txn)
+                measure("off", bench_off, params, *shape, seed)
+                measure("on", bench_on, up, *shape, seed + 100)
                 if args.in_process:
-                    figures["in-process"].append(bench_on(inproc, args.sessions,
-                                                          args.duration_s, args.rows_per_txn,
-                                                          seed + 200))
+                    measure("in-process", bench_on, inproc, *shape, seed + 200)
                 print(f"round {r}: " + "  ".join(f"{k} {v[-1]:,.0f}" for k, v in figures.items()
                                                  if v), flush=True)
             errors = up.finish_binlog_errors
@@ -237,6 +283,12 @@ def main() -> None:
         ip = statistics.median(figures["in-process"])
         print(f"in-process: {ip:,.0f} rows/s median (Upstream, binlogs marshalled, not sent) "
               f"ratio={ip / off:.3f}")
+    print("CPU per transaction, ms (median over rounds; client = this process, mariadb "
+          + ("unknown" if mariadb_pid is None else "server") + "):")
+    for mode, rows in cpu_ms.items():
+        if rows:
+            client_ms, pump_ms, db_ms = (statistics.median(c) for c in zip(*rows, strict=True))
+            print(f"  {mode:10} client {client_ms:.2f}  pumps {pump_ms:.2f}  mariadb {db_ms:.2f}")
     print(f"RESULT upstream_binlog_on value={on:.0f} unit=rows/s ceiling={off:.0f} "
           f"ratio={on / off:.3f}")
 

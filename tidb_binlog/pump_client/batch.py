@@ -83,7 +83,7 @@ def _prewrites(client: PumpClient, binlogs, indexes, results) -> None:
                 if error is None:
                     with client._lock:
                         client._book.remember(binlogs[i].start_ts, entry.node_id)
-                    metrics.WRITE_TOTAL.labels("prewrite", "ok").inc()
+                    metrics.WRITE_OK["prewrite"].inc()
                     results[i].node_id = entry.node_id
                     continue
                 tried[entry.node_id] = error
@@ -112,7 +112,7 @@ def _finishes(client: PumpClient, binlogs, indexes, results) -> None:
         if entry is not None and error is None:
             with client._lock:
                 client._book.forget(binlog.start_ts)
-            metrics.WRITE_TOTAL.labels(_TYPE_NAMES.get(binlog.tp, "other"), "ok").inc()
+            metrics.WRITE_OK[_TYPE_NAMES.get(binlog.tp, "other")].inc()
             results[i].node_id = entry.node_id
         else:
             results[i].pending = client.write_binlog_async(binlog)

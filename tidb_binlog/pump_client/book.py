@@ -104,6 +104,10 @@ class PumpBook:
     def available(self) -> list[str]:
         return sorted(k for k, e in self._pumps.items() if e.available)
 
+    @property
+    def available_count(self) -> int:
+        return sum(1 for e in self._pumps.values() if e.available)
+
     def unavailable(self) -> list[str]:
         return sorted(k for k, e in self._pumps.items() if not e.available)
 

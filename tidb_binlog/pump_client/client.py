@@ -134,11 +134,11 @@ class PumpClient:
         kind = _TYPE_NAMES.get(binlog.tp, "other")
         started = time.monotonic()
         try:
-            if binlog.tp == BinlogType.PREWRITE:
+            if kind == "prewrite":
                 return self._write_prewrite(binlog, self._encode(binlog), {})
-            return self._write_finish(binlog, encode(binlog))
+            return self._write_finish(binlog, encode(binlog), kind)
         finally:
-            metrics.WRITE_DURATION.labels(kind).observe(time.monotonic() - started)
+            metrics.WRITE_SECONDS[kind].observe(time.monotonic() - started)
 
     def write_binlog_async(self, binlog: Binlog) -> Future:
         """``write_binlog`` on the client's thread pool (meant for Commit/Rollback)."""
@@ -233,17 +233,15 @@ class PumpClient:
         while not self._closed.is_set():
             with self._lock:
                 entry = self._book.select(start_ts, attempt, tried.keys())
-                available = len(self._book.available())
+                available = self._book.available_count
             if entry is None:
                 break
             if entry.node_id in tried:  # a new round over pumps that all failed
                 self._closed.wait(self._retry_interval_s)
             timeout_s = min(self.rpc_timeout_s, max(deadline - time.monotonic(), 0.05))
-            error = self._attempt(entry, payload, timeout_s)
+            error = self._attempt(entry, payload, timeout_s, remember_ts=start_ts)
             if error is None:
-                with self._lock:
-                    self._book.remember(start_ts, entry.node_id)
-                metrics.WRITE_TOTAL.labels("prewrite", "ok").inc()
+                metrics.WRITE_OK["prewrite"].inc()
                 return entry.node_id
             tried[entry.node_id] = error
             attempt += 1
@@ -259,7 +257,7 @@ class PumpClient:
                 with self._lock:
                     self._book.mark_available(entry.node_id)
                     self._book.remember(start_ts, entry.node_id)
-                metrics.WRITE_TOTAL.labels("prewrite", "ok").inc()
+                metrics.WRITE_OK["prewrite"].inc()
                 return entry.node_id
             tried[entry.node_id] = error
         metrics.WRITE_TOTAL.labels("prewrite", "error").inc()
@@ -269,18 +267,29 @@ class PumpClient:
             f"{self.write_timeout_s:g}s ({detail}); the transaction must not commit. "
             "Check that pumps are running and online (binlogctl -cmd pumps).")
 
-    def _attempt(self, entry: PumpEntry, payload: bytes, timeout_s: float) -> str | None:
-        """One WriteBinlog; None on success, else the error text (also booked)."""
+    def _attempt(self, entry: PumpEntry, payload: bytes, timeout_s: float, *,
+                 remember_ts: int | None = None, forget_ts: int | None = None) -> str | None:
+        """One WriteBinlog; None on success, else the error text (also booked).
+
+        On success the prewrite's owner is recorded (``remember_ts``) or the
+        commit's dropped (``forget_ts``) in the same lock section as the outcome.
+        """
         try:
             errmsg = self._channel(entry).write(self.cluster_id, payload, timeout_s)
         except UnavailableError as exc:
             errmsg = str(exc)
-        return self._outcome(entry, errmsg)
+        return self._outcome(entry, errmsg, remember_ts=remember_ts, forget_ts=forget_ts)
 
-    def _outcome(self, entry: PumpEntry, errmsg: str) -> str | None:
+    def _outcome(self, entry: PumpEntry, errmsg: str, *, remember_ts: int | None = None,
+                 forget_ts: int | None = None) -> str | None:
         if not errmsg:
             with self._lock:
-                self._book.record_success(entry.node_id)
+                if entry.errors:
+                    self._book.record_success(entry.node_id)
+                if remember_ts is not None:
+                    self._book.remember(remember_ts, entry.node_id)
+                elif forget_ts is not None:
+                    self._book.forget(forget_ts)
             return None
         if "cluster ID are mismatch" in errmsg:
             raise ClusterIDMismatch(
@@ -299,8 +308,7 @@ class PumpClient:
 
     # -- commit / rollback -------------------------------------------------------
 
-    def _write_finish(self, binlog: Binlog, payload: bytes) -> str | None:
-        kind = _TYPE_NAMES.get(binlog.tp, "other")
+    def _write_finish(self, binlog: Binlog, payload: bytes, kind: str) -> str | None:
         with self._lock:
             entry = self._book.owner(binlog.start_ts)
         if entry is None:
@@ -311,13 +319,12 @@ class PumpClient:
         error = ""
         while True:
             try:
-                error = self._attempt(entry, payload, self.rpc_timeout_s)
+                error = self._attempt(entry, payload, self.rpc_timeout_s,
+                                      forget_ts=binlog.start_ts)
             except BinlogError as exc:  # refused for good (too large, other cluster)
                 return self._give_up(binlog, kind, "rejected", str(exc))
             if error is None:
-                with self._lock:
-                    self._book.forget(binlog.start_ts)
-                metrics.WRITE_TOTAL.labels(kind, "ok").inc()
+                metrics.WRITE_OK[kind].inc()
                 return entry.node_id
             if self._closed.is_set():
                 return self._give_up(binlog, kind, "closed", f"client closed; last error: {error}")
@@ -341,6 +348,9 @@ class PumpClient:
     # -- membership and background threads ----------------------------------------
 
     def _channel(self, entry: PumpEntry) -> PumpChannel:
+        channel = self._channels.get(entry.node_id)  # lock-free hit: the common case
+        if channel is not None and channel.addr == entry.addr:
+            return channel
         with self._lock:
             channel = self._channels.get(entry.node_id)
             if channel is None or channel.addr != entry.addr:

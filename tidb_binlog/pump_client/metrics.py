@@ -23,6 +23,9 @@ __all__ = [
     "PUMP_UNAVAILABLE",
     "PROBE_TOTAL",
     "COMMIT_GIVEN_UP",
+    "KINDS",
+    "WRITE_OK",
+    "WRITE_SECONDS",
 ]
 
 WRITE_TOTAL = Counter("binlog_pump_client_write_total",
@@ -39,3 +42,9 @@ PROBE_TOTAL = Counter("binlog_pump_client_probe_total",
                       "Probes of unavailable pumps", ["result"])
 COMMIT_GIVEN_UP = Counter("binlog_pump_client_commit_given_up_total",
                           "Commit/Rollback binlogs the client gave up on", ["reason"])
+
+# Children bound once: a ``labels()`` lookup takes a lock and a dict probe per call,
+# which the per-binlog path does not need to pay.
+KINDS = ("prewrite", "commit", "rollback", "other")
+WRITE_OK = {kind: WRITE_TOTAL.labels(kind, "ok") for kind in KINDS}
+WRITE_SECONDS = {kind: WRITE_DURATION.labels(kind) for kind in KINDS}

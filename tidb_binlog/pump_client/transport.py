@@ -85,38 +85,52 @@ class PumpChannel:
         ]
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
-        self._stub: pump_pb2_grpc.PumpStub | None = None
+        # The bound WriteBinlog multicallable; read without the lock on the hot path
+        # (None until dialled and after reset()).
+        self._call = None
 
-    def _get_stub(self) -> pump_pb2_grpc.PumpStub:
+    def _dial(self):
         with self._lock:
-            if self._stub is None:
+            if self._call is None:
                 target = grpc_target(self.addr)
                 if self._tls is None:
                     self._channel = grpc.insecure_channel(target, options=self._options)
                 else:
                     self._channel = grpc.secure_channel(target, self._tls.credentials(),
                                                         options=self._options)
-                self._stub = pump_pb2_grpc.PumpStub(self._channel)
-            return self._stub
+                self._call = pump_pb2_grpc.PumpStub(self._channel).WriteBinlog
+            return self._call
 
     def write(self, cluster_id: int, payload: bytes, timeout_s: float) -> str:
         """Send one WriteBinlog; the pump's errmsg ("" = stored)."""
-        req = pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=payload)
+        call = self._call or self._dial()
         try:
-            return self._get_stub().WriteBinlog(req, timeout=timeout_s).errmsg
+            return call(pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=payload),
+                        timeout=timeout_s).errmsg
         except grpc.RpcError as exc:
             raise self.translate(exc) from exc
+        except ValueError as exc:  # grpc: "Cannot invoke RPC on closed channel!"
+            raise self._reset_race(exc) from exc
 
     def write_future(self, cluster_id: int, payload: bytes, timeout_s: float) -> grpc.Future:
         """Start a WriteBinlog without waiting; finish it with :meth:`result`."""
-        req = pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=payload)
-        return self._get_stub().WriteBinlog.future(req, timeout=timeout_s)
+        call = self._call or self._dial()
+        try:
+            return call.future(pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=payload),
+                               timeout=timeout_s)
+        except ValueError as exc:
+            raise self._reset_race(exc) from exc
 
     def result(self, future: grpc.Future) -> str:
         try:
             return future.result().errmsg
         except grpc.RpcError as exc:
             raise self.translate(exc) from exc
+
+    def _reset_race(self, exc: ValueError) -> UnavailableError:
+        """Another thread reset (closed) the channel while this call used it."""
+        return UnavailableError(f"pump {self.node_id} at {self.addr}: the channel was reset "
+                                f"during the call ({exc}); the next attempt dials again")
 
     def translate(self, exc: grpc.RpcError) -> ProtocolError | UnavailableError:
         code = exc.code() if hasattr(exc, "code") else None
@@ -132,7 +146,7 @@ class PumpChannel:
     def reset(self) -> None:
         """Drop the channel; the next call dials again."""
         with self._lock:
-            channel, self._channel, self._stub = self._channel, None, None
+            channel, self._channel, self._call = self._channel, None, None
         if channel is not None:
             channel.close()
 
