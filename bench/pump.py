@@ -1,20 +1,29 @@
 """Pump benchmarks: storage writes, gRPC WriteBinlog vs a bare echo server, pull rates.
 
-    .venv/bin/python bench/pump.py [--seconds 3] [--clients 64] [--procs 4] [--skip-actor]
+    .venv/bin/python bench/pump.py [--seconds 6] [--rounds 3] [--clients 64] [--procs 4]
+                                   [--paced-rate 400] [--pull-pairs 20000] [--skip-actor]
 
-(a) ``pump_storage_write``: delegated to ``bench/pump_storage.py``'s ``run()``
-    (the storage colleague's benchmark) when that file exists.
-(b) ``pump_grpc_write``: 64 client threads spread over ``--procs`` client
-    processes (one Python process is GIL-bound near 2k calls/s) call WriteBinlog
-    with 1 KiB prewrite binlogs (and their commits) on a pump running in a
-    child process; the ceiling is the same clients against a bare gRPC server
-    in a child process whose WriteBinlog returns an empty response at once
-    (same message size, same thread pool). Both servers get the same CPUs, so
-    the ratio is the cost of the pump's own work per binlog. p50/p99 are the
-    client-observed ack latencies of the pump run.
-(c) ``pump_pull_grpc``: one PullBinlogs stream reading ``--pull-pairs``
-    commits (1 KiB prewrite values) preloaded into a fresh pump, beside a bare
-    gRPC server streaming the same number of same-sized ready-made entities; ``pump_pull_actor``: ``PumpActor.pull`` batches (4 MiB) on a local Ray.
+(a) ``pump_storage_write``: ``bench/pump_storage.py``'s ``run()`` (64 writer
+    threads, 1 KiB P+C pairs, vs a grouped append+fdatasync loop).
+(b) ``pump_grpc_write``: ``--clients`` concurrent WriteBinlog requests (1 KiB
+    prewrites and their commits) spread over ``--procs`` client processes, each
+    with its own channel and one grpc.aio event loop (a process of blocking
+    threads spends more CPU per call than the server does, on the same 2 cores);
+    the ceiling is the same clients against a bare gRPC server whose WriteBinlog
+    returns an empty response at once (same message size, same thread pool).
+    Pump and ceiling run in child processes started once, and the load
+    alternates between them for ``--rounds`` rounds so load drift on a shared
+    machine hits both alike. ``pump_grpc_p50_ms``/``p99`` are per-request ack
+    latencies of that closed loop: with 64 requests always in flight they are
+    bounded below by Little's law (64 / throughput), i.e. they measure queueing.
+    ``pump_grpc_paced_p50_ms``/``p99`` are the latencies of an open-loop run at
+    ``--paced-rate`` binlogs/s (requests start on schedule; latency counted from
+    the scheduled start), i.e. the service time of one write: decode, group
+    commit, fdatasync, answer.
+(c) ``pump_pull_grpc``: one PullBinlogs stream reading ``--pull-pairs`` commits
+    (1 KiB prewrite values, preloaded) beside a bare gRPC server streaming as many
+    same-sized ready-made entities (one per round, mean reported);
+    ``pump_pull_actor``: ``PumpActor.pull`` batches (4 MiB) on a local Ray.
 
 The pump uses the durable ``tidb_binlog.pump.storage.Storage`` (sync-log on)
 when it exists, else the in-memory test storage; the RESULT lines say which.
@@ -26,6 +35,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import multiprocessing as mp
+import os
 import sys
 import tempfile
 import threading
@@ -94,14 +104,40 @@ def _serve(kind: str, data_dir: str, addr_q, stop_ev, preload_pairs: int = 0) ->
         from tidb_binlog.testing.memory_storage import MemoryStorage
         storage = MemoryStorage()
     proc = open_pump(_config(data_dir), storage=storage)
-    value = b"x" * PAYLOAD_BYTES
-    for i in range(preload_pairs):
-        ts = 1000 + 2 * i
-        proc.node.storage.write_binlog(bl.prewrite(ts, value, prewrite_key=b"k"))
-        proc.node.storage.write_binlog(bl.commit(ts, ts + 1))
+    _preload(proc.node.storage.write_binlog, preload_pairs)
     addr_q.put(proc.addr)
     stop_ev.wait()
+    addr_q.put(_disk_stats(proc.node))
     proc.stop()
+
+
+def _disk_stats(node) -> str:
+    """What the pump's disk did: fdatasync count and mean latency, binlogs per group."""
+    if not _durable_storage_available():
+        return "memory storage"
+    st = node.storage.stats()
+    m = node.storage.metrics.write_duration_s.labels("fsync")
+    total_s = sum(s.value for s in m.collect()[0].samples if s.name.endswith("_sum"))
+    return (f"fsyncs={st['fsyncs']} mean_fsync_ms={total_s / max(1, st['fsyncs']) * 1000:.2f} "
+            f"binlogs_per_group={st['writes'] / max(1, st['groups']):.1f}")
+
+
+def _preload(write, pairs: int, threads: int = 8) -> None:
+    """Write ``pairs`` 1 KiB prewrite+commit pairs (start_ts 1000, 1002, ...) from
+    ``threads`` threads, so group commit makes the preload quick."""
+    value = b"x" * PAYLOAD_BYTES
+
+    def writer(k: int):
+        for i in range(k, pairs, threads):
+            ts = 1000 + 2 * i
+            write(bl.prewrite(ts, value, prewrite_key=b"k"))
+            write(bl.commit(ts, ts + 1))
+
+    ts_ = [threading.Thread(target=writer, args=(k,)) for k in range(threads)]
+    for t in ts_:
+        t.start()
+    for t in ts_:
+        t.join()
 
 
 def _start_server(kind: str, data_dir: str, preload_pairs: int = 0):
@@ -109,55 +145,83 @@ def _start_server(kind: str, data_dir: str, preload_pairs: int = 0):
     q, ev = ctx.Queue(), ctx.Event()
     p = ctx.Process(target=_serve, args=(kind, data_dir, q, ev, preload_pairs), daemon=True)
     p.start()
-    return p, ev, q.get(timeout=120)
+    return p, ev, q.get(timeout=120), q
 
 
-def _client_process(addr: str, threads: int, first_id: int, start_at: float, seconds: float,
-                    pairs: bool):
-    """One client process: ``threads`` threads writing from ``start_at`` for ``seconds``."""
+def _requests(first_ts: int, pairs: bool):
+    """WriteBinlogReqs of 1 KiB prewrites (each followed by its commit if ``pairs``)."""
     value = b"x" * PAYLOAD_BYTES
-    counts, lat = [0] * threads, [[] for _ in range(threads)]
-    channel = grpc.insecure_channel(addr)
-    grpc.channel_ready_future(channel).result(timeout=60)
-    end_at = start_at + seconds
+    ts = first_ts
+    while True:
+        ts += 2
+        yield pump_pb2.WriteBinlogReq(clusterID=CLUSTER_ID, payload=bl.encode(
+            bl.prewrite(ts, value, prewrite_key=b"k")))
+        if pairs:
+            yield pump_pb2.WriteBinlogReq(clusterID=CLUSTER_ID,
+                                          payload=bl.encode(bl.commit(ts, ts + 1)))
 
-    def client(i: int):
-        stub = pump_pb2_grpc.PumpStub(channel)
-        ts = (first_id + i + 1) << 32
-        time.sleep(max(0.0, start_at - time.time()))
-        while time.time() < end_at:
-            ts += 2
-            msgs = [bl.prewrite(ts, value, prewrite_key=b"k")]
-            if pairs:
-                msgs.append(bl.commit(ts, ts + 1))
-            for m in msgs:
-                req = pump_pb2.WriteBinlogReq(clusterID=CLUSTER_ID, payload=bl.encode(m))
-                t0 = time.perf_counter()
-                errmsg = stub.WriteBinlog(req, timeout=30).errmsg
-                lat[i].append(time.perf_counter() - t0)
+
+def _client_process(addr: str, clients: int, first_id: int, round_no: int, start_at: float,
+                    seconds: float, pairs: bool, paced_rate: float = 0.0):
+    """One client process with its own channel (grpc.aio: one event loop, no threads).
+
+    Closed loop (``paced_rate`` 0): ``clients`` coroutines each send a request as soon
+    as the previous one is acknowledged. Paced: requests start on a fixed schedule of
+    ``paced_rate`` per second whatever the answers, and each latency is measured
+    from its scheduled start (so a stall is not hidden by fewer requests).
+    Returns (acknowledged requests, latencies in s). Client ``c`` of round ``r`` uses
+    start_ts ``(r + 1) << 44 | (c + 1) << 32 | 2k``: unique in a pump across rounds.
+    """
+    import asyncio
+
+    base = (round_no + 1) << 44
+
+    async def run():
+        lat: list[float] = []
+        async with grpc.aio.insecure_channel(addr) as channel:
+            await asyncio.wait_for(channel.channel_ready(), 60)
+            stub = pump_pb2_grpc.PumpStub(channel)
+            await asyncio.sleep(max(0.0, start_at - time.time()))
+            t0 = time.perf_counter()
+            end = t0 + seconds
+
+            async def send(req, since: float):
+                errmsg = (await stub.WriteBinlog(req, timeout=30)).errmsg
+                lat.append(time.perf_counter() - since)
                 if errmsg:
                     raise RuntimeError(errmsg)
-                counts[i] += 1
 
-    ts_ = [threading.Thread(target=client, args=(i,)) for i in range(threads)]
-    for t in ts_:
-        t.start()
-    for t in ts_:
-        t.join()
-    channel.close()
-    return sum(counts), [x for li in lat for x in li]
+            if paced_rate <= 0:
+                async def closed(i: int):
+                    for req in _requests(base + ((first_id + i + 1) << 32), pairs):
+                        if time.perf_counter() >= end:
+                            return
+                        await send(req, time.perf_counter())
+
+                await asyncio.gather(*[closed(i) for i in range(clients)])
+            else:
+                reqs, tasks, k = _requests(base + ((first_id + 1) << 32), pairs), [], 0
+                while (due := t0 + k / paced_rate) < end:
+                    await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                    tasks.append(asyncio.ensure_future(send(next(reqs), due)))
+                    k += 1
+                await asyncio.gather(*tasks)
+        return lat
+
+    lat = asyncio.run(run())
+    return len(lat), lat
 
 
-def _write_load(addr: str, clients: int, procs: int, seconds: float, pairs: bool):
-    """``clients`` threads spread over ``procs`` processes; (binlogs/s, sorted latencies)."""
-    ctx = mp.get_context("spawn")
-    start_at = time.time() + 3.0          # every process is up and connected by then
+def _write_load(pool, addr: str, clients: int, procs: int, seconds: float, pairs: bool,
+                round_no: int, paced_rate: float = 0.0):
+    """``clients`` concurrent writers (or ``paced_rate`` requests/s) spread over the
+    ``procs`` processes of ``pool``; (acknowledged binlogs, sorted latencies)."""
+    start_at = time.time() + 1.0          # every process is up and connected by then
     per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
-    with ctx.Pool(procs) as pool:
-        outs = pool.starmap(_client_process, [
-            (addr, per[i], sum(per[:i]), start_at, seconds, pairs) for i in range(procs)])
-    n = sum(o[0] for o in outs)
-    return n / seconds, sorted(x for o in outs for x in o[1])
+    outs = pool.starmap(_client_process, [
+        (addr, per[i], sum(per[:i]) if paced_rate <= 0 else i, round_no, start_at, seconds,
+         pairs, paced_rate / procs) for i in range(procs)])
+    return sum(o[0] for o in outs), sorted(x for o in outs for x in o[1])
 
 
 def _pct(sorted_values, q):
@@ -196,12 +260,14 @@ def _actor_pull(n_pairs: int) -> tuple[int, float]:
             addr = ray.get(actor.address.remote())
             with open_channel(addr) as ch:
                 stub = pump_pb2_grpc.PumpStub(ch)
-                value = b"x" * PAYLOAD_BYTES
-                for i in range(n_pairs):
-                    ts = 1000 + 2 * i
-                    for m in (bl.prewrite(ts, value, prewrite_key=b"k"), bl.commit(ts, ts + 1)):
-                        stub.WriteBinlog(pump_pb2.WriteBinlogReq(clusterID=CLUSTER_ID,
-                                                                 payload=bl.encode(m)))
+
+                def write(m):
+                    errmsg = stub.WriteBinlog(pump_pb2.WriteBinlogReq(
+                        clusterID=CLUSTER_ID, payload=bl.encode(m))).errmsg
+                    if errmsg:
+                        raise RuntimeError(errmsg)
+
+                _preload(write, n_pairs)
             n, since, t0 = 0, 0, time.perf_counter()
             while n < n_pairs:
                 batch, since = ray.get(actor.pull.remote(since, 4 << 20, 0.5))
@@ -215,10 +281,14 @@ def _actor_pull(n_pairs: int) -> tuple[int, float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--seconds", type=float, default=6.0,
+                    help="write load per side (ceiling, pump), split over --rounds")
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--procs", type=int, default=4, help="client processes (the GIL caps one)")
-    ap.add_argument("--pull-pairs", type=int, default=50_000)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating ceiling/pump rounds")
+    ap.add_argument("--paced-rate", type=float, default=400.0,
+                    help="binlogs/s offered in the paced (open-loop) latency run")
+    ap.add_argument("--pull-pairs", type=int, default=20_000)
     ap.add_argument("--actor-pairs", type=int, default=5_000)
     ap.add_argument("--skip-actor", action="store_true")
     args = ap.parse_args(argv)
@@ -235,30 +305,57 @@ def main(argv=None) -> int:
     else:
         print("bench/pump_storage.py not present: pump_storage_write not measured")
 
-    with tempfile.TemporaryDirectory() as d:
-        echo, echo_stop, echo_addr = _start_server("echo", d)
-        echo_rate, _ = _write_load(echo_addr, args.clients, args.procs, args.seconds, pairs=False)
-        echo_stop.set()
-        echo.join(10)
-        pump, pump_stop, pump_addr = _start_server("pump", str(Path(d) / "w"))
-        rate, lat = _write_load(pump_addr, args.clients, args.procs, args.seconds, pairs=True)
-        pump_stop.set()
-        pump.join(30)
-        pump, pump_stop, pump_addr = _start_server("pump", str(Path(d) / "r"), args.pull_pairs)
-        pull_rate = _pull_grpc(pump_addr, args.pull_pairs)
-        pump_stop.set()
-        pump.join(30)
-        echo, echo_stop, echo_addr = _start_server("echo", d, args.pull_pairs)
-        stream_rate = _pull_grpc(echo_addr, args.pull_pairs)
-        echo_stop.set()
-        echo.join(10)
-    print(f"gRPC write: {args.clients} client threads in {args.procs} processes, "
-          f"{storage_kind} storage, {args.seconds:.0f} s per run")
+    ctx = mp.get_context("spawn")
+    echo_n = pump_n = 0
+    echo_s = pump_s = 0.0
+    lat: list[float] = []
+    pulls: list[float] = []
+    streams: list[float] = []
+    with tempfile.TemporaryDirectory() as d, ctx.Pool(args.procs) as pool:
+        servers = [_start_server("echo", d, args.pull_pairs),
+                   _start_server("pump", str(Path(d) / "w")),
+                   _start_server("pump", str(Path(d) / "r"), args.pull_pairs)]
+        (_, _, echo_addr, _), (_, _, pump_addr, pump_q), (_, _, pull_addr, _) = servers
+        per_round_s = args.seconds / args.rounds
+        # Rounds alternate ceiling and pump so load drift on a shared machine hits both.
+        for r in range(args.rounds):
+            n, _ = _write_load(pool, echo_addr, args.clients, args.procs, per_round_s,
+                               pairs=False, round_no=r)
+            echo_n, echo_s = echo_n + n, echo_s + per_round_s
+            n, lat_r = _write_load(pool, pump_addr, args.clients, args.procs, per_round_s,
+                                   pairs=True, round_no=r)
+            pump_n, pump_s = pump_n + n, pump_s + per_round_s
+            lat += lat_r
+            pulls.append(_pull_grpc(pull_addr, args.pull_pairs))
+            streams.append(_pull_grpc(echo_addr, args.pull_pairs))
+        _, paced = _write_load(pool, pump_addr, args.clients, args.procs, per_round_s,
+                               pairs=True, round_no=args.rounds, paced_rate=args.paced_rate)
+        for _, stop, _, _ in servers:
+            stop.set()
+        disk = pump_q.get(timeout=60)
+        for proc, _, _, _ in servers:
+            proc.join(30)
+    lat.sort()
+    rate, echo_rate = pump_n / pump_s, echo_n / echo_s
+    pull_rate, stream_rate = sum(pulls) / len(pulls), sum(streams) / len(streams)
+    print(f"gRPC write: {args.clients} concurrent requests (grpc.aio) in {args.procs} client "
+          f"processes, {storage_kind} storage, {args.rounds} alternating rounds, "
+          f"{args.seconds:.1f} s each side, load_avg_1m={os.getloadavg()[0]:.1f}")
+    print(f"gRPC write closed loop: {len(lat)} acks, Little's law bound on latency: "
+          f"{args.clients} in flight / {rate:.0f} per s = {args.clients / rate * 1000:.1f} ms")
+    print(f"gRPC write, pump disk (all write runs, paced included): {disk}")
+    print(f"gRPC pull per round: pump {[round(x) for x in pulls]}, "
+          f"stream {[round(x) for x in streams]}")
     results.append(f"RESULT pump_grpc_write value={rate:.0f} unit=binlogs/s "
                    f"ceiling={echo_rate:.0f} ratio={rate / echo_rate:.2f} storage={storage_kind} "
-                   f"clients={args.clients}_threads_in_{args.procs}_processes")
+                   f"clients={args.clients}_in_{args.procs}_processes")
     results.append(f"RESULT pump_grpc_p50_ms value={_pct(lat, 0.5) * 1000:.2f} unit=ms")
-    results.append(f"RESULT pump_grpc_p99_ms value={_pct(lat, 0.99) * 1000:.2f} unit=ms")
+    results.append(f"RESULT pump_grpc_p99_ms value={_pct(lat, 0.99) * 1000:.2f} unit=ms "
+                   f"clients={args.clients}_closed_loop")
+    results.append(f"RESULT pump_grpc_paced_p50_ms value={_pct(paced, 0.5) * 1000:.2f} unit=ms "
+                   f"rate={args.paced_rate:.0f}/s")
+    results.append(f"RESULT pump_grpc_paced_p99_ms value={_pct(paced, 0.99) * 1000:.2f} unit=ms "
+                   f"rate={args.paced_rate:.0f}/s")
     results.append(f"RESULT pump_pull_grpc value={pull_rate:.0f} unit=binlogs/s "
                    f"ceiling={stream_rate:.0f} ratio={pull_rate / stream_rate:.2f} "
                    f"n={args.pull_pairs}")

@@ -14,7 +14,11 @@
     Streams ``PullBinlogResp{entity{pos.offset = commit_ts, payload, meta{startTs,
     commitTs}}}`` for every commit above ``offset`` in commit_ts order, each Commit
     carrying its prewrite's value, and then waits for new commits on the storage's
-    condition (``wait_for_commit``; no busy polling). The stream ends when the
+    condition (``wait_for_commit``; no busy polling). Each stream reads its next
+    batch on a prefetch thread while the current one is sent (one Entity per
+    message, as TiDB's wire format has it), so storage reads and sends overlap; a
+    batch is read only after the previous one, so order and exactly-once hold
+    across batches. The stream ends when the
     client cancels or the server stops. A start below the storage's gc_ts aborts
     with ``OUT_OF_RANGE`` and the purge message (TiDB silently clamps; we refuse so
     a drainer never skips binlogs unknowingly); a wrong cluster id aborts with
