@@ -23,7 +23,11 @@ the schema keeper reads; TiKV's role in TiDB) is found in the registry KV under
 The task is also a drainer *node* (:mod:`actors.drainer_node`): the merger actor
 is placed on the caller's Ray node and serves Cistern gRPC on ``addr`` (default
 drainer.toml's ``addr``; port 0 picks one) and HTTP status on its port + 1, and
-keeps the registry record ``online`` with the saved checkpoint. ``stop()``
+keeps the registry record ``online`` with the saved checkpoint. When drainer.toml
+leaves ``addr`` at its default (``127.0.0.1:8249``), this Python API binds free
+ports instead (demos, tests and benchmarks start many tasks on one host; the
+record carries the real address, so Notify still works); the ``tidb-binlog
+drainer`` command always binds ``addr``. ``stop()``
 records ``paused``; ``PUT /state/{id}/close`` stops the task and records
 ``offline``. :attr:`Drainer.addr`, :attr:`Drainer.status_addr` and
 :attr:`Drainer.node_id` say where it is.
@@ -84,7 +88,8 @@ class Drainer:
 
         ``pumps`` maps node ids to PumpActor handles (a fixed set; default: follow the
         registry). ``addr`` / ``status_addr`` / ``node_id`` override drainer.toml's
-        (``status_addr`` "" = the Cistern port + 1). ``serve=False`` runs the pipeline
+        (``status_addr`` "" = the Cistern port + 1; ``addr`` None = drainer.toml's, or
+        a free port when drainer.toml leaves it at the default). ``serve=False`` runs the pipeline
         only: no Cistern, HTTP or registry record (no Notify handshake either).
         Returns once the task merges (its node online), or after ``start_timeout_s``;
         a task that failed meanwhile is returned too: ``status()`` names the error.
@@ -106,6 +111,8 @@ class Drainer:
             cfg = dataclasses.replace(cfg, cluster_id=registry.cluster_id())
         settings = TaskSettings.from_config(cfg, upstream_meta=upstream_meta,
                                             **settings_overrides)
+        if addr is None and cfg.addr == _default_addr():
+            addr = "127.0.0.1:0"  # see the module doc: tasks and tests share hosts
         service = ServiceSettings.from_config(cfg, namespace=namespace, addr=addr,
                                               status_addr=status_addr,
                                               node_id=node_id) if serve else None
@@ -189,6 +196,12 @@ class Drainer:
 
         for actor in [self.merger, self.keeper, self.coordinator, *self.workers]:
             ray.kill(actor, no_restart=True)
+
+
+def _default_addr() -> str:
+    from tidb_binlog.config import DrainerConfig
+
+    return next(f.default for f in dataclasses.fields(DrainerConfig) if f.name == "addr")
 
 
 def join_cluster(cfg, *, ray_address: str | None = None):

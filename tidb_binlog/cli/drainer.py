@@ -90,7 +90,7 @@ def run(args) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    drainer = Drainer.start(cfg, registry=registry, namespace=namespace,
+    drainer = Drainer.start(cfg, registry=registry, namespace=namespace, addr=cfg.addr,
                             status_addr=args.status_addr or "")
     log.info("drainer %s serving Cistern gRPC on %s, HTTP status on %s", drainer.node_id,
              drainer.addr, drainer.status_addr)
