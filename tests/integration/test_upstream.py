@@ -53,11 +53,19 @@ def env(mariadb):
     db = f"up{next(_names)}"
     up = Upstream(mariadb.params(), col, tso.get_ts, database=db)
     up.ddl(f"CREATE DATABASE {db}")
-    col.clear()
+    settle(up, col)
     yield up, col, db
     up.flush()
     up.ddl(f"DROP DATABASE {db}")
     up.close()
+
+
+def settle(up: Upstream, col: BinlogCollector) -> None:
+    """Forget what ``col`` collected so far. Commit/Rollback binlogs (a DDL's too) reach
+    the collector from the upstream's background finish sender, so the queue is drained
+    first: a late Commit of an earlier transaction must not land after the clear."""
+    up.flush()
+    col.clear()
 
 
 def _prewrites(col: BinlogCollector) -> list[bl.Binlog]:
@@ -161,7 +169,7 @@ def test_handle_kinds_and_pk_updates(mariadb, clustered):
         assert ck.handle_kind == ("common" if clustered == "on" else "rowid")
         assert up.table("nopk").handle_kind == "rowid" and up.table("pt").handle_kind == "int"
         assert len(up.table("pt").partition.definitions) == 2
-        col.clear()
+        settle(up, col)
         with up.session() as s, s.begin() as t:
             t.insert("ck", [{"a": "x", "b": 1, "v": 1}, {"a": "y", "b": 2, "v": 2}])
             t.update("ck", {"a": "z"}, "b = 1")
@@ -221,7 +229,7 @@ def test_conflicting_transactions_get_commit_ts_in_mariadb_commit_order(env):
 def test_fault_drop_commit_binlog_is_resolved_as_committed(env):
     up, col, db = env
     up.ddl("CREATE TABLE f (id INT PRIMARY KEY)")
-    col.clear()
+    settle(up, col)
     up.faults.arm(drop_commit_binlog=1)
     with up.session() as s, s.begin() as t:
         t.insert("f", [{"id": 1}])
@@ -231,10 +239,22 @@ def test_fault_drop_commit_binlog_is_resolved_as_committed(env):
     assert status == TxnStatus(TxnStatus.COMMITTED, t.commit_ts)
 
 
+def _wait_until_unlocked(up, start_ts: int) -> None:
+    """Block on the status row's lock until its transaction has ended: MariaDB rolls a
+    dropped connection's transaction back once it has read the client's COM_QUIT, which
+    happens after the client returned; the lock wait wakes exactly then."""
+    with up.session() as s:
+        t = s.begin()
+        t.query("SET SESSION innodb_lock_wait_timeout = 300")
+        t.query("SELECT commit_ts FROM tidb_binlog_upstream.txn_status WHERE start_ts=%s "
+                "FOR UPDATE", (start_ts,))
+        t.rollback()
+
+
 def test_fault_crash_after_prewrite_leaves_a_rolled_back_prewrite(env):
     up, col, db = env
     up.ddl("CREATE TABLE f (id INT PRIMARY KEY)")
-    col.clear()
+    settle(up, col)
     up.faults.arm(crash_after_prewrite=1)
     s = up.session()
     t = s.begin()
@@ -244,13 +264,8 @@ def test_fault_crash_after_prewrite_leaves_a_rolled_back_prewrite(env):
     s.close()
     up.flush()
     assert [b.tp for b in col.binlogs()] == [bl.BinlogType.PREWRITE]
-    meta = up.meta()
-    for _ in range(200):  # the server rolls back once it has read the client's COM_QUIT
-        status = meta.txn_status(t.start_ts)
-        if status.state != TxnStatus.UNKNOWN:
-            break
-        threading.Event().wait(0.05)
-    assert status.state == TxnStatus.ROLLED_BACK
+    _wait_until_unlocked(up, t.start_ts)
+    assert up.meta().txn_status(t.start_ts).state == TxnStatus.ROLLED_BACK
     with up.session() as s2:
         assert s2.begin().query("SELECT COUNT(*) FROM f")[0][0] == 0
 
@@ -259,7 +274,7 @@ def test_fault_crash_after_prewrite_leaves_a_rolled_back_prewrite(env):
 def test_fault_fail_prewrite_does_not_commit_and_sends_rollback(env, how):
     up, col, db = env
     up.ddl("CREATE TABLE f (id INT PRIMARY KEY)")
-    col.clear()
+    settle(up, col)
     if how == "knob":
         up.faults.arm(fail_prewrite=1)
     else:
@@ -327,11 +342,16 @@ def test_ddl_jobs_history_and_binlogs(env):
     history = [j.id for j in meta.history_jobs() if j.schema_name == db]
     assert history[-9:] == [j.id for j in jobs]
     up.flush()
-    ddl_binlogs = [(b.tp, b.ddl_job_id, b.ddl_schema_state) for b in col.binlogs()]
-    # DROP COLUMN: the DeleteOnly round first, then the final one
-    assert ddl_binlogs[4:8] == [(0, drop.id, SchemaState.DELETE_ONLY),
-                                (1, drop.id, SchemaState.DELETE_ONLY),
-                                (0, drop.id, SchemaState.NONE), (1, drop.id, SchemaState.NONE)]
+    # DROP COLUMN: the DeleteOnly round first, then the final one. Prewrites are written
+    # in line and Commits by the finish sender, so only each kind's own order is fixed.
+    drop_rounds = {tp: [(b.start_ts, b.ddl_schema_state) for b in col.binlogs()
+                        if b.ddl_job_id == drop.id and b.tp == tp]
+                   for tp in (bl.BinlogType.PREWRITE, bl.BinlogType.COMMIT)}
+    assert [state for _, state in drop_rounds[bl.BinlogType.PREWRITE]] == [
+        SchemaState.DELETE_ONLY, SchemaState.NONE]
+    assert drop_rounds[bl.BinlogType.COMMIT] == drop_rounds[bl.BinlogType.PREWRITE]
+    assert [b.ddl_job_id for b in col.binlogs() if b.tp == bl.BinlogType.PREWRITE][:5] == [
+        create.id, add.id, drop.id, drop.id, add2.id]
     assert all(b.ddl_query for b in col.binlogs())
     tables = {t.name.O for d, ts in meta.snapshot_tables() if d.db_name.O == db for t in ts}
     assert tables == {"d2"}
@@ -372,7 +392,7 @@ def test_unsupported_ddl_touches_nothing(env):
 def test_execute_and_replace(env):
     up, col, db = env
     up.ddl("CREATE TABLE r (id INT PRIMARY KEY, u INT, v VARCHAR(10), UNIQUE KEY uu (u))")
-    col.clear()
+    settle(up, col)
     with up.session() as s, s.begin() as t:
         assert t.execute("INSERT INTO r (id, u, v) VALUES (%s, %s, %s), (%s, %s, %s)",
                          [1, 10, "a", 2, 20, "b"]) == 2
@@ -394,7 +414,7 @@ def test_workloads_write_paired_decodable_binlogs(env, kind):
     up, col, db = env
     if kind in ("update_index", "delete", "mixed"):
         workload.run(up, "insert", sessions=1, ops=50, database=db)
-    col.clear()
+    settle(up, col)
     stats = workload.run(up, kind, sessions=2, ops=1 if kind == "large" else 40, seed=7,
                          rows_per_txn=3000, database=db)
     assert stats.txns == (1 if kind == "large" else 40)
@@ -431,7 +451,7 @@ def _status_rows(up, start_ts: int) -> list[tuple]:
 def test_a_transaction_without_changes_leaves_no_status_row_and_no_binlog(env):
     up, col, db = env
     up.ddl("CREATE TABLE f (id INT PRIMARY KEY, v INT)")
-    col.clear()
+    settle(up, col)
     with up.session() as s, s.begin() as t:
         assert t.update("f", {"v": 1}, "id = 1") == 0  # locks nothing, changes nothing
     assert t.commit_ts == 0 and _status_rows(up, t.start_ts) == []
