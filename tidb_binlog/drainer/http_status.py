@@ -2,7 +2,7 @@
 
 TiDB serves it on the drainer's one port with cmux; grpcio cannot share a
 socket, so it listens on its own address (the Cistern port + 1 by default, like
-the pump: ``tidb_binlog.pump.http_status.derive_status_addr``).
+the pump: ``tidb_binlog.http_server.derive_status_addr``).
 
 =================================== ==========================================================
 ``GET /status``                      ``{"PumpPos": {nodeID: ts}, "Synced": bool, "LastTS":
@@ -24,18 +24,15 @@ drainer has caught up and is idle".
 
 from __future__ import annotations
 
-import json
 import logging
 import ssl
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
 
 from tidb_binlog.drainer.metrics import CONTENT_TYPE_LATEST
 from tidb_binlog.errors import BinlogError
+from tidb_binlog.http_server import HttpServer, Request, Response, json_response
 
 __all__ = ["DrainerStatus", "DrainerStatusServer", "status_document", "ACTIONS"]
 
@@ -63,93 +60,9 @@ def status_document(status: DrainerStatus, now_s: float, synced_check_time_s: fl
     }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    owner: DrainerStatusServer = None  # set on a subclass per server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, fmt, *args):
-        log.debug("http %s " + fmt, self.address_string(), *args)
-
-    def _send(self, code: int, body: bytes, content_type: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _json(self, code: int, doc) -> None:
-        self._send(code, json.dumps(doc).encode(), "application/json")
-
-    def _route(self, method: str) -> None:
-        path = urlsplit(self.path).path
-        parts = [p for p in path.split("/") if p]
-        owner = self.owner
-        try:
-            if method == "GET" and parts == ["status"]:
-                doc = status_document(owner.status_provider(), owner.wall_clock(),
-                                      owner.synced_check_time_s)
-                return self._json(200, doc)
-            if method == "GET" and parts == ["commit_ts"]:
-                st = owner.status_provider()
-                ts = st.checkpoint_ts if st.latest_commit_ts is None else st.latest_commit_ts
-                return self._json(200, {"message": "get drainer's latest ts success!",
-                                        "code": 200, "data": {"ts": ts}})
-            if method == "PUT" and len(parts) == 3 and parts[0] == "state":
-                return self._action(parts[1], parts[2])
-            if method == "GET" and parts == ["metrics"]:
-                if owner.metrics_provider is None:
-                    return self._json(404, {"message": "no metrics registered", "code": 404})
-                return self._send(200, owner.metrics_provider(), CONTENT_TYPE_LATEST)
-        except Exception as exc:
-            log.exception("HTTP %s %s failed", method, self.path)
-            return self._json(500, {"message": f"{type(exc).__name__}: {exc}", "code": 500})
-        return self._json(404, {"message": f"no route for {method} {path}", "code": 404})
-
-    def _action(self, node_id: str, action: str) -> None:
-        owner = self.owner
-        if node_id != owner.node_id:
-            return self._json(400, {"message": f"node {node_id!r} is not this drainer "
-                                    f"({owner.node_id!r}); send the action to that drainer",
-                                    "code": 400})
-        if action not in ACTIONS:
-            return self._json(400, {"message": f"unknown action {action!r}; use one of "
-                                    f"{list(ACTIONS)}", "code": 400})
-        if owner.on_action is None:
-            return self._json(400, {"message": "this drainer does not accept actions",
-                                    "code": 400})
-        try:
-            owner.on_action(action)
-        except BinlogError as exc:
-            return self._json(400, {"message": str(exc), "code": 400})
-        return self._json(200, {"message": f"apply action {action} success!", "code": 200})
-
-    def do_GET(self):
-        self._route("GET")
-
-    def do_PUT(self):
-        self._route("PUT")
-
-    def do_POST(self):
-        self._route("POST")
-
-
-class _Server(ThreadingHTTPServer):
-    """Threaded HTTP server; TLS handshakes run in the connection's own thread."""
-
-    daemon_threads = True
-    ssl_context: ssl.SSLContext | None = None
-
-    def finish_request(self, request, client_address):
-        if self.ssl_context is not None:
-            request = self.ssl_context.wrap_socket(request, server_side=True)
-        super().finish_request(request, client_address)
-
-    def handle_error(self, request, client_address):
-        log.warning("HTTP connection from %s failed", client_address, exc_info=True)
-
-
 class DrainerStatusServer:
-    """The API above on ``addr`` (``host:port``, port 0 picks one), on its own thread."""
+    """The API above on ``addr`` (``host:port``, port 0 picks one), on its own thread
+    (:class:`tidb_binlog.http_server.HttpServer`: unknown routes 404, failures 500)."""
 
     def __init__(self, addr: str, *, node_id: str,
                  status_provider: Callable[[], DrainerStatus],
@@ -164,20 +77,52 @@ class DrainerStatusServer:
         self.on_action = on_action
         self.synced_check_time_s = synced_check_time_s
         self.wall_clock = wall_clock
-        host, _, port = addr.rpartition(":")
-        handler = type("DrainerStatusHandler", (_Handler,), {"owner": self})
-        self.httpd = _Server((host, int(port)), handler)
-        self.httpd.ssl_context = ssl_context
-        self.port = self.httpd.server_address[1]
-        self.addr = f"{host}:{self.port}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.1,),
-                                        name="drainer-http", daemon=True)
+        self._http = HttpServer(addr, self._route, name="drainer-http",
+                                ssl_context=ssl_context)
+        self.httpd = self._http.httpd
+        self.port = self._http.port
+        self.addr = self._http.addr
+
+    def _route(self, req: Request) -> Response | None:
+        parts = req.parts
+        if req.method == "GET" and parts == ["status"]:
+            doc = status_document(self.status_provider(), self.wall_clock(),
+                                  self.synced_check_time_s)
+            return json_response(200, doc)
+        if req.method == "GET" and parts == ["commit_ts"]:
+            st = self.status_provider()
+            ts = st.checkpoint_ts if st.latest_commit_ts is None else st.latest_commit_ts
+            return json_response(200, {"message": "get drainer's latest ts success!",
+                                       "code": 200, "data": {"ts": ts}})
+        if req.method == "PUT" and len(parts) == 3 and parts[0] == "state":
+            return self._action(parts[1], parts[2])
+        if req.method == "GET" and parts == ["metrics"]:
+            if self.metrics_provider is None:
+                return json_response(404, {"message": "no metrics registered", "code": 404})
+            return Response(200, self.metrics_provider(), CONTENT_TYPE_LATEST)
+        return None
+
+    def _action(self, node_id: str, action: str) -> Response:
+        if node_id != self.node_id:
+            return json_response(400, {"message": f"node {node_id!r} is not this drainer "
+                                       f"({self.node_id!r}); send the action to that drainer",
+                                       "code": 400})
+        if action not in ACTIONS:
+            return json_response(400, {"message": f"unknown action {action!r}; use one of "
+                                       f"{list(ACTIONS)}", "code": 400})
+        if self.on_action is None:
+            return json_response(400, {"message": "this drainer does not accept actions",
+                                       "code": 400})
+        try:
+            self.on_action(action)
+        except BinlogError as exc:
+            return json_response(400, {"message": str(exc), "code": 400})
+        return json_response(200, {"message": f"apply action {action} success!", "code": 200})
 
     def start(self) -> DrainerStatusServer:
-        self._thread.start()
+        self._http.start()
         log.info("drainer HTTP status listening on %s", self.addr)
         return self
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._http.stop()
