@@ -24,7 +24,11 @@ everything else is rebuilt. When a call to the keeper, coordinator or a worker
 fails because the actor died, the merger *resets the pipeline*: the coordinator
 reloads the checkpoint, the keeper rebuilds the schema at its schema version, and
 the merger restarts every pump from its commit_ts. Workers skip the parts they
-already committed (exactly-once) or replay in safe mode. A restarted merger does
+already committed (exactly-once) or replay in safe mode. A batch that fails
+half-dispatched leaves the coordinator refusing every later batch until that
+reset: a worker committing a later part would move its progress past the
+undispatched rest, and the replay would skip it. A restarted keeper refuses to
+translate until reset (its schema is not at the stream's position). A restarted merger does
 the same from ``__init__``. Errors that retrying cannot fix (a downstream
 refusing a statement, an unsupported DDL, undecodable rows) stop the task; its
 status names the error.
@@ -235,17 +239,27 @@ class CoordinatorActor:
     def apply(self, seq: int, translated: list[tuple[int, Txn | None, int]]) -> int:
         """Dispatch one merged batch (``seq`` must follow the previous one); return the
         checkpoint commit_ts after the batch was handed out."""
+        if self._expected_seq is None:
+            raise PipelineReset(f"coordinator: batch {seq} follows a failed batch; the "
+                                "pipeline replays from the checkpoint")
         if seq != self._expected_seq:
             raise PipelineReset(f"coordinator expected batch {self._expected_seq}, got {seq}: "
                                 "a pipeline actor restarted")
-        self._expected_seq += 1
-        for commit_ts, txn, version in translated:
-            for action in self.dispatcher.add(commit_ts, txn, version):
+        try:
+            for commit_ts, txn, version in translated:
+                for action in self.dispatcher.add(commit_ts, txn, version):
+                    self._perform(action)
+                if txn is not None:
+                    self.applied_rows += len(txn.dmls)
+            for action in self.dispatcher.drain():
                 self._perform(action)
-            if txn is not None:
-                self.applied_rows += len(txn.dmls)
-        for action in self.dispatcher.drain():
-            self._perform(action)
+        except BaseException:
+            # Part of this batch was never dispatched: a later batch (already queued by
+            # the merger) must not run, or workers would commit past the gap and the
+            # replay would skip it as done. Refuse everything until reset().
+            self._expected_seq = None
+            raise
+        self._expected_seq += 1
         self._collect(block=False)
         self._maybe_save()
         self.last_apply_s = time.time()

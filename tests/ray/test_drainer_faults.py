@@ -65,7 +65,8 @@ KEY_OF = {"acct": "id", "notes": "token"}
 def drainer_config(downstream, **extra):
     overrides = {"syncer.to.host": downstream.host, "syncer.to.port": downstream.port,
                  "syncer.to.user": downstream.user, "syncer.to.password": downstream.password,
-                 "syncer.worker-count": 4, "syncer.txn-batch": 50, "initial-commit-ts": 0}
+                 "syncer.worker-count": 4, "syncer.txn-batch": 50, "initial-commit-ts": 0,
+                 "addr": "127.0.0.1:0"}
     overrides.update(extra)
     return load_drainer_config(None, overrides)
 
@@ -222,7 +223,11 @@ def stack(ray_local, mariadb_factory, tmp_path):
     upstream.ddl(f"CREATE DATABASE {DB}")
     for ddl in TABLES.values():
         upstream.ddl(ddl, DB)
-    yield up_db, down_db, cluster, upstream
+    started: list[Drainer] = []
+    yield up_db, down_db, cluster, upstream, started
+    for drainer in started:  # a failed test leaves its task running: end its actors
+        for actor in [drainer.merger, drainer.keeper, drainer.coordinator, *drainer.workers]:
+            ray_local.kill(actor, no_restart=True)
     upstream.close()
     cluster.stop()
 
@@ -259,8 +264,9 @@ def assert_identical(up_db, down_db) -> None:
 
 def start_synced(stack, **settings) -> Drainer:
     """Start the task and wait until the tables exist downstream; install the triggers."""
-    up_db, down_db, cluster, upstream = stack
+    up_db, down_db, cluster, upstream, started = stack
     drainer = Drainer.start(drainer_config(down_db), registry=cluster.registry, **settings)
+    started.append(drainer)
     drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
     install_write_log(down_db)
     return drainer
@@ -295,7 +301,7 @@ def kill_target(ray, kind: str, drainer: Drainer, cluster: LocalCluster) -> None
 
 
 def run_kill(ray, stack, kind: str, **settings) -> tuple[Drainer, Writer, dict]:
-    up_db, down_db, cluster, upstream = stack
+    up_db, down_db, cluster, upstream, started = stack
     drainer = start_synced(stack, **settings)
     writer = Writer(upstream).start()
     try:
@@ -320,7 +326,7 @@ DEFAULT_KILLS = {"coordinator", "worker"}
 @pytest.mark.parametrize("kind", [k if k in DEFAULT_KILLS else pytest.param(
     k, marks=pytest.mark.slow) for k in KILL_KINDS])
 def test_kill_an_actor_mid_load_converges_without_writing_twice(ray_local, stack, kind):
-    up_db, down_db, cluster, upstream = stack
+    up_db, down_db, cluster, upstream, started = stack
     drainer, writer, st = run_kill(ray_local, stack, kind)
     try:
         assert written_twice(down_db) == []
@@ -335,7 +341,7 @@ def test_kill_an_actor_mid_load_converges_without_writing_twice(ray_local, stack
 @pytest.mark.slow
 def test_without_exactly_once_a_replay_writes_twice(ray_local, stack):
     """Control: the duplicate detector sees a replay (exactly-once off, safe mode)."""
-    up_db, down_db, cluster, upstream = stack
+    up_db, down_db, cluster, upstream, started = stack
     drainer, writer, st = run_kill(ray_local, stack, "worker", exactly_once=False,
                                    save_interval_s=600.0)
     try:
@@ -345,7 +351,7 @@ def test_without_exactly_once_a_replay_writes_twice(ray_local, stack):
 
 
 def test_downstream_down_for_20_s_mid_load_resumes_and_converges(ray_local, stack):
-    up_db, down_db, cluster, upstream = stack
+    up_db, down_db, cluster, upstream, started = stack
     drainer = start_synced(stack)
     writer = Writer(upstream).start()
     try:
@@ -371,7 +377,7 @@ def test_downstream_down_for_20_s_mid_load_resumes_and_converges(ray_local, stac
 
 
 def test_a_refused_ddl_stops_the_task_and_ignore_txn_commit_ts_skips_it(ray_local, stack):
-    up_db, down_db, cluster, upstream = stack
+    up_db, down_db, cluster, upstream, started = stack
     drainer = start_synced(stack)
     with upstream.session(DB) as s, s.begin() as t:
         t.insert("acct", [{"id": i, "u": i, "token": i, "v": f"v{i}"} for i in (1, 2, 3)])
@@ -395,6 +401,7 @@ def test_a_refused_ddl_stops_the_task_and_ignore_txn_commit_ts_skips_it(ray_loca
                   f"ALTER TABLE {DB}.acct ADD UNIQUE KEY uv (v)"])
     cfg = drainer_config(down_db, **{"syncer.ignore-txn-commit-ts": [ddl_ts]})
     drainer = Drainer.start(cfg, registry=cluster.registry)
+    started.append(drainer)
     try:
         with upstream.session(DB) as s, s.begin() as t:
             t.insert("acct", [{"id": 4, "u": 4, "token": 4, "v": "v4"}])

@@ -29,7 +29,8 @@ DATABASE = "wl"
 def drainer_config(downstream, **extra):
     overrides = {"syncer.to.host": downstream.host, "syncer.to.port": downstream.port,
                  "syncer.to.user": downstream.user, "syncer.to.password": downstream.password,
-                 "syncer.worker-count": 4, "syncer.txn-batch": 100, "initial-commit-ts": 0}
+                 "syncer.worker-count": 4, "syncer.txn-batch": 100, "initial-commit-ts": 0,
+                 "addr": "127.0.0.1:0"}
     overrides.update(extra)
     return load_drainer_config(None, overrides)
 
