@@ -155,10 +155,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-sync-log", action="store_true", help="pump without fdatasync")
     ap.add_argument("--modes", default="raw,sync,async")
+    ap.add_argument("--pipeline-min", type=int, default=None,
+                    help="override batch.PIPELINE_MIN_BINLOGS (fewer first attempts go "
+                         "as sequential blocking calls)")
     ap.add_argument("--profile", metavar="MODE", help="cProfile one round of MODE and print it")
     args = ap.parse_args()
 
-    from tidb_binlog.pump_client import PumpClient
+    from tidb_binlog.pump_client import PumpClient, batch
+
+    if args.pipeline_min is not None:
+        batch.PIPELINE_MIN_BINLOGS = args.pipeline_min
 
     modes = {"raw": mode_raw, "sync": mode_sync, "async": mode_async}
     chosen = [args.profile] if args.profile else args.modes.split(",")

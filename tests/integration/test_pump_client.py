@@ -19,7 +19,7 @@ from tidb_binlog.binlog import BinlogType, commit, decode, encode, is_probe, pre
 from tidb_binlog.errors import ClusterIDMismatch, ProtocolError, UnavailableError
 from tidb_binlog.node import ONLINE, PAUSED, PUMP, NodeStatus
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
-from tidb_binlog.pump_client import HASH, LOCAL, LOCAL_PUMP_ID, PumpClient
+from tidb_binlog.pump_client import HASH, LOCAL, LOCAL_PUMP_ID, PumpChannel, PumpClient, batch
 from tidb_binlog.testing.registry import InMemoryRegistry
 
 pytestmark = pytest.mark.integration
@@ -225,6 +225,48 @@ def test_batched_path_pipelines_and_fails_over(cluster):
         assert results2[31].node_id == results2[30].node_id
     assert_commits_follow_prewrites(pumps)
     pumps["pump-3"].restart()
+
+
+def _written_ok(kind: str) -> float:
+    return REGISTRY.get_sample_value("binlog_pump_client_write_total",
+                                     {"type": kind, "result": "ok"}) or 0.0
+
+
+@pytest.mark.parametrize("size", [1, 3, 12])  # below and above batch.PIPELINE_MIN_BINLOGS
+def test_batched_path_sequential_and_pipelined_sends_agree(cluster, size):
+    assert 3 < batch.PIPELINE_MIN_BINLOGS <= 12
+    registry, pumps = cluster
+    with client_for(registry) as client:
+        pumps["pump-3"].stop()
+        starts = [next(_ts) for _ in range(size)]
+        ok_before = _written_ok("prewrite"), _written_ok("commit")
+        taken = client.write_binlogs([prewrite(ts, b"pv") for ts in starts])
+        assert all(r.error is None and r.node_id in {"pump-1", "pump-2"} for r in taken)
+        assert [client.pump_of(ts) for ts in starts] == [r.node_id for r in taken]
+        done = client.write_binlogs([commit(ts, ts + 1) for ts in starts]
+                                    + [commit(7, 8)])  # no prewrite went through this client
+        assert [r.node_id for r in done[:-1]] == [r.node_id for r in taken]
+        assert done[-1].node_id is None and done[-1].pending.result(timeout=30) is None
+        assert [client.pump_of(ts) for ts in starts] == [None] * size
+        assert (_written_ok("prewrite"), _written_ok("commit")) == \
+            (ok_before[0] + size, ok_before[1] + size)
+    assert_commits_follow_prewrites(pumps)
+    pumps["pump-3"].restart()
+
+
+def test_a_channel_closed_under_a_call_fails_as_unavailable(cluster):
+    registry, pumps = cluster
+    channel = PumpChannel("pump-1", pumps["pump-1"].addr)
+    payload = encode(prewrite(next(_ts), b"pv"))
+    assert channel.write(registry.cluster_id(), payload, 5.0) == ""
+    stale = channel._call  # what a thread racing with reset() still holds
+    channel.reset()
+    channel._call = stale
+    with pytest.raises(UnavailableError, match="channel was reset during the call"):
+        channel.write(registry.cluster_id(), payload, 5.0)
+    channel.reset()
+    assert channel.write(registry.cluster_id(), payload, 5.0) == ""
+    channel.close()
 
 
 def test_cluster_id_mismatch_and_oversize_raise_at_once(cluster):

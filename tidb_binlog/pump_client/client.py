@@ -35,7 +35,9 @@ Unavailable pumps and probing
     brings back the ones that answer; :meth:`PumpClient.probe_now` runs one round.
 
 Batched path (``write_binlogs``)
-    Pipelined first attempts for high-throughput callers; see :mod:`.batch`.
+    Pipelined first attempts for high-throughput callers, such as an upstream's
+    commit sender handing over whatever Commit binlogs queued up; see
+    :mod:`.batch`.
 """
 
 from __future__ import annotations

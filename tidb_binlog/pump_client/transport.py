@@ -27,7 +27,8 @@ import grpc
 from tidb_binlog.errors import ConfigError, ProtocolError, UnavailableError
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 
-__all__ = ["DEFAULT_MAX_MESSAGE_SIZE_BYTES", "PumpTLS", "PumpChannel", "grpc_target"]
+__all__ = ["DEFAULT_MAX_MESSAGE_SIZE_BYTES", "PumpTLS", "PumpChannel", "grpc_target",
+           "channel_options", "translate_error"]
 
 # gRPC's largest message (a signed 32-bit length); TiDB's own limit is the same order.
 DEFAULT_MAX_MESSAGE_SIZE_BYTES = (1 << 31) - 1
@@ -67,6 +68,30 @@ def grpc_target(addr: str) -> str:
     return addr
 
 
+def channel_options(max_message_size_bytes: int) -> list[tuple[str, int]]:
+    """Channel arguments of every pump channel (sync and aio)."""
+    return [
+        ("grpc.max_send_message_length", max_message_size_bytes),
+        ("grpc.max_receive_message_length", max_message_size_bytes),
+        ("grpc.enable_retries", 0),  # the pump client does its own retries
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+
+
+def translate_error(exc: grpc.RpcError, node_id: str,
+                    addr: str) -> ProtocolError | UnavailableError:
+    """A failed WriteBinlog as our error: ProtocolError when no pump would take it."""
+    code = exc.code() if hasattr(exc, "code") else None
+    detail = exc.details() if hasattr(exc, "details") else str(exc)
+    where = f"pump {node_id} at {addr}"
+    name = code.name if code is not None else "UNKNOWN"
+    if code in _NOT_RETRYABLE:
+        return ProtocolError(f"{where} refused the binlog: {name}: {detail}")
+    return UnavailableError(f"{where}: {name}: {detail}")
+
+
 class PumpChannel:
     """A lazily dialled, resettable channel to one pump."""
 
@@ -75,14 +100,7 @@ class PumpChannel:
         self.node_id = node_id
         self.addr = addr
         self._tls = tls
-        self._options = [
-            ("grpc.max_send_message_length", max_message_size_bytes),
-            ("grpc.max_receive_message_length", max_message_size_bytes),
-            ("grpc.enable_retries", 0),  # the pump client does its own retries
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000),
-        ]
+        self._options = channel_options(max_message_size_bytes)
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         # The bound WriteBinlog multicallable; read without the lock on the hot path
@@ -133,15 +151,9 @@ class PumpChannel:
                                 f"during the call ({exc}); the next attempt dials again")
 
     def translate(self, exc: grpc.RpcError) -> ProtocolError | UnavailableError:
-        code = exc.code() if hasattr(exc, "code") else None
-        detail = exc.details() if hasattr(exc, "details") else str(exc)
-        where = f"pump {self.node_id} at {self.addr}"
-        name = code.name if code is not None else "UNKNOWN"
-        if code in _NOT_RETRYABLE:
-            return ProtocolError(f"{where} refused the binlog: {name}: {detail}")
-        if code == grpc.StatusCode.UNAVAILABLE:
+        if hasattr(exc, "code") and exc.code() == grpc.StatusCode.UNAVAILABLE:
             self.reset()
-        return UnavailableError(f"{where}: {name}: {detail}")
+        return translate_error(exc, self.node_id, self.addr)
 
     def reset(self) -> None:
         """Drop the channel; the next call dials again."""
