@@ -67,15 +67,27 @@ class _Ts:
             return self._ts
 
 
+# cProfile.Profile objects of the worker threads while --profile is on (one per thread:
+# cProfile sees only the thread that enabled it).
+PROFILES: list[cProfile.Profile] | None = None
+
+
 def _run(threads: int, duration_s: float, body) -> int:
     counts = [0] * threads
     deadline = time.monotonic() + duration_s
 
     def work(i: int) -> None:
+        prof = None
+        if PROFILES is not None:
+            prof = cProfile.Profile(time.thread_time)  # CPU of this thread, not wall
+            PROFILES.append(prof)
+            prof.enable()
         n = 0
         while time.monotonic() < deadline:
             n += body()
         counts[i] = n
+        if prof is not None:
+            prof.disable()
 
     ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
     for t in ts:
@@ -161,6 +173,7 @@ def main() -> None:
     ap.add_argument("--profile", metavar="MODE", help="cProfile one round of MODE and print it")
     args = ap.parse_args()
 
+    global PROFILES
     from tidb_binlog.pump_client import PumpClient, batch
 
     if args.pipeline_min is not None:
@@ -175,27 +188,26 @@ def main() -> None:
         finish: queue.Queue = queue.Queue()
         threading.Thread(target=_finish_sender, args=(client, finish), daemon=True).start()
         ts = _Ts()
+        if args.profile:
+            PROFILES = []
         try:
             mode_sync(client, ts, args.threads, 0.5, finish)  # warm up channel and pump
+            if PROFILES:
+                PROFILES.clear()
             for r in range(1 if args.profile else args.rounds):
                 for m in chosen:
                     target = addr if m == "raw" else client
-                    prof = cProfile.Profile() if args.profile else None
                     cpu0, pump0, t0 = time.process_time(), _proc_cpu_s(proc.pid), \
                         time.monotonic()
-                    if prof:
-                        prof.enable()
                     n = modes[m](target, ts, args.threads, args.duration_s, finish)
-                    if prof:
-                        prof.disable()
                     wall = time.monotonic() - t0
                     cpu_us = (time.process_time() - cpu0) / n * 1e6
                     pump_us = (_proc_cpu_s(proc.pid) - pump0) / n * 1e6
                     figures[m].append((n / wall, cpu_us, pump_us))
                     print(f"round {r} {m:5}: {n / wall:8,.0f} binlogs/s  client "
                           f"{cpu_us:6.0f} us/binlog  pump {pump_us:6.0f} us/binlog", flush=True)
-                    if prof:
-                        pstats.Stats(prof).sort_stats("tottime").print_stats(35)
+                    if PROFILES:
+                        pstats.Stats(*PROFILES).sort_stats("tottime").print_stats(30)
         finally:
             client.close()
             stop_pump(proc)
