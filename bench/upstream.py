@@ -31,24 +31,20 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import signal
-import socket
 import statistics
 import string
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 from tidb_binlog.testing.mariadb import MariaDBServer
+from tidb_binlog.testing.pump_process import PumpProcess
 from tidb_binlog.tso import TimestampOracle
 from tidb_binlog.upstream import BinlogCollector, Upstream
 from tidb_binlog.upstream.core import connect
 from tidb_binlog.upstream.workload import SBTEST_DDL
 
-REPO = Path(__file__).resolve().parents[1]
 CLUSTER_ID = 6_900_000_000_000_000_011
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -153,21 +149,6 @@ def bench_on(up: Upstream, sessions: int, duration_s: float, rows_per_txn: int,
 
 
 # -- real pumps: `tidb-binlog pump` processes ---------------------------------------------
-def _two_free_ports() -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", p))
-                b.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no two consecutive free ports for a pump (gRPC and HTTP status)")
-
-
 def _mariadb_pid(server: MariaDBServer) -> int | None:
     """The server's pid from its pid file (None when it cannot be read)."""
     try:
@@ -176,36 +157,17 @@ def _mariadb_pid(server: MariaDBServer) -> int | None:
         return None
 
 
-def start_pump(work: Path, i: int, *, sync_log: bool = True) -> tuple[subprocess.Popen, str]:
-    import grpc
-
-    addr = f"127.0.0.1:{_two_free_ports()}"
-    cfg = work / f"pump{i}.toml"
-    cfg.write_text(f'addr = "{addr}"\ndata-dir = "{work / f"pump{i}"}"\nnode-id = "pump-{i}"\n'
-                   f"cluster-id = {CLUSTER_ID}\n"
-                   f"[storage]\nsync-log = {str(sync_log).lower()}\n"
-                   'stop-write-at-available-space = "1 MiB"\n')
-    log = open(work / f"pump{i}.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "tidb_binlog.cli.main", "pump", "--config",
-                             str(cfg)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-    log.close()
-    with grpc.insecure_channel(addr) as ch:
-        try:
-            grpc.channel_ready_future(ch).result(timeout=60)
-        except grpc.FutureTimeoutError:
-            proc.kill()
-            raise RuntimeError(f"pump {i} did not listen on {addr}; see {work}/pump{i}.log") \
-                from None
-    return proc, addr
+def start_pump(work: Path, i: int, *, sync_log: bool = True) -> tuple[PumpProcess, str]:
+    """A serving ``tidb-binlog pump`` process ``pump-<i>`` and its gRPC address."""
+    pump = PumpProcess({"data-dir": str(work / f"pump{i}"), "node-id": f"pump-{i}",
+                        "cluster-id": CLUSTER_ID, "storage.sync-log": sync_log,
+                        "storage.stop-write-at-available-space": "1 MiB"},
+                       work, name=f"pump{i}").start()
+    return pump, pump.addr
 
 
-def stop_pump(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+def stop_pump(pump: PumpProcess) -> None:
+    pump.terminate()
 
 
 def main() -> None:
