@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from tidb_binlog import binlog as bl
@@ -275,6 +277,40 @@ def test_stop_pauses_and_closes_storage(tmp_path):
     assert reg.node(PUMP, "pump-1").state == PAUSED
     with pytest.raises(Exception, match="closed"):
         storage.write_binlog(bl.fake(5))
+
+
+class _GatedHeartbeatRegistry(InMemoryRegistry):
+    """Holds the duty thread's first heartbeat between reading and publishing the status."""
+
+    def __init__(self):
+        super().__init__()
+        self.heartbeat_entered = threading.Event()
+        self.release_heartbeat = threading.Event()
+        self.paused_published = threading.Event()
+
+    def update_node(self, kind, status, *, force=False):
+        if threading.current_thread().name.startswith("pump-duties"):
+            self.heartbeat_entered.set()
+            assert self.release_heartbeat.wait(30), "test never released the heartbeat"
+        super().update_node(kind, status, force=force)
+        if status.state == PAUSED:
+            self.paused_published.set()
+
+
+def test_stop_has_the_last_word_over_an_in_flight_heartbeat(tmp_path):
+    # The race behind a flaky test_stop_pauses_and_closes_storage: a heartbeat that read
+    # state=online just before stop() published paused, and wrote it just after.
+    reg = _GatedHeartbeatRegistry()
+    node, _, _ = make_node(tmp_path, registry=reg)
+    node.start()
+    assert reg.heartbeat_entered.wait(30)          # status (online) read, not yet written
+    stopper = threading.Thread(target=node.stop)
+    stopper.start()
+    assert reg.paused_published.wait(30)           # stop() published paused first ...
+    reg.release_heartbeat.set()                    # ... then the stale online lands
+    stopper.join(30)
+    assert not stopper.is_alive()
+    assert reg.node(PUMP, "pump-1").state == PAUSED
 
 
 # -- notify on start -----------------------------------------------------------------------

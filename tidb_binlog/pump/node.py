@@ -217,7 +217,7 @@ class PumpNode:
 
     def stop(self) -> None:
         """Graceful stop (SIGTERM): ``online``/``pausing`` become ``paused`` (``closing``
-        and ``offline`` stay), stop the loops, close the storage."""
+        and ``offline`` stay), stop the loops, publish the final state, close the storage."""
         with self._lock:
             if self._state in (ONLINE, PAUSING):
                 self._set_state(PAUSED)
@@ -225,8 +225,15 @@ class PumpNode:
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=10)
-        self.storage.close()
-        self.done.set()
+        # A heartbeat that read the state before the change above may have published it
+        # after; with the loops joined, publish the final state once more (last word).
+        try:
+            if self.registry is not None:
+                with self._lock:
+                    self.registry.update_node(PUMP, self.status())
+        finally:
+            self.storage.close()
+            self.done.set()
 
     def apply_action(self, node_id: str, action: str) -> str:
         """HTTP ``PUT /state/{node_id}/{action}``: validate, then act asynchronously."""
