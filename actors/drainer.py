@@ -43,6 +43,7 @@ import datetime
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from actors.ray_calls import PipelineReset
@@ -56,6 +57,9 @@ from tidb_binlog.errors import BinlogError  # noqa: F401 (re-exported errors liv
 __all__ = ["TaskSettings", "SchemaKeeperActor", "CoordinatorActor", "MergerActor", "PipelineReset"]
 
 log = logging.getLogger(__name__)
+
+APPLY_SAMPLES = 100_000
+"""How many (commit_ts, committed_at_s) samples the coordinator keeps for the lag."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,9 @@ class CoordinatorActor:
         self._lock = threading.Lock()
         self.applied_rows = 0
         self.last_apply_s = 0.0
+        # (commit_ts, wall time the part was committed downstream), newest last: the
+        # apply lag is the second minus the commit_ts's physical time (apply_samples).
+        self._samples: deque[tuple[int, float]] = deque(maxlen=APPLY_SAMPLES)
         self.reset()
 
     def reset(self) -> Checkpoint:
@@ -287,6 +294,14 @@ class CoordinatorActor:
                 "flushes": self.dispatcher.flushes, "outstanding": len(self._outstanding),
                 "last_apply_s": self.last_apply_s}
 
+    def apply_samples(self) -> list[tuple[int, float]]:
+        """Take the ``(commit_ts, committed_at_s)`` samples recorded since the last call
+        (one per transaction part a worker acknowledged; at most APPLY_SAMPLES kept)."""
+        out = []
+        while self._samples:
+            out.append(self._samples.popleft())
+        return out
+
     # -- actions --------------------------------------------------------------------------
     def _perform(self, action) -> None:
         if isinstance(action, Send):
@@ -308,8 +323,10 @@ class CoordinatorActor:
             done = _Ray.wait(list(self._outstanding), timeout_s=None if block else 0)
             for ref in done:
                 send = self._outstanding.pop(ref)
-                _Ray.get(ref)  # raises the worker's error, or PipelineReset if it died
+                ack = _Ray.get(ref)  # raises the worker's error, or PipelineReset if it died
                 self.dispatcher.acked(send)
+                finished_at_s = getattr(ack, "finished_at_s", 0.0)
+                self._samples.extend((commit_ts, finished_at_s) for commit_ts, _ in send.parts)
             if not block or len(self._outstanding) <= until:
                 return
 

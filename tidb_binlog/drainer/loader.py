@@ -143,6 +143,7 @@ class Ack:
     skipped: int
     rows: int
     seconds: float
+    finished_at_s: float = 0.0  # wall clock (time.time()) when the batch was done: lag
 
 
 def _ts_text(lo: int, hi: int) -> tuple[str, str]:
@@ -220,7 +221,7 @@ class Loader:
         max_ts = parts[-1].commit_ts if parts else 0
         self.guard.committed(max_ts)
         return Ack(c.worker, max_ts, tuple(p.commit_ts for p in parts), len(parts), skipped,
-                   rows, seconds)
+                   rows, seconds, time.time())
 
     def _with_retry(self, fn, what: str, *, reload: bool = True):
         policy = self.config.retry

@@ -1,0 +1,253 @@
+"""Drainer throughput against its ceiling, and apply lag, on a real local Ray (one run).
+
+Stands up two throwaway MariaDB servers (upstream behind the TiDB-behaving emulator,
+downstream), the registry and two PumpActors (:class:`cluster.launch.LocalCluster`,
+``sync-log`` on), then:
+
+(a) **ceiling**: one client copies the ``sbtest`` rows the insert phase produced into
+    ``ceiling.sbtest`` on the same downstream with 1000-row multi-row INSERTs, one
+    commit per statement;
+(b) **drainer**: for each of the sysbench ``insert``, ``update_index`` and ``mixed``
+    workloads (one row change per txn; ``--sessions`` upstream threads): the workload
+    runs upstream with no drainer, so its binlogs sit in the 2 pumps; then a drainer
+    task starts (``initial-commit-ts = 0`` the first time, the checkpoint after) and
+    the clock runs from the task's first "running" status until its checkpoint
+    reaches the TSO taken after the workload; rows/s = the workload's row changes /
+    that time. The task is stopped (final checkpoint) before the next phase;
+(c) **lag**: a drainer task runs while the upstream inserts ``--lag-rows-per-s``
+    rows/s (``--lag-rows-per-txn`` rows per txn, paced) for ``--lag-s`` seconds; each
+    part a SQL worker commits gives a sample ``committed_at - physical(commit_ts)``
+    (:meth:`actors.drainer.CoordinatorActor.apply_samples`); p50/p99 over the
+    samples of the paced window. The rate the upstream actually reached is printed
+    beside the figures.
+
+Prints, last::
+
+    RESULT drainer_insert value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
+    RESULT drainer_update_index value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
+    RESULT drainer_mixed value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
+    RESULT drainer_lag_p50_ms value=<ms> unit=ms upstream_rows_per_s=<r>
+    RESULT drainer_lag_p99_ms value=<ms> unit=ms upstream_rows_per_s=<r>
+
+Goals: ratio >= 0.8 for inserts and >= 0.5 for mixed; lag p99 < 1000 ms.
+
+    .venv/bin/python bench/drainer.py --rows 20000 --workers 8 --txn-batch 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+__all__ = ["main"]
+
+DB = "sb"
+CEILING_ROWS_PER_STATEMENT = 1000
+
+
+def percentile(values: list[float], q: float) -> float:
+    if len(values) < 2:
+        return values[0] if values else 0.0
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def drainer_config(down_db, args):
+    from tidb_binlog.config import load_drainer_config
+
+    return load_drainer_config(None, {
+        "syncer.to.host": down_db.host, "syncer.to.port": down_db.port,
+        "syncer.to.user": down_db.user, "syncer.to.password": down_db.password,
+        "syncer.worker-count": args.workers, "syncer.txn-batch": args.txn_batch,
+        "syncer.to.merge": not args.no_merge, "initial-commit-ts": 0,
+        "addr": "127.0.0.1:0"})
+
+
+def task_overrides(args) -> dict:
+    return {"max_inflight": args.max_inflight, "merge_batch": args.merge_batch}
+
+
+def ceiling(up_db, down_db) -> tuple[int, float]:
+    """(rows, seconds): one client, 1000-row multi-row INSERTs, commit per statement."""
+    from tidb_binlog.upstream.workload import SBTEST_DDL
+
+    with up_db.connect(DB) as up:
+        with up.cursor() as cur:
+            cur.execute("SELECT id, k, c, pad FROM sbtest ORDER BY id")
+            rows = cur.fetchall()
+    with down_db.connect(autocommit=False) as conn, conn.cursor() as cur:
+        cur.execute("DROP DATABASE IF EXISTS ceiling")
+        cur.execute("CREATE DATABASE ceiling")
+        cur.execute("USE ceiling")
+        cur.execute(SBTEST_DDL)
+        conn.commit()
+        start = time.perf_counter()
+        for i in range(0, len(rows), CEILING_ROWS_PER_STATEMENT):
+            chunk = rows[i:i + CEILING_ROWS_PER_STATEMENT]
+            cur.execute("INSERT INTO sbtest (id, k, c, pad) VALUES "
+                        + ",".join(["(%s,%s,%s,%s)"] * len(chunk)),
+                        [v for row in chunk for v in row])
+            conn.commit()
+        return len(rows), time.perf_counter() - start
+
+
+def time_drainer(cluster, down_db, args, target_ts: int) -> tuple[float, dict]:
+    """Start a task, time it from "running" to checkpoint >= target_ts, stop it."""
+    from cluster.drainer import Drainer
+
+    drainer = Drainer.start(drainer_config(down_db, args), registry=cluster.registry,
+                            **task_overrides(args))
+    try:
+        start = None
+        while True:
+            st = drainer.status()
+            if st["state"] == "failed":
+                raise RuntimeError(f"drainer failed: {st['error']}")
+            now = time.perf_counter()
+            if start is None and st["state"] == "running":
+                start = now
+            if start is not None and st["checkpoint_commit_ts"] >= target_ts:
+                return now - start, st
+            time.sleep(0.02)
+    finally:
+        drainer.stop()
+
+
+def paced_inserts(upstream, rows_per_s: float, rows_per_txn: int, seconds: float,
+                  sessions: int) -> tuple[int, float]:
+    """Insert ``rows_per_s`` rows/s for ``seconds`` (as far as the upstream can)."""
+    from tidb_binlog.upstream.workload import _sb_row
+
+    done = [0]
+    lock = threading.Lock()
+    per_session_txn_s = rows_per_txn * sessions / rows_per_s
+    start = time.monotonic()
+
+    def run(no: int):
+        rng = random.Random(no)
+        with upstream.session(DB) as s:
+            n = 0
+            while True:
+                due = start + n * per_session_txn_s + no * per_session_txn_s / sessions
+                now = time.monotonic()
+                if due - start >= seconds:
+                    return
+                if due > now:
+                    time.sleep(due - now)
+                with s.begin() as t:
+                    t.insert("sbtest", [_sb_row(rng) for _ in range(rows_per_txn)])
+                with lock:
+                    done[0] += rows_per_txn
+                n += 1
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(sessions)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return done[0], time.monotonic() - start
+
+
+def lag(cluster, upstream, down_db, args) -> tuple[list[float], float]:
+    """Lag samples (ms) while the upstream inserts steadily; and the rate reached."""
+    import ray
+
+    from cluster.drainer import Drainer
+    from tidb_binlog.tso import extract_physical
+
+    drainer = Drainer.start(drainer_config(down_db, args), registry=cluster.registry,
+                            **task_overrides(args))
+    coord = drainer.coordinator
+    try:
+        drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)  # caught up, idle
+        ray.get(coord.apply_samples.options(concurrency_group="status").remote())
+        first_ts = cluster.get_ts()
+        rows, seconds = paced_inserts(upstream, args.lag_rows_per_s, args.lag_rows_per_txn,
+                                      args.lag_s, args.sessions)
+        upstream.flush()
+        drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
+        samples = ray.get(coord.apply_samples.options(concurrency_group="status").remote())
+    finally:
+        drainer.stop()
+    lags = [at_s * 1000.0 - extract_physical(ts) for ts, at_s in samples if ts >= first_ts]
+    return lags, rows / seconds
+
+
+def main(argv=None) -> int:
+    import ray
+
+    from cluster.launch import LocalCluster
+    from tidb_binlog.testing.mariadb import MariaDBServer
+    from tidb_binlog.upstream import Upstream, workload
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=20000, help="txns (= rows) per workload")
+    p.add_argument("--sessions", type=int, default=4, help="upstream threads")
+    p.add_argument("--workers", type=int, default=8, help="syncer.worker-count")
+    p.add_argument("--txn-batch", type=int, default=200, help="syncer.txn-batch")
+    p.add_argument("--merge-batch", type=int, default=512, help="merger batch (items)")
+    p.add_argument("--max-inflight", type=int, default=4, help="merged batches in flight")
+    p.add_argument("--no-merge", action="store_true", help="syncer.to.merge = false")
+    p.add_argument("--lag-rows-per-s", type=float, default=5000.0)
+    p.add_argument("--lag-rows-per-txn", type=int, default=25)
+    p.add_argument("--lag-s", type=float, default=20.0)
+    p.add_argument("--work-dir", default=None)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    base = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-drainer-"))
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             namespace="bench-drainer", object_store_memory=300 << 20)
+    up_db = MariaDBServer(base, name="bench-up").start()
+    down_db = MariaDBServer(base, name="bench-down").start()
+    cluster = LocalCluster(base / "cluster", pumps=2, upstream_params=up_db.params(),
+                           namespace="bench-drainer").start()
+    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
+    results = []
+    try:
+        upstream.ddl(f"CREATE DATABASE {DB}")
+        phases = {}
+        for kind in ("insert", "update_index", "mixed"):
+            t0 = time.perf_counter()
+            stats = workload.run(upstream, kind, sessions=args.sessions, ops=args.rows,
+                                 database=DB, seed=3)
+            target = cluster.get_ts()
+            print(f"upstream {kind}: {stats.txns} txns, {stats.rows} rows in "
+                  f"{time.perf_counter() - t0:.1f} s ({stats.rows_per_s:.0f} rows/s)",
+                  flush=True)
+            seconds, st = time_drainer(cluster, down_db, args, target)
+            phases[kind] = (stats.rows, seconds)
+            print(f"drainer {kind}: {stats.rows} rows in {seconds:.2f} s "
+                  f"({stats.rows / seconds:.0f} rows/s; flushes {st['flushes']})", flush=True)
+            if kind == "insert":
+                c_rows, c_seconds = ceiling(up_db, down_db)
+                ceiling_rate = c_rows / c_seconds
+                print(f"ceiling: {c_rows} rows in {c_seconds:.2f} s ({ceiling_rate:.0f} rows/s)",
+                      flush=True)
+        lags, rate = lag(cluster, upstream, down_db, args)
+        print(f"lag: {len(lags)} samples at {rate:.0f} upstream rows/s", flush=True)
+        for kind, (rows, seconds) in phases.items():
+            value = rows / seconds
+            results.append(f"RESULT drainer_{kind} value={value:.0f} unit=rows/s "
+                           f"ceiling={ceiling_rate:.0f} ratio={value / ceiling_rate:.2f}")
+        for q in (50, 99):
+            results.append(f"RESULT drainer_lag_p{q}_ms value={percentile(lags, q):.0f} "
+                           f"unit=ms upstream_rows_per_s={rate:.0f}")
+    finally:
+        upstream.close()
+        cluster.stop()
+        down_db.close()
+        up_db.close()
+        ray.shutdown()
+    for line in results:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
