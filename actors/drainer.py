@@ -52,7 +52,10 @@ from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.checkpoint import Advancer, Checkpoint
 from tidb_binlog.drainer.dispatch import Dispatcher, Flush, RunDDL, Send
 from tidb_binlog.drainer.dml import Txn
-from tidb_binlog.errors import BinlogError  # noqa: F401 (re-exported errors live here)
+from tidb_binlog.errors import (
+    BinlogError,  # noqa: F401 (re-exported errors live here)
+    TransientDownstreamError,
+)
 
 __all__ = ["TaskSettings", "SchemaKeeperActor", "CoordinatorActor", "MergerActor", "PipelineReset"]
 
@@ -224,7 +227,11 @@ class CoordinatorActor:
         """Forget everything in flight; restart from the durable checkpoint."""
         from tidb_binlog.drainer.checkpoint import resolve_initial_commit_ts, start_commit_ts
 
-        loaded = self.store.load()
+        try:
+            loaded = self.store.load()
+        except TransientDownstreamError as exc:  # the merger retries the reset
+            raise PipelineReset(f"coordinator: cannot read the checkpoint yet ({exc.message}); "
+                                "retrying") from exc
         initial = self.settings.initial_commit_ts
         if (loaded is None or loaded.commit_ts == 0) and initial == -1 and self._now_ts:
             initial = resolve_initial_commit_ts(-1, self._now_ts())
@@ -331,10 +338,18 @@ class CoordinatorActor:
                 return
 
     def _maybe_save(self, force: bool = False) -> None:
+        """Save when due. A downstream that is down (transient error after the store's
+        own retries) only delays the save: it stays due and the next call tries again,
+        while the workers ride out the outage; a lagging checkpoint only lengthens the
+        replay window."""
         now = time.monotonic()
         if force or self.advancer.due(now):
             cp = self.advancer.checkpoint()
-            self.store.save(cp)
+            try:
+                self.store.save(cp)
+            except TransientDownstreamError as exc:
+                log.warning("checkpoint %d not saved yet: %s", cp.commit_ts, exc.message)
+                return
             self.advancer.saved(cp, now)
 
 

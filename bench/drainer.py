@@ -31,7 +31,7 @@ Prints, last::
 
 Goals: ratio >= 0.8 for inserts and >= 0.5 for mixed; lag p99 < 1000 ms.
 
-    .venv/bin/python bench/drainer.py --rows 20000 --workers 8 --txn-batch 200
+    .venv/bin/python bench/drainer.py --rows 10000 --workers 4 --txn-batch 200
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=20000, help="txns (= rows) per workload")
     p.add_argument("--sessions", type=int, default=4, help="upstream threads")
-    p.add_argument("--workers", type=int, default=8, help="syncer.worker-count")
+    p.add_argument("--workers", type=int, default=4, help="syncer.worker-count")
     p.add_argument("--txn-batch", type=int, default=200, help="syncer.txn-batch")
     p.add_argument("--merge-batch", type=int, default=512, help="merger batch (items)")
     p.add_argument("--max-inflight", type=int, default=4, help="merged batches in flight")

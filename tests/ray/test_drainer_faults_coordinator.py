@@ -1,0 +1,111 @@
+"""The coordinator shell's fault rules, driven step by step without Ray.
+
+Every Ray call of :class:`actors.drainer.CoordinatorActor` goes through its ``_Ray``
+wrapper; here that wrapper is replaced by :class:`ScriptedRay`, whose workers apply
+nothing and whose calls fail when the script says so, and the checkpoint store by an
+in-memory one that can be "down". (The end-to-end versions of these faults are in
+test_drainer_faults.py; these pin the exact rule.)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import actors.drainer as drainer_actors
+from actors.drainer import CoordinatorActor, PipelineReset, TaskSettings
+from tidb_binlog.drainer.checkpoint import Checkpoint
+from tidb_binlog.drainer.dml import DML, DMLType, TableSchema, Txn
+from tidb_binlog.errors import TransientDownstreamError
+
+T = TableSchema.build("db", "t", ["id", "v"], ["id"])
+
+
+def txn(commit_ts: int, *ids: int) -> Txn:
+    return Txn(commit_ts, tuple(DML("db", "t", DMLType.INSERT, {"id": i, "v": i}, None, T)
+                                for i in ids))
+
+
+class Store:
+    def __init__(self):
+        self.saved: list[Checkpoint] = []
+        self.down = False
+
+    def load(self):
+        if self.down:
+            raise TransientDownstreamError("downstream down")
+        return self.saved[-1] if self.saved else None
+
+    def save(self, cp):
+        if self.down:
+            raise TransientDownstreamError("downstream down")
+        self.saved.append(cp)
+
+
+class ScriptedRay:
+    """Worker calls return their parts at once; ``fail_on_call`` makes the n-th call die."""
+
+    def __init__(self):
+        self.calls: list[tuple[int, tuple]] = []
+        self.fail_on_call: int | None = None
+
+    def call(self, worker, method, *args):
+        if self.fail_on_call is not None and len(self.calls) + 1 == self.fail_on_call:
+            raise PipelineReset("worker died")
+        self.calls.append((worker, args))
+        return ("ref", len(self.calls))
+
+    def get(self, ref):
+        return None
+
+    def wait(self, refs, timeout_s):
+        return list(refs)
+
+
+@pytest.fixture
+def ray_calls(monkeypatch):
+    fake = ScriptedRay()
+    monkeypatch.setattr(drainer_actors, "_Ray", fake)
+    return fake
+
+
+def coordinator(store, workers=2, **kw) -> CoordinatorActor:
+    settings = TaskSettings(cluster_id=1, worker_count=workers, txn_batch=1,
+                            initial_commit_ts=0, **kw)
+    return CoordinatorActor(settings, [f"w{i}" for i in range(workers)], store=store)
+
+
+def test_a_half_dispatched_batch_blocks_later_batches_until_reset(ray_calls):
+    store = Store()
+    coord = coordinator(store)
+    coord.apply(0, [(10, txn(10, 1, 2, 3, 4), 0)])
+    ray_calls.fail_on_call = len(ray_calls.calls) + 2  # the 2nd send of the next batch dies
+    with pytest.raises(PipelineReset):
+        coord.apply(1, [(20, txn(20, 5), 0), (30, txn(30, 6, 7, 8, 9), 0)])
+    ray_calls.fail_on_call = None
+    sent = len(ray_calls.calls)
+    # The merger had already queued batch 2: it must not reach any worker.
+    with pytest.raises(PipelineReset, match="follows a failed batch"):
+        coord.apply(2, [(40, txn(40, 10), 0)])
+    assert len(ray_calls.calls) == sent
+    # After the reset the pipeline restarts at batch 0 from the checkpoint.
+    assert coord.reset().commit_ts <= 10
+    coord.apply(0, [(40, txn(40, 10), 0)])
+    assert len(ray_calls.calls) == sent + 1
+
+
+def test_a_downstream_outage_delays_the_checkpoint_save_without_failing(ray_calls):
+    store = Store()
+    coord = coordinator(store, save_interval_s=0.0)
+    coord.apply(0, [(10, txn(10, 1), 0)])
+    assert coord.idle() == 10 and store.saved[-1].commit_ts == 10
+    store.down = True
+    coord.apply(1, [(20, txn(20, 2), 0)])  # acked; the save fails and stays due
+    assert coord.idle() == 20
+    assert store.saved[-1].commit_ts == 10
+    with pytest.raises(PipelineReset, match="cannot read the checkpoint"):
+        coord.reset()  # the merger retries the reset while the downstream is down
+    store.down = False
+    coord.reset()
+    coord.apply(0, [(30, txn(30, 3), 0)])
+    coord.idle()
+    assert store.saved[-1].commit_ts == 30
