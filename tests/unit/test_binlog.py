@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidb_binlog import binlog
@@ -64,6 +64,7 @@ def test_negative_int64_is_ten_bytes_like_go():
     assert binlog.encode(b)[2:13] == bytes.fromhex("10 ff ff ff ff ff ff ff ff ff 01")
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # loaded hosts
 @given(st.sampled_from([BinlogType.PREWRITE, BinlogType.COMMIT, BinlogType.ROLLBACK]),
        INT64, INT64, st.binary(max_size=40), st.binary(max_size=40), INT64,
        st.integers(-(2**31), 2**31 - 1))
@@ -78,6 +79,7 @@ def test_decode_encode_round_trip(tp, start_ts, commit_ts, key, value, job_id, s
 # -- predicates -------------------------------------------------------------
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # loaded hosts
 @given(POSITIVE_TS)
 def test_fake_is_fake_and_not_probe(ts):
     f = binlog.fake(ts)
@@ -115,6 +117,7 @@ def test_decode_garbage_raises_protocol_error(payload):
         binlog.decode(payload)
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # loaded hosts
 @given(st.binary(max_size=64))
 def test_decode_never_raises_anything_but_protocol_error(payload):
     try:

@@ -405,7 +405,7 @@ def test_round_trip_property(obj):
     assert encode_json(decoded) == data
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_nested(_text_scalars))
 def test_text_round_trip_property(obj):
     """String() then parsing gives back the canonical document and the same text."""
@@ -415,7 +415,7 @@ def test_text_round_trip_property(obj):
     assert encode_json(parsed) == encode_json(obj)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=64))
 def test_random_bytes_never_escape_codec_error(data):
     try:
@@ -428,7 +428,7 @@ def test_random_bytes_never_escape_codec_error(data):
             assert encode_json(value) == data[:end]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_values, st.data())
 def test_mutated_encodings_never_escape_codec_error(obj, data):
     encoded = bytearray(encode_json(obj))

@@ -197,7 +197,7 @@ TYPES = {
 TZ = datetime.timezone(datetime.timedelta(hours=-5))
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=48))
 def test_garbage_raises_only_codec_errors(buf):
     _only_codec_errors(decode_value, buf)
@@ -208,7 +208,7 @@ def test_garbage_raises_only_codec_errors(buf):
     _only_codec_errors(decode_row_v2, buf, TYPES, TZ)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 8), st.binary(min_size=1, max_size=24), st.data())
 def test_flag_prefixed_garbage_raises_only_codec_errors(flag_index, payload, data):
     flag = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x08, 0x09, 0x0A][flag_index]

@@ -8,7 +8,7 @@ import sys
 import zlib
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidb_binlog.drainer.causality import (
@@ -169,7 +169,7 @@ def assert_rows_sharing_a_key_share_a_worker(sequence, placed):
                 assert placed[i][1] == placed[j][1], (sequence[j], sequence[i])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows, st.integers(1, 5))
 def test_property_causality_never_splits_a_key_within_a_window(sequence, workers):
     c = Causality(workers)
@@ -177,7 +177,7 @@ def test_property_causality_never_splits_a_key_within_a_window(sequence, workers
     assert_rows_sharing_a_key_share_a_worker(sequence, placed)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows, st.integers(1, 5), st.data())
 def test_property_router_is_safe_and_restart_stable(sequence, workers, data):
     r = Router(workers)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidb_binlog.drainer.checkpoint import (
@@ -59,7 +59,7 @@ def test_json_errors_say_what_and_how_to_recover(text, match):
     assert "initial-commit-ts" in str(info.value)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.builds(Checkpoint, st.integers(0, 2**63 - 1), st.booleans(), st.integers(0, 2**40),
                  st.dictionaries(st.sampled_from(["primary-ts", "secondary-ts"]),
                                  st.integers(0, 2**63 - 1))))
@@ -206,7 +206,7 @@ def test_advancer_errors():
         a.register(13, parts=-1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=30), st.randoms(use_true_random=False))
 def test_property_checkpoint_is_the_acked_prefix(parts_list, rnd):
     a = Advancer(Checkpoint(0))

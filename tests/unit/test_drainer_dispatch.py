@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidb_binlog.drainer.causality import row_keys
@@ -120,7 +120,7 @@ def test_routing_is_a_function_of_the_txn_in_exactly_once_mode():
 rows = st.tuples(st.integers(0, 6), st.sampled_from("abcde"), st.sampled_from("abcde"))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(rows, min_size=1, max_size=4), min_size=1, max_size=25),
        st.integers(1, 5), st.integers(1, 4), st.booleans())
 def test_no_key_runs_on_two_workers_between_flushes(txns, workers, batch, exactly_once):

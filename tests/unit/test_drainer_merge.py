@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidb_binlog.drainer.merge import STRATEGIES, MergedItem, Merger
@@ -236,7 +236,7 @@ def run_scenario(strategy, streams, steps):
     return out, m
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_property_sorted_dedup_union_and_strategies_agree(scenario):
     streams, steps = scenario

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidb_binlog.drainer.dml import DML, DMLType, TableSchema
@@ -171,7 +171,7 @@ def replace_into(table, new):
     table[new["id"]] = dict(new)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_property_merged_apply_equals_sequential_apply(data):
     initial = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidb_binlog.pump.sorter import COMMIT, PREWRITE, ROLLBACK, Sorter
@@ -79,7 +79,7 @@ ACTIONS = st.lists(st.tuples(st.sampled_from(["begin", "get_commit_ts", "write_c
                              st.integers(0, 1000)), max_size=120)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ACTIONS)
 def test_random_interleavings_keep_served_order_stable(actions):
     s = Sorter()

@@ -6,7 +6,7 @@ import os
 import threading
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidb_binlog import tso
@@ -44,6 +44,7 @@ def test_layout_is_physical_shifted_by_18():
     assert extract_logical(408212815781560323) == 3
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # loaded hosts
 @given(st.integers(0, (1 << 45) - 1), st.integers(0, MAX_LOGICAL - 1))
 def test_compose_extract_round_trip(physical_ms, logical):
     ts = compose(physical_ms, logical)
@@ -51,6 +52,7 @@ def test_compose_extract_round_trip(physical_ms, logical):
     assert extract_logical(ts) == logical
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # loaded hosts
 @given(st.integers(0, 1 << 40), st.integers(0, MAX_LOGICAL - 1),
        st.integers(0, 1 << 40), st.integers(0, MAX_LOGICAL - 1))
 def test_compose_orders_like_the_pair(p1, l1, p2, l2):
