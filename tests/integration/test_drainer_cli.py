@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,6 +33,21 @@ def run_cli(args, tmp_path, name):
                             cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     log_file.close()
     return proc, log_path
+
+
+def free_port_pair() -> int:
+    """A port p with p and p + 1 both free now: the drainer's HTTP status listens on the
+    Cistern port + 1, which a plain free port says nothing about (shared, busy hosts)."""
+    for _ in range(100):
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except (OSError, OverflowError):      # taken, or port 65535
+                continue
+            return port
+    raise AssertionError("no two consecutive free ports on 127.0.0.1 in 100 tries")
 
 
 def wait_until(predicate, proc, log_path, timeout_s=120.0, what="condition"):
@@ -77,12 +93,12 @@ def test_bad_config_exits_1_with_the_reason(tmp_path):
 
 
 def test_cli_registers_replicates_stops_on_sigterm_and_fails_clearly(
-        ray_local, mariadb_factory, tmp_path, free_port):
+        ray_local, mariadb_factory, tmp_path):
     up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
     cluster = LocalCluster(tmp_path / "cluster", pumps=1,
                            upstream_params=up_db.params()).start()
     upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    port = free_port()
+    port = free_port_pair()
     config = tmp_path / "drainer.toml"
     config.write_text(f"""
 addr = "127.0.0.1:{port}"

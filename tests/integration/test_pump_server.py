@@ -294,6 +294,42 @@ def test_http_endpoints(start_pump, drainer_stub):
     assert http(proc, "GET", "/nope")[0] == 404
 
 
+def test_port_0_repicks_when_the_picked_port_plus_1_is_taken(tmp_path, monkeypatch):
+    # HTTP defaults to the gRPC port + 1; with port 0 that port was never checked free.
+    import socket
+
+    from tidb_binlog.pump import server as pump_server
+
+    real_build, blockers, picked = pump_server.build_server, [], []
+
+    def build_and_steal_the_next_port(*args, **kwargs):
+        grpc_server = real_build(*args, **kwargs)
+        picked.append(grpc_server.port)
+        if not blockers:                       # another process holds port + 1
+            blocker = socket.socket()
+            blocker.bind(("127.0.0.1", grpc_server.port + 1))
+            blocker.listen()
+            blockers.append(blocker)
+        return grpc_server
+
+    monkeypatch.setattr(pump_server, "build_server", build_and_steal_the_next_port)
+    keys = {"data-dir": str(tmp_path / "p"), "addr": "127.0.0.1:0", "node-id": "pump-1",
+            "cluster-id": CLUSTER_ID, "gen-binlog-interval": 3600,
+            "storage.stop-write-at-available-space": 1 << 20}
+    try:
+        proc = open_pump(load_pump_config(None, keys))
+        try:
+            assert len(picked) == 2 and proc.addr == f"127.0.0.1:{picked[1]}"
+            assert proc.status_addr == f"127.0.0.1:{picked[1] + 1}"
+            assert proc.node.options.advertise_addr == proc.addr
+            assert http(proc, "GET", "/status")[0] == 200
+        finally:
+            proc.stop()
+    finally:
+        for blocker in blockers:
+            blocker.close()
+
+
 def test_unreachable_drainer_refuses_start(start_pump, free_port):
     reg = InMemoryRegistry()
     reg.update_node(DRAINER, NodeStatus("d1", f"127.0.0.1:{free_port()}"))

@@ -33,6 +33,7 @@ signed by it), optionally also on a unix socket (insecure, local only), with
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import threading
 import time
@@ -67,6 +68,7 @@ log = logging.getLogger(__name__)
 # gRPC's message limits are C ints: 2 GiB - 1 is the largest value it accepts.
 MAX_GRPC_MESSAGE_BYTES = (1 << 31) - 1
 SLOW_RPC_S = 1.0
+PORT_PAIR_ATTEMPTS = 20  # gRPC port 0 re-picks when the picked port + 1 is taken
 
 
 class PumpServicer(pump_pb2_grpc.PumpServicer):
@@ -300,16 +302,30 @@ def serve_pump(node, addr: str, *, status_addr: str = "", socket_path: str = "",
     """
     from tidb_binlog.pump.http_status import StatusServer, derive_status_addr
 
-    grpc_server = build_server(node, addr, socket_path=socket_path, security=security,
-                               max_message_size_bytes=max_message_size_bytes,
-                               max_workers=max_workers)
+    # With port 0 and no status_addr, HTTP goes on the picked port + 1, which nobody
+    # checked was free: when it is taken, pick another gRPC port (another pair).
+    repick = http and not status_addr and addr.rsplit(":", 1)[-1] == "0"
+    for attempt in range(1, PORT_PAIR_ATTEMPTS + 1):
+        grpc_server = build_server(node, addr, socket_path=socket_path, security=security,
+                                   max_message_size_bytes=max_message_size_bytes,
+                                   max_workers=max_workers)
+        http_server = None
+        if not http:
+            break
+        try:
+            http_server = StatusServer(node, derive_status_addr(grpc_server.addr, status_addr),
+                                       ssl_context=_http_ssl_context(security))
+            break
+        except OSError as exc:
+            grpc_server.stop(0)
+            if not repick or exc.errno != errno.EADDRINUSE or attempt == PORT_PAIR_ATTEMPTS:
+                raise
+            log.info("pump HTTP port %s+1 is taken; picking another gRPC port",
+                     grpc_server.addr)
     if node.options.advertise_addr.rsplit(":", 1)[-1] == "0":
         node.options = dataclasses.replace(node.options, advertise_addr=grpc_server.addr)
-    http_server = None
     try:
-        if http:
-            http_addr = derive_status_addr(grpc_server.addr, status_addr)
-            http_server = StatusServer(node, http_addr, ssl_context=_http_ssl_context(security))
+        if http_server is not None:
             http_server.start()
         node.start()
     except BaseException:
