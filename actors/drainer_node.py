@@ -35,6 +35,7 @@ series are dropped (a sum of creation times means nothing).
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import threading
@@ -57,6 +58,7 @@ __all__ = ["ServiceSettings", "DrainerNode", "resolve_node_id", "merge_expositio
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 1.0
+PORT_PAIR_ATTEMPTS = 20  # Cistern port 0 re-picks when the picked port + 1 is taken
 
 
 def _port_of(addr: str) -> int:
@@ -168,21 +170,30 @@ class DrainerNode:
         from tidb_binlog.pump.server import _http_ssl_context
 
         s = self.settings
-        self.cistern = serve_cistern(s.addr, on_notify, security=s.security)
-        bound = _with_port(s.addr, self.cistern.port)
+        # With port 0 and no status_addr, HTTP goes on the picked port + 1, which nobody
+        # checked was free: when it is taken, pick another Cistern port (another pair).
+        repick = not s.status_addr and _port_of(s.addr) == 0
+        for attempt in range(1, PORT_PAIR_ATTEMPTS + 1):
+            self.cistern = serve_cistern(s.addr, on_notify, security=s.security)
+            bound = _with_port(s.addr, self.cistern.port)
+            try:
+                self.http = DrainerStatusServer(
+                    derive_status_addr(bound, s.status_addr), node_id=self.node_id,
+                    status_provider=status_provider, metrics_provider=metrics_provider,
+                    on_action=on_action, synced_check_time_s=s.synced_check_time_s,
+                    ssl_context=_http_ssl_context(s.security)).start()
+                break
+            except OSError as exc:
+                self.cistern.stop(0)
+                if repick and exc.errno == errno.EADDRINUSE and attempt < PORT_PAIR_ATTEMPTS:
+                    log.info("drainer HTTP port %s+1 is taken; picking another Cistern port",
+                             bound)
+                    continue
+                raise ConfigError(f"drainer cannot serve HTTP status on "
+                                  f"{derive_status_addr(bound, s.status_addr)!r}: {exc}; set "
+                                  "--status-addr or free the port", key="status-addr") from exc
         if _port_of(s.advertise_addr) == 0:
             self.host = _with_port(s.advertise_addr, self.cistern.port)
-        try:
-            self.http = DrainerStatusServer(
-                derive_status_addr(bound, s.status_addr), node_id=self.node_id,
-                status_provider=status_provider, metrics_provider=metrics_provider,
-                on_action=on_action, synced_check_time_s=s.synced_check_time_s,
-                ssl_context=_http_ssl_context(s.security)).start()
-        except OSError as exc:
-            self.cistern.stop(0)
-            raise ConfigError(f"drainer cannot serve HTTP status on "
-                              f"{derive_status_addr(bound, s.status_addr)!r}: {exc}; set "
-                              "--status-addr or free the port", key="status-addr") from exc
 
     def register(self, checkpoint_ts: int) -> None:
         """Write the record ``online`` and start the heartbeat."""

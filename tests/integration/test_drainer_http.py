@@ -116,6 +116,43 @@ def test_cistern_addr_in_use_is_a_config_error():
         cistern.stop()
 
 
+def test_cistern_port_0_repicks_when_the_picked_port_plus_1_is_taken(monkeypatch):
+    # HTTP defaults to the Cistern port + 1; with port 0 that port was never checked free.
+    import socket
+
+    from actors.drainer_node import DrainerNode, ServiceSettings
+    from tidb_binlog.drainer import cistern as cistern_module
+
+    real_serve, blockers, picked = cistern_module.serve_cistern, [], []
+
+    def serve_and_steal_the_next_port(*args, **kwargs):
+        cistern = real_serve(*args, **kwargs)
+        picked.append(cistern.port)
+        if not blockers:                       # another process holds port + 1
+            blocker = socket.socket()
+            blocker.bind(("127.0.0.1", cistern.port + 1))
+            blocker.listen()
+            blockers.append(blocker)
+        return cistern
+
+    monkeypatch.setattr(cistern_module, "serve_cistern", serve_and_steal_the_next_port)
+    settings = ServiceSettings(node_id="d1", addr="127.0.0.1:0", advertise_addr="127.0.0.1:0",
+                               heartbeat_interval_s=3600)
+    node = DrainerNode(settings, InMemoryRegistry(), checkpoint_ts=lambda: 0)
+    try:
+        node.serve(on_notify=lambda: None, status_provider=lambda: DrainerStatus(0, 0.0),
+                   metrics_provider=lambda: b"", on_action=lambda action: None)
+        try:
+            assert len(picked) == 2 and node.cistern.port == picked[1]
+            assert node.host == f"127.0.0.1:{picked[1]}"
+            assert node.http.addr == f"127.0.0.1:{picked[1] + 1}"
+        finally:
+            node.stop_servers()
+    finally:
+        for blocker in blockers:
+            blocker.close()
+
+
 # -- HTTP --------------------------------------------------------------------------------
 class Drainer:
     """What the shell would plug in: a status, a clock, and an action callback."""
