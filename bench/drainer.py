@@ -13,9 +13,13 @@ downstream), the registry and two PumpActors (:class:`cluster.launch.LocalCluste
     task starts (``initial-commit-ts = 0`` the first time, the checkpoint after) and
     the clock runs from the task's first "running" status until its checkpoint
     reaches the TSO taken after the workload; rows/s = the workload's row changes /
-    that time. The task is stopped (final checkpoint) before the next phase;
+    that time. The task is stopped (final checkpoint) before the next phase.
+    ``insert_txn100`` inserts the same number of rows 100 per upstream txn: the
+    apply path without the per-transaction cost;
 (c) **lag**: a drainer task runs while the upstream inserts ``--lag-rows-per-s``
-    rows/s (``--lag-rows-per-txn`` rows per txn, paced) for ``--lag-s`` seconds; each
+    rows/s (``--lag-rows-per-txn`` rows per txn, ``--lag-sessions`` threads, paced)
+    for ``--lag-s`` seconds, the pumps writing a fake binlog every
+    ``--fake-binlog-interval-s`` (0.1 s) when idle; each
     part a SQL worker commits gives a sample ``committed_at - physical(commit_ts)``
     (:meth:`actors.drainer.CoordinatorActor.apply_samples`); p50/p99 over the
     samples of the paced window. The rate the upstream actually reached is printed
@@ -26,6 +30,7 @@ Prints, last::
     RESULT drainer_insert value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
     RESULT drainer_update_index value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
     RESULT drainer_mixed value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
+    RESULT drainer_insert_txn100 value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
     RESULT drainer_lag_p50_ms value=<ms> unit=ms upstream_rows_per_s=<r>
     RESULT drainer_lag_p99_ms value=<ms> unit=ms upstream_rows_per_s=<r>
 
@@ -168,7 +173,7 @@ def lag(cluster, upstream, down_db, args) -> tuple[list[float], float]:
         ray.get(coord.apply_samples.options(concurrency_group="status").remote())
         first_ts = cluster.get_ts()
         rows, seconds = paced_inserts(upstream, args.lag_rows_per_s, args.lag_rows_per_txn,
-                                      args.lag_s, args.sessions)
+                                      args.lag_s, args.lag_sessions)
         upstream.flush()
         drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
         samples = ray.get(coord.apply_samples.options(concurrency_group="status").remote())
@@ -181,7 +186,7 @@ def lag(cluster, upstream, down_db, args) -> tuple[list[float], float]:
 def main(argv=None) -> int:
     import ray
 
-    from cluster.launch import LocalCluster
+    from cluster.launch import LocalCluster, PumpOptions
     from tidb_binlog.testing.mariadb import MariaDBServer
     from tidb_binlog.upstream import Upstream, workload
 
@@ -194,8 +199,12 @@ def main(argv=None) -> int:
     p.add_argument("--max-inflight", type=int, default=4, help="merged batches in flight")
     p.add_argument("--no-merge", action="store_true", help="syncer.to.merge = false")
     p.add_argument("--lag-rows-per-s", type=float, default=5000.0)
-    p.add_argument("--lag-rows-per-txn", type=int, default=25)
+    p.add_argument("--lag-rows-per-txn", type=int, default=50)
+    p.add_argument("--lag-sessions", type=int, default=8, help="upstream threads for (c)")
     p.add_argument("--lag-s", type=float, default=20.0)
+    p.add_argument("--fake-binlog-interval-s", type=float, default=0.1,
+                   help="pumps' gen-binlog-interval (bounds how long the merge waits)")
+    p.add_argument("--lag-only", action="store_true", help="skip (a) and (b)")
     p.add_argument("--work-dir", default=None)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -206,16 +215,23 @@ def main(argv=None) -> int:
     up_db = MariaDBServer(base, name="bench-up").start()
     down_db = MariaDBServer(base, name="bench-down").start()
     cluster = LocalCluster(base / "cluster", pumps=2, upstream_params=up_db.params(),
-                           namespace="bench-drainer").start()
+                           namespace="bench-drainer", pump_options=PumpOptions(
+                               gen_binlog_interval_s=args.fake_binlog_interval_s)).start()
     upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
     results = []
     try:
         upstream.ddl(f"CREATE DATABASE {DB}")
         phases = {}
-        for kind in ("insert", "update_index", "mixed"):
+        upstream.ddl(workload.SBTEST_DDL, DB)
+        kinds = () if args.lag_only else ("insert", "update_index", "mixed", "insert_txn100")
+        for kind in kinds:
             t0 = time.perf_counter()
-            stats = workload.run(upstream, kind, sessions=args.sessions, ops=args.rows,
-                                 database=DB, seed=3)
+            if kind == "insert_txn100":  # the same rows, 100 per upstream txn
+                stats = workload.run(upstream, "large", ops=args.rows // 100, rows_per_txn=100,
+                                     database=DB, seed=4)
+            else:
+                stats = workload.run(upstream, kind, sessions=args.sessions, ops=args.rows,
+                                     database=DB, seed=3)
             target = cluster.get_ts()
             print(f"upstream {kind}: {stats.txns} txns, {stats.rows} rows in "
                   f"{time.perf_counter() - t0:.1f} s ({stats.rows_per_s:.0f} rows/s)",
