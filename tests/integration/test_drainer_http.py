@@ -118,6 +118,7 @@ def test_cistern_addr_in_use_is_a_config_error():
 
 def test_cistern_port_0_repicks_when_the_picked_port_plus_1_is_taken(monkeypatch):
     # HTTP defaults to the Cistern port + 1; with port 0 that port was never checked free.
+    import errno
     import socket
 
     from actors.drainer_node import DrainerNode, ServiceSettings
@@ -134,8 +135,8 @@ def test_cistern_port_0_repicks_when_the_picked_port_plus_1_is_taken(monkeypatch
             try:
                 blocker.bind(("127.0.0.1", cistern.port + 1))
                 blocker.listen()
-            except OSError:                    # already taken by someone else: as good
-                pass
+            except OSError as exc:             # already taken by someone else: as good
+                assert exc.errno == errno.EADDRINUSE, exc
         return cistern
 
     monkeypatch.setattr(cistern_module, "serve_cistern", serve_and_steal_the_next_port)

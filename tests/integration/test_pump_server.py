@@ -296,6 +296,7 @@ def test_http_endpoints(start_pump, drainer_stub):
 
 def test_port_0_repicks_when_the_picked_port_plus_1_is_taken(tmp_path, monkeypatch):
     # HTTP defaults to the gRPC port + 1; with port 0 that port was never checked free.
+    import errno
     import socket
 
     from tidb_binlog.pump import server as pump_server
@@ -311,8 +312,8 @@ def test_port_0_repicks_when_the_picked_port_plus_1_is_taken(tmp_path, monkeypat
             try:
                 blocker.bind(("127.0.0.1", grpc_server.port + 1))
                 blocker.listen()
-            except OSError:                    # already taken by someone else: as good
-                pass
+            except OSError as exc:             # already taken by someone else: as good
+                assert exc.errno == errno.EADDRINUSE, exc
         return grpc_server
 
     monkeypatch.setattr(pump_server, "build_server", build_and_steal_the_next_port)
