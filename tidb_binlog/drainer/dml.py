@@ -146,6 +146,13 @@ class DML:
                         f"{self.schema.qualified_name} does not have (its columns: "
                         f"{list(self.schema.columns)}); refresh the table schema")
 
+    def __reduce__(self):
+        # Pickled on every hop between actors (keeper → coordinator → worker): the
+        # slots dataclass default walks fields() per object; this is a plain tuple,
+        # rebuilt without validating again (it was validated when first built).
+        return (_dml_unchecked, (self.database, self.table, self.tp, self.values,
+                                 self.old_values, self.schema))
+
     def require_schema(self) -> TableSchema:
         """The schema, or a SchemaError saying this DML cannot be rendered without one."""
         if self.schema is None:
@@ -157,6 +164,19 @@ class DML:
     def where_image(self) -> dict[str, Any]:
         """The image that identifies the existing downstream row (old for UPDATE)."""
         return self.old_values if self.tp is DMLType.UPDATE else self.values
+
+
+def _dml_unchecked(database, table, tp, values, old_values, schema) -> DML:
+    """Unpickle a DML (see DML.__reduce__)."""
+    dml = object.__new__(DML)
+    setattr_ = object.__setattr__
+    setattr_(dml, "database", database)
+    setattr_(dml, "table", table)
+    setattr_(dml, "tp", tp)
+    setattr_(dml, "values", values)
+    setattr_(dml, "old_values", old_values)
+    setattr_(dml, "schema", schema)
+    return dml
 
 
 @dataclass(frozen=True, slots=True)
