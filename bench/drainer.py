@@ -118,7 +118,7 @@ def time_drainer(cluster, down_db, args, target_ts: int) -> tuple[float, dict]:
                 start = now
             if start is not None and st["checkpoint_commit_ts"] >= target_ts:
                 return now - start, st
-            time.sleep(0.02)
+            time.sleep(0.05)
     finally:
         drainer.stop()
 
