@@ -55,7 +55,7 @@ def _columns(cur, database: str, table: str) -> list[str]:
     return [r[0] for r in cur.fetchall()]
 
 
-def _key_columns(cur, database: str, table: str) -> list[str]:
+def _key_columns(cur, database: str, table: str, visible: list[str]) -> list[str]:
     cur.execute("SELECT INDEX_NAME, COLUMN_NAME, NULLABLE FROM information_schema.STATISTICS "
                 "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND NON_UNIQUE=0 "
                 "ORDER BY INDEX_NAME='PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX", (database, table))
@@ -63,7 +63,7 @@ def _key_columns(cur, database: str, table: str) -> list[str]:
     for index, column, nullable in cur.fetchall():
         keys.setdefault(index, []).append((column, nullable))
     for cols in keys.values():
-        if all(nullable != "YES" for _, nullable in cols):
+        if all(nullable != "YES" and c in visible for c, nullable in cols):
             return [c for c, _ in cols]
     return []
 
@@ -136,7 +136,7 @@ def _compare_table(up, down, database, table, full_rows, result) -> TableDiff | 
     if up_sum[0] != down_sum[0]:
         return TableDiff(database, table, f"{up_sum[0]} rows upstream, {down_sum[0]} downstream")
     if full_rows:
-        order = _key_columns(up, database, table)
+        order = _key_columns(up, database, table, columns)
         for i, (a, b) in enumerate(zip(_rows(up, database, table, columns, order),
                                        _rows(down, database, table, columns, order),
                                        strict=False)):
