@@ -109,6 +109,12 @@ class Drainer:
             upstream_meta = _upstream_meta_from(registry)
         if registry is not None:  # the registry's cluster id is the one pumps use (PD's)
             cfg = dataclasses.replace(cfg, cluster_id=registry.cluster_id())
+        shared = _WORKER_SETTINGS & settings_overrides.keys()
+        if shared:  # the SQL workers read these from cfg: both sides must agree
+            raise ConfigError(f"{sorted(shared)} cannot be overridden in Drainer.start: the "
+                              "SQL workers read them from the drainer config; set them in "
+                              "drainer.toml (or the config overrides) instead",
+                              key=sorted(shared)[0])
         settings = TaskSettings.from_config(cfg, upstream_meta=upstream_meta,
                                             **settings_overrides)
         if addr is None and cfg.addr == _default_addr():
@@ -231,6 +237,10 @@ def join_cluster(cfg, *, ray_address: str | None = None):
             log.info("no running Ray cluster found: starting a local one")
             ray.init(namespace=namespace, log_to_driver=False, include_dashboard=False)
     return connect_registry(namespace=namespace, name=name), namespace
+
+
+_WORKER_SETTINGS = frozenset({"cluster_id", "worker_count", "txn_batch", "exactly_once",
+                              "safe_mode", "merge", "downstream"})
 
 
 def _upstream_meta_from(registry) -> dict:
