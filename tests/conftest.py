@@ -25,6 +25,7 @@ import itertools
 import os
 import re
 import socket
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -170,3 +171,26 @@ def free_port():
             return s.getsockname()[1]
 
     return pick
+
+
+def _wait_for_new_incarnation(actor, old_pid, timeout_s=120.0):
+    """The pid of the restarted actor. ``ray.kill`` returns before the old process dies,
+    which may still answer a call or two (seen under load): wait for a new pid."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            pid = ray.get(actor.pid.remote(), timeout=timeout_s)
+            if pid != old_pid:
+                return pid
+        except ray.exceptions.RayActorError:
+            pass                                   # the restart is under way
+        assert time.monotonic() < deadline, f"actor still answers from pid {old_pid}"
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def new_incarnation(ray_local):
+    """``new_incarnation(actor, old_pid)``: wait until Ray's restart of an actor answers."""
+    return _wait_for_new_incarnation

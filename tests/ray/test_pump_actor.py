@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from actors.pump import start_pump_actor
 from tidb_binlog import binlog as bl
 from tidb_binlog.config import load_pump_config
@@ -43,21 +41,6 @@ def pull_all(ray, actor, since=0, max_bytes=4 << 20):
         since = watermark
 
 
-def wait_for_new_incarnation(ray, actor, old_pid, timeout_s=120.0):
-    """The pid of the restarted actor. ``ray.kill`` returns before the old process dies,
-    which may still answer a call or two (seen under load): wait for a new pid."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            pid = ray.get(actor.pid.remote(), timeout=timeout_s)
-            if pid != old_pid:
-                return pid
-        except ray.exceptions.RayActorError:
-            pass                                   # the restart is under way
-        assert time.monotonic() < deadline, f"actor still answers from pid {old_pid}"
-        time.sleep(0.2)
-
-
 def test_pull_batches_with_watermark(ray_local, tmp_path):
     ray = ray_local
     actor = start_pump_actor(Cfg(str(tmp_path / "p1")), storage_factory=memory_storage_factory)
@@ -77,7 +60,7 @@ def test_pull_batches_with_watermark(ray_local, tmp_path):
         ray.kill(actor)
 
 
-def test_crash_restart_serves_everything(ray_local, tmp_path):
+def test_crash_restart_serves_everything(ray_local, tmp_path, new_incarnation):
     ray = ray_local
     actor = start_pump_actor(Cfg(str(tmp_path / "p2")))
     try:
@@ -87,7 +70,7 @@ def test_crash_restart_serves_everything(ray_local, tmp_path):
         ray.kill(actor, no_restart=False)
         got, _ = pull_all(ray, actor)                  # retried across the restart
         assert [ts for ts, _ in got] == [2001 + 2 * i for i in range(30)]
-        wait_for_new_incarnation(ray, actor, pid)      # the old one may have answered
+        new_incarnation(actor, pid)      # the old one may have answered
         got, _ = pull_all(ray, actor)                  # the restarted one reopened the log
         assert [ts for ts, _ in got] == [2001 + 2 * i for i in range(30)]
         write_pairs(ray.get(actor.address.remote()), 3000, 5)

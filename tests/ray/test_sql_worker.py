@@ -43,22 +43,8 @@ def call_after_restart(ray, method, *args, timeout_s=60.0):
             time.sleep(0.2)
 
 
-def wait_for_new_incarnation(ray, actor, old_pid, timeout_s=120.0):
-    """The pid of the restarted actor. ``ray.kill`` returns before the old process dies,
-    which may still answer a call or two (seen under load): wait for a new pid."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            pid = ray.get(actor.pid.remote(), timeout=timeout_s)
-            if pid != old_pid:
-                return pid
-        except ray.exceptions.RayActorError:
-            pass                                   # the restart is under way
-        assert time.monotonic() < deadline, f"actor still answers from pid {old_pid}"
-        time.sleep(0.2)
-
-
-def test_execute_object_ref_and_survive_restart(ray_local, mariadb, fresh_database):
+def test_execute_object_ref_and_survive_restart(ray_local, mariadb, fresh_database,
+                                                new_incarnation):
     ray = ray_local
     db = fresh_database()
     ds = DownstreamConfig(host=mariadb.host, port=mariadb.port, user=mariadb.user,
@@ -83,7 +69,7 @@ def test_execute_object_ref_and_survive_restart(ray_local, mariadb, fresh_databa
         pid = ray.get(worker.pid.remote())
 
         ray.kill(worker, no_restart=False)
-        wait_for_new_incarnation(ray, worker, pid)
+        new_incarnation(worker, pid)
         assert call_after_restart(ray, worker.progress) == 304   # reloaded, not remembered
         # the coordinator resends what it never saw acked: nothing is applied twice
         ack = ray.get(worker.execute.remote(ray.put(second + parts(db, 400, [16]))), timeout=60)
