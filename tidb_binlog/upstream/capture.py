@@ -9,7 +9,9 @@ binlog mutations:
   (auto-increment values, defaults, coercions) → Insert mutations;
 - ``update(table, set_values, where_sql, args)``: ``SELECT ... FOR UPDATE`` with the
   WHERE locks and reads the old rows; the UPDATE is then applied by handle and the
-  new rows read back by handle → Update mutations. A row whose handle changes (its
+  new rows read back by handle, again with a locking read (a plain SELECT would read
+  the transaction's snapshot, older than rows other sessions committed since; a row
+  that is gone counts 0) → Update mutations. A row whose handle changes (its
   int or clustered primary key is updated) becomes DeleteRow + Insert, as TiDB's
   ``updateRecord`` does; an unchanged row writes nothing;
 - ``delete(table, where_sql, args)``: ``DELETE ... RETURNING`` → DeleteRow;
@@ -208,11 +210,13 @@ class DmlCapture:
                 chunk = olds[start:start + _BATCH_ROWS]
                 hw, hargs = self._handle_where(codec, [codec.handle(r) for r in chunk])
                 self._exec(f"UPDATE {target} SET {set_sql} WHERE {hw}", set_args + hargs)
+                # A locking read: a plain SELECT would read the transaction's snapshot, which
+                # misses what other sessions committed since (a row the UPDATE left as it was).
                 news = {codec.handle(r): r for r in self._rows(
-                    f"SELECT {codec.select_list} FROM {target} WHERE {hw}", hargs)}
+                    f"SELECT {codec.select_list} FROM {target} WHERE {hw} FOR UPDATE", hargs)}
                 for old in chunk:
-                    new = news[codec.handle(old)]
-                    if new != old:
+                    new = news.get(codec.handle(old))
+                    if new is not None and new != old:
                         self._record(info, codec, _UPDATE, new, old)
                         changed += 1
             return changed
@@ -227,17 +231,20 @@ class DmlCapture:
                 hw, hargs = self._handle_where(codec, [codec.handle(old)])
                 new_pk = list(codec.handle(old)) if isinstance(codec.handle(old), tuple) \
                     else [codec.handle(old)]
+                new = None
                 for j, col in enumerate(pk_cols):
                     v = next((val for k, val in set_values.items() if k.lower() == col.lower()),
                              None)
-                    if isinstance(v, Raw):
-                        v = self._rows(f"SELECT {v} FROM {target} WHERE {hw}", hargs)[0][0]
+                    if isinstance(v, Raw):  # evaluated on the locked, latest version
+                        got = self._rows(f"SELECT {v} FROM {target} WHERE {hw} FOR UPDATE", hargs)
+                        if not got:
+                            break
+                        v = got[0][0]
                     if v is not None or any(k.lower() == col.lower() for k in set_values):
                         new_pk[j] = v
-                self._exec(f"UPDATE {target} SET {set_sql} WHERE {hw}", set_args + hargs)
-                nw, nargs = self._handle_where(codec, [tuple(new_pk)])
-                new = self._rows(f"SELECT {codec.select_list} FROM {target} WHERE {nw}", nargs)[0]
-                if new == old:
+                else:
+                    new = self._update_one(target, codec, set_sql, set_args, hw, hargs, new_pk)
+                if new is None or new == old:  # gone (0 rows affected) or unchanged
                     continue
                 if codec.handle(new) == codec.handle(old):
                     self._record(info, codec, _UPDATE, new, old)
@@ -249,6 +256,14 @@ class DmlCapture:
         except BaseException:
             self._undo(sp)
             raise
+
+    def _update_one(self, target, codec, set_sql, set_args, hw, hargs, new_pk):
+        """UPDATE one row by handle; its new image read under the lock (None: gone)."""
+        if not self._exec(f"UPDATE {target} SET {set_sql} WHERE {hw}", set_args + hargs):
+            return None  # the locked row was not changed or is gone: nothing to record
+        nw, nargs = self._handle_where(codec, [tuple(new_pk)])
+        got = self._rows(f"SELECT {codec.select_list} FROM {target} WHERE {nw} FOR UPDATE", nargs)
+        return got[0] if got else None
 
     def delete(self, table: str, where_sql: str = "1=1", args=()) -> int:
         """``DELETE FROM table WHERE where_sql``; return the rows deleted."""
