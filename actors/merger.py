@@ -119,6 +119,7 @@ class MergerActor:
         self.merged = 0
         self.positions: dict[str, int] = {}
         self.pumps: list[str] = []
+        self.feed_kinds: dict[str, str] = {}  # node id -> "actor" | "grpc" (how it is pulled)
         self.metrics = build_drainer_metrics()
         self._start_ts = 0
         self._store = None
@@ -140,7 +141,12 @@ class MergerActor:
         if service is not None:
             from tidb_binlog.drainer.cistern import collector_notifier
 
-            self.node = DrainerNode(service, registry, checkpoint_ts=self._saved_checkpoint_ts)
+            def registry_lost(exc):  # HEARTBEAT_MAX_FAILURES heartbeats failed: stop
+                self._fail(exc)
+                self._stop.set()
+
+            self.node = DrainerNode(service, registry, checkpoint_ts=self._saved_checkpoint_ts,
+                                    on_lost=registry_lost)
             deadline = time.monotonic() + _BIND_WAIT_S
             while True:
                 try:
@@ -174,6 +180,7 @@ class MergerActor:
         return {"state": self.state, "error": self.error, "resets": self.resets,
                 "merged": self.merged, "pump_positions": dict(self.positions),
                 "pumps": list(self.pumps),
+                "pump_feeds": {n: k for n, k in self.feed_kinds.items() if n in self.pumps},
                 "node_id": self.node.node_id if self.node else "",
                 "node_state": self.node.state if self.node else "",
                 "saved_commit_ts": self.node.max_commit_ts if self.node else self._start_ts}
@@ -347,11 +354,13 @@ class MergerActor:
             actor = _Ray.find_actor(pump_actor_name(node_id), namespace)
         if actor is not None:
             log.info("merging pump %s (PumpActor) after commit_ts %d", node_id, since_ts)
+            self.feed_kinds[node_id] = "actor"
             return ActorFeed(node_id, actor, since_ts, max_bytes, self.metrics)
         from tidb_binlog.drainer.pump_source import GrpcPumpSource
 
         s = self.service
         log.info("merging pump %s over gRPC at %s after commit_ts %d", node_id, host, since_ts)
+        self.feed_kinds[node_id] = "grpc"
         source = GrpcPumpSource(host, self.settings.cluster_id, s.security if s else None,
                                 node_id=node_id, compressor=s.compressor if s else "")
         return GrpcFeed(node_id, source, since_ts, max_bytes, self.metrics)

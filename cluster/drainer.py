@@ -80,16 +80,19 @@ class Drainer:
 
     @classmethod
     def start(cls, cfg, *, registry=None, upstream_meta: dict | None = None,
-              pumps: dict | None = None, namespace: str = DEFAULT_NAMESPACE,
+              pumps: dict | None = None, namespace: str | None = None,
               addr: str | None = None, status_addr: str = "", node_id: str | None = None,
               serve: bool = True, start_timeout_s: float = 60.0,
               **settings_overrides) -> Drainer:
         """Start the actors of one task from a :class:`~tidb_binlog.config.DrainerConfig`.
 
         ``pumps`` maps node ids to PumpActor handles (a fixed set; default: follow the
-        registry). ``addr`` / ``status_addr`` / ``node_id`` override drainer.toml's
-        (``status_addr`` "" = the Cistern port + 1; ``addr`` None = drainer.toml's, or
-        a free port when drainer.toml leaves it at the default). ``serve=False`` runs the pipeline
+        registry). ``namespace``: where the PumpActors are named; None = the registry
+        client's namespace (where :class:`cluster.launch.LocalCluster` names them), else
+        ``tidb-binlog``. A pump with no PumpActor there is pulled over gRPC (slower).
+        ``addr`` / ``status_addr`` / ``node_id`` override drainer.toml's (``status_addr``
+        "" = the Cistern port + 1; ``addr`` None = drainer.toml's, or a free port when
+        drainer.toml leaves it at the default). ``serve=False`` runs the pipeline
         only: no Cistern, HTTP or registry record (no Notify handshake either).
         Returns once the task merges (its node online), or after ``start_timeout_s``;
         a task that failed meanwhile is returned too: ``status()`` names the error.
@@ -119,6 +122,8 @@ class Drainer:
                                             **settings_overrides)
         if addr is None and cfg.addr == _default_addr():
             addr = "127.0.0.1:0"  # see the module doc: tasks and tests share hosts
+        if namespace is None:
+            namespace = getattr(registry, "namespace", None) or DEFAULT_NAMESPACE
         service = ServiceSettings.from_config(cfg, namespace=namespace, addr=addr,
                                               status_addr=status_addr,
                                               node_id=node_id) if serve else None

@@ -128,12 +128,17 @@ def _actor_class():
 class RayRegistryClient:
     """``RegistryClient`` over the registry actor; picklable, every Ray call inside."""
 
-    def __init__(self, actor, *, call_timeout_s: float = _CALL_TIMEOUT_S):
+    def __init__(self, actor, *, call_timeout_s: float = _CALL_TIMEOUT_S,
+                 namespace: str | None = None):
         self.actor = actor
         self._call_timeout_s = call_timeout_s
+        # The Ray namespace the registry lives in: the cluster's pumps (PumpActors) and
+        # drainers are named there, so a drainer started from this client finds them.
+        self.namespace = namespace
 
     def __reduce__(self):
-        return (RayRegistryClient, (self.actor,), {"_call_timeout_s": self._call_timeout_s})
+        return (RayRegistryClient, (self.actor,),
+                {"_call_timeout_s": self._call_timeout_s, "namespace": self.namespace})
 
     def _call(self, method: str, *args, extra_timeout_s: float = 0.0):
         try:
@@ -191,7 +196,7 @@ def get_or_create_registry(data_dir: str | os.PathLike, *, namespace: str = DEFA
         ).remote(data_dir, alive_timeout_s)
     except RayError as exc:
         raise UnavailableError(f"cannot start the registry actor {namespace}/{name}: {exc}") from exc
-    client = RayRegistryClient(actor)
+    client = RayRegistryClient(actor, namespace=namespace)
     client._call("ping")  # surfaces a failing constructor (unreadable snapshot) here
     return client
 
@@ -205,7 +210,7 @@ def connect_registry(*, namespace: str = DEFAULT_NAMESPACE,
         raise UnavailableError(
             f"no registry actor {name!r} in Ray namespace {namespace!r}; start one with "
             "cluster.registry.get_or_create_registry(data_dir)") from exc
-    return RayRegistryClient(actor)
+    return RayRegistryClient(actor, namespace=namespace)
 
 
 def join_registry(namespace: str = DEFAULT_NAMESPACE, name: str = REGISTRY_NAME,

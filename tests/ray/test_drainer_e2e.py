@@ -35,8 +35,10 @@ def drainer_config(downstream, workers=4, **extra):
 @pytest.fixture
 def stack(ray_local, mariadb_factory, tmp_path):
     up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=2,
-                           upstream_params=up_db.params()).start()
+    # Not the default namespace: the drainer must find the PumpActors through the
+    # registry client's namespace (else it pulls them over gRPC, several times slower).
+    cluster = LocalCluster(tmp_path / "cluster", pumps=2, upstream_params=up_db.params(),
+                           namespace="e2e-cluster").start()
     upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
     yield up_db, down_db, cluster, upstream
     upstream.close()
@@ -73,6 +75,8 @@ def test_dml_and_ddl_replicate_in_commit_order(stack):
         assert table_rows(down_db, "shop", "users") == table_rows(up_db, "shop", "users")
         status = drainer.status()
         assert status["state"] == "running" and status["applied_rows"] > 30
+        assert status["pump_feeds"] == {n: "actor" for n in status["pumps"]}, status
+        assert len(status["pumps"]) == 2
     finally:
         result = drainer.stop()
     assert result["consistent"] is True
