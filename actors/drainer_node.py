@@ -25,6 +25,16 @@ what a restarted drainer would need). :meth:`DrainerNode.close` writes the final
 state: ``paused`` (stop, SIGTERM, action ``pause``) or ``offline`` (action
 ``close``: the drainer no longer holds back any pump's GC).
 
+**Losing the registry** (TiDB's ``heartbeatMaxErr``): a heartbeat whose record
+write fails is counted; :data:`HEARTBEAT_MAX_FAILURES` (20) failures in a row end
+the heartbeat and call ``on_lost(error)`` with an
+:class:`~tidb_binlog.errors.UnavailableError` naming the streak, its start, what
+it means (pumps cannot learn of this drainer; its checkpoint no longer holds back
+their GC) and what to do (restart the task once the registry is back: it resumes
+from its checkpoint). The merger fails the task on it. A shorter streak only logs;
+one successful write resets the count. A failure to *read* the saved checkpoint
+is not a heartbeat failure (the record is still written with the last value).
+
 **Metrics.** ``GET /metrics`` is :func:`merge_expositions` of the merger's own
 :class:`~tidb_binlog.drainer.metrics.DrainerMetrics` and every SQL worker's
 Prometheus text (``SqlWorkerActor.metrics()``): series with the same name and
@@ -43,21 +53,24 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from tidb_binlog.errors import BinlogError, ConfigError, StateError
+from tidb_binlog.errors import BinlogError, ConfigError, StateError, UnavailableError
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, NodeStatus
 from tidb_binlog.tso import compose
 
 __all__ = ["ServiceSettings", "DrainerNode", "resolve_node_id", "merge_expositions",
-           "HEARTBEAT_INTERVAL_S"]
+           "HEARTBEAT_INTERVAL_S", "HEARTBEAT_MAX_FAILURES"]
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 1.0
+HEARTBEAT_MAX_FAILURES = 20
+"""Consecutive failed record writes after which the drainer gives up (TiDB's heartbeatMaxErr)."""
 PORT_PAIR_ATTEMPTS = 20  # Cistern port 0 re-picks when the picked port + 1 is taken
 
 
@@ -90,6 +103,7 @@ class ServiceSettings:
     detect_interval_s: float = 5.0
     synced_check_time_s: float = 300.0
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
+    heartbeat_max_failures: int = HEARTBEAT_MAX_FAILURES
     security: object = None            # tidb_binlog.config.SecurityConfig
     compressor: str = ""
     namespace: str = "tidb-binlog"     # Ray namespace of the PumpActors
@@ -145,7 +159,11 @@ class DrainerNode:
     """Registry record + heartbeat, Cistern and HTTP servers of one drainer."""
 
     def __init__(self, settings: ServiceSettings, registry, *,
-                 checkpoint_ts: Callable[[], int]):
+                 checkpoint_ts: Callable[[], int],
+                 on_lost: Callable[[UnavailableError], None] | None = None):
+        if settings.heartbeat_max_failures < 1:
+            raise ConfigError(f"heartbeat_max_failures must be >= 1, got "
+                              f"{settings.heartbeat_max_failures}", key="heartbeat_max_failures")
         self.settings = settings
         self.registry = registry
         self.node_id = settings.node_id
@@ -159,6 +177,9 @@ class DrainerNode:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.heartbeat_failures = 0
+        self.lost: UnavailableError | None = None   # set once the streak hit the limit
+        self._on_lost = on_lost
+        self._streak_since_s = 0.0                  # wall clock of the streak's first failure
 
     # -- lifecycle -----------------------------------------------------------------------
     def serve(self, *, on_notify: Callable[[], None], status_provider, metrics_provider,
@@ -252,16 +273,48 @@ class DrainerNode:
             if self.state == ONLINE:
                 self._write()
 
+    def beat(self) -> bool:
+        """One heartbeat with failure accounting; False once the registry is lost.
+
+        A failed beat is logged and counted; the ``heartbeat_max_failures``-th in a
+        row sets :attr:`lost` and calls ``on_lost`` (see the module doc).
+        """
+        if self.lost is not None:
+            return False
+        try:
+            self.heartbeat()
+        except Exception as exc:  # counted, and fatal once the streak reaches the limit
+            if self.heartbeat_failures == 0:
+                self._streak_since_s = time.time()
+            self.heartbeat_failures += 1
+            limit = self.settings.heartbeat_max_failures
+            log.warning("drainer %s heartbeat failed (%d in a row, the task stops at %d): %s",
+                        self.node_id, self.heartbeat_failures, limit, exc,
+                        exc_info=not isinstance(exc, BinlogError))
+            if self.heartbeat_failures >= limit:
+                self.lost = self._lost_error(exc)
+                log.error("%s", self.lost)
+                if self._on_lost is not None:
+                    self._on_lost(self.lost)
+                return False
+            return True
+        self.heartbeat_failures = 0
+        return True
+
+    def _lost_error(self, last: BaseException) -> UnavailableError:
+        since = datetime.fromtimestamp(self._streak_since_s, UTC).isoformat(timespec="seconds")
+        return UnavailableError(
+            f"drainer {self.node_id}: the registry did not answer {self.heartbeat_failures} "
+            f"heartbeats in a row since {since} (last error: {type(last).__name__}: {last}). "
+            "Pumps cannot learn of this drainer (a new pump cannot Notify it) and its "
+            f"checkpoint ({self.max_commit_ts}) no longer holds back their GC, so the task "
+            "stopped. Restart the task once the registry is back: it resumes from its "
+            "checkpoint")
+
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self.settings.heartbeat_interval_s):
-            try:
-                self.heartbeat()
-                self.heartbeat_failures = 0
-            except Exception as exc:  # a registry or store hiccup: keep beating
-                self.heartbeat_failures += 1
-                log.warning("drainer %s heartbeat failed (%d in a row): %s", self.node_id,
-                            self.heartbeat_failures, exc, exc_info=not isinstance(
-                                exc, BinlogError))
+            if not self.beat():
+                return
 
     def record(self) -> NodeStatus:
         return NodeStatus(node_id=self.node_id, host=self.host, state=self.state,

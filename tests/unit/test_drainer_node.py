@@ -114,3 +114,81 @@ def test_close_action_records_offline():
     n.close(OFFLINE, 7)
     rec = reg.node(DRAINER, "d1")
     assert (rec.state, rec.is_alive, rec.max_commit_ts) == (OFFLINE, False, 7)
+
+
+class FailingWrites(InMemoryRegistry):
+    """A registry whose record writes fail while ``failing`` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.failing = False
+        self.writes = 0
+
+    def update_node(self, kind, status):
+        if self.failing:
+            raise UnavailableError("registry actor unreachable")
+        self.writes += 1
+        return super().update_node(kind, status)
+
+
+def lossy_node(reg, max_failures, on_lost):
+    settings = ServiceSettings(node_id="d1", addr="127.0.0.1:8249",
+                               advertise_addr="127.0.0.1:8249", heartbeat_interval_s=3600,
+                               heartbeat_max_failures=max_failures)
+    return DrainerNode(settings, reg, checkpoint_ts=Saved(100), on_lost=on_lost)
+
+
+def test_a_failure_streak_shorter_than_the_limit_keeps_beating():
+    reg, lost = FailingWrites(), []
+    n = lossy_node(reg, 3, lost.append)
+    n.register(90)
+    for _ in range(3):                      # two failures, a success, two failures, ...
+        reg.failing = True
+        assert n.beat() and n.beat()
+        reg.failing = False
+        assert n.beat()
+        assert n.heartbeat_failures == 0
+    assert lost == [] and n.lost is None
+    assert reg.node(DRAINER, "d1").max_commit_ts == 100
+
+
+def test_the_registry_lost_for_max_failures_beats_stops_the_task_with_the_way_out():
+    reg, lost = FailingWrites(), []
+    n = lossy_node(reg, 4, lost.append)
+    n.register(90)
+    assert n.beat()
+    reg.failing = True
+    assert [n.beat() for _ in range(4)] == [True, True, True, False]
+    assert len(lost) == 1 and lost[0] is n.lost
+    text = str(n.lost)
+    assert isinstance(n.lost, UnavailableError)
+    assert "did not answer 4 heartbeats in a row since 20" in text   # an ISO date
+    assert "registry actor unreachable" in text
+    assert "cannot learn of this drainer" in text and "GC" in text
+    assert "Restart the task once the registry is back" in text
+    assert "checkpoint (100)" in text
+    reg.failing = False                     # too late: the node stays lost
+    assert not n.beat() and len(lost) == 1
+
+
+def test_the_heartbeat_thread_ends_and_reports_when_the_registry_is_lost():
+    import threading
+
+    reg, done = FailingWrites(), threading.Event()
+    errors = []
+    settings = ServiceSettings(node_id="d1", addr="127.0.0.1:8249",
+                               advertise_addr="127.0.0.1:8249", heartbeat_interval_s=0.01,
+                               heartbeat_max_failures=3)
+    n = DrainerNode(settings, reg, checkpoint_ts=Saved(100),
+                    on_lost=lambda exc: (errors.append(exc), done.set()))
+    n.register(90)
+    reg.failing = True
+    assert done.wait(30), "the heartbeat never gave up"
+    n._thread.join(30)
+    assert not n._thread.is_alive()
+    assert "did not answer 3 heartbeats" in str(errors[0])
+
+
+def test_max_failures_must_be_positive():
+    with pytest.raises(BinlogError, match="heartbeat_max_failures"):
+        lossy_node(InMemoryRegistry(), 0, None)
