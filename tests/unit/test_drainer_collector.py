@@ -7,6 +7,7 @@ import pytest
 from tidb_binlog.drainer.collector import (
     AddSource,
     Collector,
+    DrainSource,
     MergerSources,
     MoveSource,
     PauseSource,
@@ -27,8 +28,8 @@ def rec(state, node="p1", host=HOST, max_commit_ts=0):
     return NodeStatus(node_id=node, host=host, state=state, max_commit_ts=max_commit_ts)
 
 
-def view(position_ts=100, paused=False, retired=False, buffered=0, host=HOST):
-    return SourceView(host, position_ts, paused, retired, buffered)
+def view(position_ts=100, paused=False, retired=False, buffered=0, host=HOST, until=0):
+    return SourceView(host, position_ts, paused, retired, buffered, until)
 
 
 # -- plan: a pump without a source -------------------------------------------------------
@@ -41,6 +42,26 @@ def view(position_ts=100, paused=False, retired=False, buffered=0, host=HOST):
 ])
 def test_new_pump(state, expected):
     assert plan([rec(state)], {}, latest_ts=77) == expected
+
+
+# -- plan: an offline pump the drainer does not merge (start, restart) ----------------------
+def test_a_pump_offline_since_before_the_checkpoint_is_not_added():
+    # Everything it holds is at or below the merge position: adding it would make
+    # the merge wait for a pump that never sends anything.
+    assert plan([rec(OFFLINE, max_commit_ts=77)], {}, latest_ts=77) == []
+    assert plan([rec(OFFLINE, max_commit_ts=50)], {}, latest_ts=77) == []
+    assert plan([rec(OFFLINE)], {}, latest_ts=0) == []
+
+
+def test_a_pump_offline_since_after_the_checkpoint_is_pulled_up_to_its_final_ts():
+    # The drainer restarts from checkpoint 77; the pump went offline later, holding
+    # binlogs up to 200 that were never applied.
+    assert plan([rec(OFFLINE, max_commit_ts=200)], {}, latest_ts=77) == \
+        [AddSource("p1", HOST, 77), DrainSource("p1", 200)]
+    # ... unless this run already drained it to that ts and removed it
+    assert plan([rec(OFFLINE, max_commit_ts=200)], {}, 150, drained={"p1": 200}) == []
+    assert plan([rec(OFFLINE, max_commit_ts=200)], {}, 150, drained={"p2": 200}) == \
+        [AddSource("p1", HOST, 150), DrainSource("p1", 200)]
 
 
 # -- plan: a pump with a live source ------------------------------------------------------
@@ -61,8 +82,10 @@ def test_existing_source(state, paused, expected):
 # -- plan: the offline rule -----------------------------------------------------------------
 def test_offline_pump_is_pulled_until_its_final_max_commit_ts():
     r = rec(OFFLINE, max_commit_ts=200)
-    assert plan([r], {"p1": view(position_ts=199)}, 0) == []
-    assert plan([r], {"p1": view(position_ts=199, paused=True)}, 0) == [ResumeSource("p1")]
+    assert plan([r], {"p1": view(position_ts=199)}, 0) == [DrainSource("p1", 200)]
+    assert plan([r], {"p1": view(position_ts=199, until=200)}, 0) == []
+    assert plan([r], {"p1": view(position_ts=199, paused=True, until=200)}, 0) == \
+        [ResumeSource("p1")]
     assert plan([r], {"p1": view(position_ts=200, buffered=3)}, 0) == [RetireSource("p1")]
     assert plan([r], {"p1": view(position_ts=250)}, 0) == [RetireSource("p1"),
                                                            RemoveSource("p1")]
@@ -214,10 +237,12 @@ def test_offline_pump_is_drained_then_removed():
     merger.push("b", [(20, "b20")], watermark=40)
     assert [i.commit_ts for i in merger.pop_ready()] == [10, 20]
     reg.set("b", OFFLINE, max_commit_ts=50)
-    assert collector.refresh() == []            # b has shown only 40 of its final 50
+    assert collector.refresh() == [DrainSource("b", 50)]  # b showed only 40 of its final 50
     assert merger.pop_ready() == []             # and still holds the merge back
+    assert collector.step() == []               # not due: b has not reached 50
     merger.push("b", [(45, "b45")], watermark=50)
-    assert collector.refresh() == [RetireSource("b")]    # 45 still buffered
+    assert collector.due_in_s() == 0            # b reached its final ts: retire it now
+    assert collector.step() == [RetireSource("b")]    # 45 still buffered
     assert opened[1].closed and list(target.pullable()) == ["a"]
     assert [i.commit_ts for i in merger.pop_ready()] == [45, 60]
     assert collector.refresh() == [RemoveSource("b")]
@@ -236,3 +261,36 @@ def test_moved_pump_reopens_at_its_position():
     assert opened[0].closed
     assert (opened[1].host, opened[1].since) == ("10.9.9.9:8250", 8)
     assert target.views()["a"].host == "10.9.9.9:8250"
+
+
+def test_a_restarted_drainer_drains_a_pump_that_went_offline_after_its_checkpoint():
+    # Checkpoint 100; pump b went offline at 180, pump c before the checkpoint (at 90).
+    reg, merger, target, collector, clock, opened = make(
+        rec(ONLINE, node="a"), rec(OFFLINE, node="b", max_commit_ts=180),
+        rec(OFFLINE, node="c", max_commit_ts=90), start_ts=100)
+    assert collector.step() == [AddSource("a", HOST, 100), AddSource("b", HOST, 100),
+                                DrainSource("b", 180)]
+    assert [(s.node_id, s.since) for s in opened] == [("a", 100), ("b", 100)]
+    merger.push("a", [(120, "a120"), (200, "a200")], watermark=300)
+    merger.push("b", [(110, "b110")], watermark=150)
+    assert [i.commit_ts for i in merger.pop_ready()] == [110, 120]  # b holds the merge back
+    assert collector.step() == []
+    merger.push("b", [(170, "b170"), (180, "b180")], watermark=180)
+    assert collector.step() == [RetireSource("b")]          # retired as soon as drained
+    assert [i.commit_ts for i in merger.pop_ready()] == [170, 180, 200]
+    clock.now_s += 5
+    assert collector.step() == [RemoveSource("b")]
+    assert target.drained() == {"b": 180}
+    clock.now_s += 5
+    assert collector.step() == []               # drained: not added again
+    assert merger.sources() == ["a"]
+
+
+def test_a_draining_source_whose_record_vanished_does_not_refresh_every_step():
+    reg, merger, target, collector, clock, opened = make(
+        rec(ONLINE, node="a"), rec(OFFLINE, node="b", max_commit_ts=50), start_ts=10)
+    collector.step()
+    del reg.records["b"]
+    merger.push("b", [], watermark=50)
+    assert collector.step() == []               # the one refresh: nothing to retire
+    assert collector.due_in_s() > 0

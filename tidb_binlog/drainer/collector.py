@@ -14,7 +14,16 @@ source absent, state not     ``AddSource(node_id, host, start_after_ts=latest_ts
                              itself through Notify before it accepts writes, so
                              nothing it stores is at or below that position)
 source absent, ``paused``    ``AddSource`` then ``PauseSource``
-source absent, ``offline``   nothing
+source absent, ``offline``,  ``AddSource`` then ``DrainSource(node_id, until_ts=
+final ``maxCommitTS`` above  maxCommitTS)``: the pump went offline after our
+the merge position           checkpoint (we were stopped, or restarted from an
+                             older checkpoint), so it holds binlogs we have not
+                             applied; it is pulled up to its final maxCommitTS,
+                             then retired.  Not when it was already drained to
+                             that ts in this run (``drained``)
+source absent, ``offline``,  nothing: everything it holds is at or below the
+``maxCommitTS`` at or below  merge position (adding it would stall the merge on a
+the merge position           pump that will never send anything)
 state ``paused``             ``PauseSource`` (stop pulling; the merge stalls until
                              the pump is back: no pump may be skipped)
 state ``online``/``closing`` ``ResumeSource`` if we paused it (a closing pump waits
@@ -24,8 +33,8 @@ host changed                 ``MoveSource(node_id, host)``: reconnect, same posi
 state ``offline``            ``RetireSource`` once the source's shown position is
                              >= the record's ``maxCommitTS`` (the pump's final
                              one): the merger stops waiting for it and pulling
-                             stops; until then it is pulled like any other (and
-                             resumed if paused)
+                             stops; until then ``DrainSource`` (once) and it is
+                             pulled like any other (and resumed if paused)
 retired, nothing buffered    ``RemoveSource`` (forget it); if the record is back
                              online (a re-added pump with the same id) an
                              ``AddSource`` follows in the same plan
@@ -41,7 +50,9 @@ drainer is caught up and closes that gap otherwise.  A record with
 registry is left as it is (TiDB never deletes records).
 
 **Collector** drives :func:`plan`: :meth:`Collector.step` refreshes when a
-Notify is pending or ``detect_interval_s`` passed since the last refresh (and
+Notify is pending, when a draining source reached its ``until_ts`` (so it is
+retired at once, not a detect interval later: the merge waits for it until
+then), or ``detect_interval_s`` passed since the last refresh (and
 immediately on the first step: the shell keeps the merge paused until
 :attr:`Collector.started`).  :meth:`Collector.notify` (any thread) returns a
 ticket; :meth:`Collector.wait` blocks until a refresh that *started after* that
@@ -67,6 +78,7 @@ __all__ = [
     "MoveSource",
     "RetireSource",
     "RemoveSource",
+    "DrainSource",
     "Action",
     "SourceView",
     "plan",
@@ -105,7 +117,15 @@ class RemoveSource(NamedTuple):
     node_id: str
 
 
-Action = AddSource | PauseSource | ResumeSource | MoveSource | RetireSource | RemoveSource
+class DrainSource(NamedTuple):
+    """The pump is offline: pull it up to ``until_ts`` (its final maxCommitTS), then retire."""
+
+    node_id: str
+    until_ts: int
+
+
+Action = (AddSource | PauseSource | ResumeSource | MoveSource | RetireSource | RemoveSource
+          | DrainSource)
 
 
 class SourceView(NamedTuple):
@@ -116,11 +136,17 @@ class SourceView(NamedTuple):
     paused: bool = False    # we stopped pulling it
     retired: bool = False   # marked offline in the merger, no longer pulled
     buffered: int = 0       # items it still holds in the merger
+    drain_until_ts: int = 0  # the DrainSource ts it is pulled up to (0: none)
 
 
 def plan(records: Iterable[NodeStatus], sources: Mapping[str, SourceView],
-         latest_ts: int) -> list[Action]:
-    """The actions that bring ``sources`` in line with ``records``; see the module doc."""
+         latest_ts: int, drained: Mapping[str, int] | None = None) -> list[Action]:
+    """The actions that bring ``sources`` in line with ``records``; see the module doc.
+
+    ``drained`` maps the node ids of sources retired and removed in this run to the
+    position they had reached (an offline pump already drained is not added again).
+    """
+    drained = drained or {}
     actions: list[Action] = []
     for r in sorted(records, key=lambda rec: rec.node_id):
         src = sources.get(r.node_id)
@@ -129,6 +155,9 @@ def plan(records: Iterable[NodeStatus], sources: Mapping[str, SourceView],
                 actions.append(AddSource(r.node_id, r.host, latest_ts))
                 if r.state == PAUSED:
                     actions.append(PauseSource(r.node_id))
+            elif r.max_commit_ts > max(latest_ts, drained.get(r.node_id, 0)):
+                actions.append(AddSource(r.node_id, r.host, latest_ts))
+                actions.append(DrainSource(r.node_id, r.max_commit_ts))
             continue
         if src.retired:
             if src.buffered == 0:
@@ -151,8 +180,11 @@ def plan(records: Iterable[NodeStatus], sources: Mapping[str, SourceView],
                 actions.append(RetireSource(r.node_id))
                 if src.buffered == 0:
                     actions.append(RemoveSource(r.node_id))
-            elif src.paused:
-                actions.append(ResumeSource(r.node_id))
+            else:
+                if src.drain_until_ts != r.max_commit_ts:
+                    actions.append(DrainSource(r.node_id, r.max_commit_ts))
+                if src.paused:
+                    actions.append(ResumeSource(r.node_id))
     return actions
 
 
@@ -164,6 +196,10 @@ class SourceTarget(Protocol):
 
     def views(self) -> dict[str, SourceView]: ...
 
+    def drained(self) -> dict[str, int]: ...
+
+    def retire_due(self) -> bool: ...
+
     def apply(self, action: Action) -> None: ...
 
 
@@ -172,6 +208,8 @@ class MergerSources:
 
     ``sources`` holds one pump source (see ``pump_source.py``) per merge source that
     is not retired; :meth:`pullable` lists the ones to fetch from now.
+    :meth:`drained` remembers, per retired node id, the position it was retired at,
+    until the node is added again.
     """
 
     def __init__(self, merger, open_source: Callable[[str, str, int], object]):
@@ -181,6 +219,8 @@ class MergerSources:
         self._hosts: dict[str, str] = {}
         self._paused: set[str] = set()
         self._retired: set[str] = set()
+        self._until: dict[str, int] = {}     # draining (offline) sources: final ts
+        self._drained: dict[str, int] = {}   # retired in this run: position at retirement
 
     @property
     def latest_ts(self) -> int:
@@ -189,8 +229,19 @@ class MergerSources:
     def views(self) -> dict[str, SourceView]:
         positions = self.merger.positions()
         return {name: SourceView(self._hosts.get(name, ""), pos, name in self._paused,
-                                 name in self._retired, self.merger.buffered(name))
+                                 name in self._retired, self.merger.buffered(name),
+                                 self._until.get(name, 0))
                 for name, pos in positions.items()}
+
+    def drained(self) -> dict[str, int]:
+        return dict(self._drained)
+
+    def retire_due(self) -> bool:
+        """Whether a draining source has shown its final ts (a refresh retires it)."""
+        if not self._until:
+            return False
+        positions = self.merger.positions()
+        return any(positions.get(n, 0) >= ts for n, ts in self._until.items())
 
     def pullable(self) -> dict[str, object]:
         """Sources to fetch from: neither paused nor retired."""
@@ -202,6 +253,9 @@ class MergerSources:
             self.merger.add_source(node, action.start_after_ts)
             self.sources[node] = self._open(node, action.host, action.start_after_ts)
             self._hosts[node] = action.host
+            self._drained.pop(node, None)
+        elif isinstance(action, DrainSource):
+            self._until[node] = action.until_ts
         elif isinstance(action, PauseSource):
             self._paused.add(node)
         elif isinstance(action, ResumeSource):
@@ -211,6 +265,8 @@ class MergerSources:
             self.sources[node] = self._open(node, action.host, self.merger.positions()[node])
             self._hosts[node] = action.host
         elif isinstance(action, RetireSource):
+            self._drained[node] = self.merger.positions()[node]
+            self._until.pop(node, None)
             self.merger.mark_offline(node)
             self._close(node)
             self._retired.add(node)
@@ -221,6 +277,7 @@ class MergerSources:
             self._retired.discard(node)
             self._paused.discard(node)
             self._hosts.pop(node, None)
+            self._until.pop(node, None)
         else:
             raise TypeError(f"unknown collector action {action!r}")
 
@@ -247,6 +304,7 @@ class Collector:
         self._requested = 0          # tickets handed out by notify()
         self._completed = 0          # every ticket <= this has been served
         self._last_refresh_s: float | None = None
+        self._retire_due_after_refresh = False  # the last refresh left one due (no record)
         self.refreshes = 0
 
     @property
@@ -275,6 +333,9 @@ class Collector:
             pending = self._requested > self._completed
         if pending or self._last_refresh_s is None:
             return 0.0
+        if (self.target is not None and not self._retire_due_after_refresh
+                and self.target.retire_due()):
+            return 0.0
         return max(0.0, self._last_refresh_s + self.detect_interval_s - self._clock())
 
     def step(self) -> list[Action]:
@@ -293,11 +354,14 @@ class Collector:
             covering = self._requested
         records = self._list_pumps()
         target = self.target
-        actions = plan(records, target.views(), target.latest_ts)
+        actions = plan(records, target.views(), target.latest_ts, target.drained())
         for action in actions:
             log.info("collector: %s", action)
             target.apply(action)
         self._last_refresh_s = self._clock()
+        # Still due after a refresh means the plan could not retire it (its record
+        # vanished): do not refresh on every step for it.
+        self._retire_due_after_refresh = target.retire_due()
         self.refreshes += 1
         with self._cond:
             self._completed = max(self._completed, covering)
