@@ -13,6 +13,12 @@ only then hands the group to ``on_durable`` (the indexer). So:
 - per write the caller pays one lock, one list append and one event wait; per
   group the writer pays one join, one write, one fdatasync.
 
+Asynchronous callers (the ``grpc.aio`` servicer) use :meth:`GroupCommitter.submit_async`
+from their event loop instead: it returns an ``asyncio.Future`` at once, and the
+writer settles every future of a group with ONE ``loop.call_soon_threadsafe``
+per group (not one wake-up per request), right after the group's fdatasync, so
+an acknowledgement still means durable.
+
 After an I/O failure the committer refuses every later write (the kernel's page
 cache state is unknown after a failed fsync); reopen the storage to continue.
 The writer holds :attr:`io_lock` while it appends and forwards a group, so the
@@ -21,6 +27,7 @@ slow chaser can briefly stop writes to finish a catch-up.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -35,7 +42,7 @@ log = logging.getLogger(__name__)
 
 
 class _Group:
-    __slots__ = ("items", "nbytes", "max_ts", "done", "error")
+    __slots__ = ("items", "nbytes", "max_ts", "done", "error", "futures")
 
     def __init__(self):
         self.items: list[tuple] = []
@@ -43,6 +50,17 @@ class _Group:
         self.max_ts = 0
         self.done = threading.Event()
         self.error: BaseException | None = None
+        self.futures: dict | None = None  # event loop -> [asyncio.Future] of async submitters
+
+
+def _settle(futures: list, error: BaseException | None) -> None:
+    """Event-loop side of a group's completion: one call settles all its futures."""
+    for fut in futures:
+        if not fut.done():  # a cancelled RPC leaves its future cancelled
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
 
 
 class GroupCommitter:
@@ -73,27 +91,56 @@ class GroupCommitter:
 
     def submit(self, item: tuple, ts: int) -> None:
         """Queue ``item`` (``item[0]`` = framed record) and wait until it is durable."""
-        rec_len = len(item[0])
         with self._cond:
-            if self._failed is not None:
-                raise StorageError(f"storage refuses writes after an earlier I/O failure "
-                                   f"({self._failed}); reopen the data dir") from self._failed
-            if self._closing:
-                raise StorageError("storage is closed")
-            groups = self._groups
-            if groups and groups[-1].nbytes < self._max_group_bytes:
-                g = groups[-1]
-            else:
-                g = _Group()
-                groups.append(g)
-                self._cond.notify()
-            g.items.append(item)
-            g.nbytes += rec_len
-            if ts > g.max_ts:
-                g.max_ts = ts
+            g = self._join(item, ts)
         g.done.wait()
         if g.error is not None:
             raise g.error
+
+    def submit_async(self, item: tuple, ts: int, loop) -> asyncio.Future:
+        """Queue ``item`` from event loop ``loop`` (its thread); the returned future is
+        settled on that loop once the item is durable (or with the group's error)."""
+        fut = loop.create_future()
+        with self._cond:
+            g = self._join(item, ts)
+            if g.futures is None:
+                g.futures = {loop: [fut]}
+            else:
+                g.futures.setdefault(loop, []).append(fut)
+        return fut
+
+    def _join(self, item: tuple, ts: int) -> _Group:
+        """Add ``item`` to the newest open group (caller holds _cond)."""
+        if self._failed is not None:
+            raise StorageError(f"storage refuses writes after an earlier I/O failure "
+                               f"({self._failed}); reopen the data dir") from self._failed
+        if self._closing:
+            raise StorageError("storage is closed")
+        groups = self._groups
+        if groups and groups[-1].nbytes < self._max_group_bytes:
+            g = groups[-1]
+        else:
+            g = _Group()
+            groups.append(g)
+            self._cond.notify()
+        g.items.append(item)
+        g.nbytes += len(item[0])
+        if ts > g.max_ts:
+            g.max_ts = ts
+        return g
+
+    @staticmethod
+    def _wake(g: _Group) -> None:
+        """Wake a finished group's callers: sync ones by its event, async ones with
+        one ``call_soon_threadsafe`` per event loop."""
+        g.done.set()
+        if g.futures:
+            for loop, futures in g.futures.items():
+                try:
+                    loop.call_soon_threadsafe(_settle, futures, g.error)
+                except RuntimeError:  # that loop is closed: its server is gone
+                    log.warning("%d writers' event loop closed before their group was "
+                                "%s", len(futures), "written" if g.error is None else "failed")
 
     def _run(self) -> None:
         m = self._metrics
@@ -114,7 +161,7 @@ class GroupCommitter:
                 except BaseException as exc:  # fail this group and every later one
                     self._fail(g, exc)
                     continue
-                g.done.set()
+                self._wake(g)
                 try:
                     self._on_durable(start, g.items)
                 except BaseException:
@@ -142,7 +189,7 @@ class GroupCommitter:
             self._groups.clear()
         for grp in [g, *rest]:
             grp.error = err
-            grp.done.set()
+            self._wake(grp)
 
     def close(self) -> None:
         """Finish queued groups, then stop the writer; later submits raise StorageError."""

@@ -18,10 +18,14 @@ State machine (TiDB Binlog's, ``tidb_binlog.node``)::
 - Node id: ``data-dir/.node`` if present, else the configured ``node_id``,
   else ``hostname:port`` of the advertise address; the chosen id is written to
   ``.node`` so a restart keeps it.
-- Start: if the registry had no record of this node or its state was
-  ``offline``, every online drainer is told through ``Cistern.Notify``
-  (``notify_retries`` attempts each); a failure writes ``offline`` back and
-  refuses to start with "fail to notify all living drainer".
+- Start (TiDB's order): register ``online`` (a drainer adds any pump that is
+  not offline), then, if the registry had no record of this node or its state
+  was ``offline``, tell every online drainer through ``Cistern.Notify``
+  (``notify_retries`` attempts each), and only then accept Prewrites: until the
+  Notify round is over they are refused with "no online: starting (notifying
+  drainers)", so no binlog is stored before every drainer merges this pump. A
+  failed Notify writes ``offline`` back and refuses to start with "fail to
+  notify all living drainer" (no Prewrite was accepted).
 
 Periodic work is step-driven: :meth:`PumpNode.tick` does whatever is due at the
 injected ``clock`` (heartbeat every ``heartbeat_interval_s``, a fake binlog
@@ -38,7 +42,6 @@ is not above the current ``gc_ts`` or not below ``max_commit_ts``.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,9 +49,18 @@ from pathlib import Path
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import ClusterIDMismatch, StateError, UnavailableError
-from tidb_binlog.node import CLOSING, DRAINER, OFFLINE, ONLINE, PAUSED, PAUSING, PUMP, NodeStatus
+from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, PAUSING, PUMP, NodeStatus
 from tidb_binlog.pump.metrics import PumpMetrics
-from tidb_binlog.tso import compose, extract_physical
+from tidb_binlog.pump.node_rules import (
+    NODE_ID_FILE,
+    GCDecision,
+    decide_gc,
+    fake_binlog_due,
+    lagging_drainers,
+    needs_notify,
+    next_state,
+    resolve_node_id,
+)
 
 __all__ = [
     "NODE_ID_FILE",
@@ -65,10 +77,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# File under data-dir holding this pump's node id. Invariant: once written it is
-# never changed, so the registry record of a restarted pump stays the same.
-NODE_ID_FILE = ".node"
-ACTIONS = ("pause", "close")
 
 
 @dataclass(frozen=True)
@@ -99,71 +107,6 @@ class PumpNodeOptions:
         return cls(**kwargs)
 
 
-# -- decision functions (pure) -------------------------------------------------------
-def resolve_node_id(data_dir: str | Path, configured: str, advertise_addr: str) -> str:
-    """``.node`` file, else ``configured``, else ``hostname:port``; persisted to ``.node``."""
-    path = Path(data_dir) / NODE_ID_FILE
-    if path.exists():
-        saved = path.read_text().strip()
-        if saved:
-            return saved
-    node_id = configured or f"{socket.gethostname()}:{advertise_addr.rsplit(':', 1)[-1]}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(node_id + "\n")
-    return node_id
-
-
-def needs_notify(previous: NodeStatus | None) -> bool:
-    """A new or re-added pump (no record, or ``offline``) must notify the drainers."""
-    return previous is None or previous.state == OFFLINE
-
-
-def next_state(state: str, action: str) -> str:
-    """The state an HTTP action moves to; only an ``online`` node accepts actions."""
-    if action not in ACTIONS:
-        raise StateError(f"unknown action {action!r}; expected one of {ACTIONS}", state=state)
-    if state != ONLINE:
-        raise StateError(f"cannot {action} a pump in state {state}; only an online pump "
-                         "accepts actions", state=state)
-    return PAUSING if action == "pause" else CLOSING
-
-
-def fake_binlog_due(now_s: float, last_write_s: float, interval_s: float) -> bool:
-    """True when nothing (binlog or fake) was written for ``interval_s``."""
-    return now_s - last_write_s >= interval_s
-
-
-@dataclass(frozen=True)
-class GCDecision:
-    gc_ts: int | None          # None: do not GC this round
-    held_back_by: tuple[str, ...] = ()
-    reason: str = ""
-
-
-def decide_gc(now_ts: int, gc_s: float, current_gc_ts: int, max_commit_ts: int,
-              drainers: list[NodeStatus], force: bool = False) -> GCDecision:
-    """Where GC may cut: ``TSO(now - gc_s)`` held back by non-offline drainers."""
-    target = compose(max(extract_physical(now_ts) - int(gc_s * 1000), 0), 0)
-    blockers = [d for d in drainers if d.state != OFFLINE and d.max_commit_ts < target]
-    ids = tuple(sorted(d.node_id for d in blockers))
-    reason = ""
-    if blockers and not force:
-        target = min(d.max_commit_ts for d in blockers)
-        reason = f"held back by drainer checkpoint(s) {', '.join(ids)}"
-    elif blockers:
-        reason = f"forced past drainer checkpoint(s) {', '.join(ids)}"
-    if target <= current_gc_ts:
-        return GCDecision(None, ids, reason or "nothing older than gc_ts to collect")
-    if target >= max_commit_ts:
-        return GCDecision(None, ids, reason or "gc target is not below max_commit_ts")
-    return GCDecision(target, ids, reason)
-
-
-def lagging_drainers(drainers: list[NodeStatus], target_ts: int) -> list[str]:
-    """Ids of non-offline drainers whose checkpoint is below ``target_ts``."""
-    return [d.node_id for d in drainers if d.state != OFFLINE and d.max_commit_ts < target_ts]
-
-
 # -- the node ------------------------------------------------------------------------
 class PumpNode:
     """One pump: storage + registry record + periodic duties. Thread-safe."""
@@ -187,6 +130,7 @@ class PumpNode:
         self.node_id = resolve_node_id(options.data_dir, options.node_id, options.advertise_addr)
         self._lock = threading.RLock()
         self._state = PAUSED
+        self._accepting = False   # Prewrites: only once start() finished its Notify round
         now = clock()
         self._last_write_s = now
         self._next_heartbeat_s = now
@@ -201,15 +145,18 @@ class PumpNode:
         return self._state
 
     def start(self, background: bool = True) -> None:
-        """Register ``online`` (notifying drainers if needed) and start the duty loop."""
+        """Register ``online``, Notify the drainers if needed, then accept Prewrites and
+        start the duty loop (see the module docstring for the order)."""
         previous = self.registry.node(PUMP, self.node_id) if self.registry else None
-        self._set_state(ONLINE)
+        self._accepting = False        # until the Notify round is done
+        self._set_state(ONLINE)        # drainers add a pump that is not offline
         if self.registry is not None and needs_notify(previous):
             try:
                 self._notify_drainers()
             except UnavailableError as exc:
                 self._set_state(OFFLINE)
                 raise UnavailableError(f"fail to notify all living drainer: {exc}") from exc
+        self._accepting = True
         log.info("pump %s online at %s (cluster id %d)", self.node_id,
                  self.options.advertise_addr, self.cluster_id)
         if background:
@@ -275,17 +222,40 @@ class PumpNode:
 
     # -- writing / reading -------------------------------------------------------------
     def write_binlog(self, cluster_id: int, payload: bytes) -> None:
-        """The WriteBinlog rule set; raises a BinlogError naming what was refused."""
+        """The WriteBinlog rule set; durable on return. Raises a BinlogError naming
+        what was refused."""
+        b = self._admit(cluster_id, payload)
+        if b is not None:
+            self.storage.write_binlog(b, payload)
+            self._last_write_s = self._clock()
+
+    def submit_binlog(self, cluster_id: int, payload: bytes):
+        """:meth:`write_binlog` for an event loop (call it on the loop's thread): the
+        rules now, then an awaitable that completes once durable (None for the probe)."""
+        b = self._admit(cluster_id, payload)
+        if b is None:
+            return None
+        self._last_write_s = self._clock()
+        write_async = getattr(self.storage, "write_binlog_async", None)
+        if write_async is not None:
+            return write_async(b, payload)
+        import asyncio
+
+        return asyncio.get_running_loop().run_in_executor(None, self.storage.write_binlog, b,
+                                                          payload)
+
+    def _admit(self, cluster_id: int, payload: bytes) -> bl.Binlog | None:
+        """Cluster id, decoding (once), probe (None), Prewrite only when accepting."""
         if cluster_id != self.cluster_id:
             raise ClusterIDMismatch(f"cluster ID are mismatch, {cluster_id} vs {self.cluster_id}",
                                     expected=self.cluster_id, got=cluster_id)
         b = bl.decode(payload)
         if bl.is_probe(b):
-            return
-        if b.tp == bl.BinlogType.PREWRITE and self._state != ONLINE:
-            raise StateError(f"no online: {self._state}", state=self._state)
-        self.storage.write_binlog(b, payload)
-        self._last_write_s = self._clock()
+            return None
+        if b.tp == bl.BinlogType.PREWRITE and not (self._accepting and self._state == ONLINE):
+            state = self._state if self._state != ONLINE else "starting (notifying drainers)"
+            raise StateError(f"no online: {state}", state=self._state)
+        return b
 
     def write_fake_binlog(self) -> int:
         ts = self._tso()

@@ -8,21 +8,23 @@ Write path, per binlog: encode + frame in the caller's thread → group commit
 once durable) → indexer (:mod:`.chaser`: one LevelDB batch per group with the
 headPointer, slow-chaser fallback) → sorter (:mod:`.sorter`) → ``max_commit_ts``.
 
-Read path: :meth:`Storage.pull_commit_binlogs` walks ``ts:`` keys in
-``(since, max_commit_ts]``, skips prewrites (told apart by the payload's first
-two bytes, ``08 <tp>``) and returns commits filled with their prewrite's
-fields (``feedPreWriteValue``) and fake binlogs unchanged.
+Write path for an event loop (the gRPC servicer): :meth:`Storage.write_binlog_async`
+does the same checks and framing, and returns an ``asyncio.Future`` that the
+group-commit writer settles after the group's fdatasync.
+
+Read path (:mod:`.reader`): :meth:`Storage.pull_commit_binlogs` serves commits
+(filled with their prewrite's fields) and fake binlogs in ``(since,
+max_commit_ts]``; a start below ``gc_ts`` raises ``PurgedError``.
 
 Recovery on open: the value log truncates a torn tail and skips corrupt
 records; then every record from ``min(headPointer, handlePointer)`` is
 re-indexed (idempotent) and those from ``handlePointer`` re-fed to the sorter,
 which ignores commits at or below the persisted ``maxCommitTS``.
 
-Missing commits: a prewrite still unmatched ``max_txn_timeout_s`` after it was
-stored (injected ``clock``; or, given ``current_ts``, that far behind the TSO) is
-looked up through the ``resolver``: committed at
-X → the storage writes that Commit binlog itself (durable, then indexed);
-rolled back → dropped; unknown → keeps waiting (logged at most every 10 s).
+Missing commits (:mod:`.missing_commits`): a prewrite still unmatched
+``max_txn_timeout_s`` after it was stored is looked up through the ``resolver``
+(committed → the storage writes the Commit itself; rolled back → dropped).
+GC and the disk-space guard: :mod:`.storage_gc`.
 """
 
 from __future__ import annotations
@@ -38,32 +40,24 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from tidb_binlog import binlog as bl
-from tidb_binlog.errors import (
-    CorruptRecord,
-    DiskSpaceError,
-    ProtocolError,
-    PurgedError,
-    StorageError,
-)
-from tidb_binlog.node import TxnStatus
+from tidb_binlog.errors import ProtocolError, PurgedError, StorageError
 from tidb_binlog.pump import index as ix
 from tidb_binlog.pump.chaser import Indexer
 from tidb_binlog.pump.group_commit import GroupCommitter
+from tidb_binlog.pump.missing_commits import MissingCommits
+from tidb_binlog.pump.reader import CommitReader
 from tidb_binlog.pump.sorter import Sorter
+from tidb_binlog.pump.storage_gc import DiskGuard, GarbageCollector
 from tidb_binlog.pump.storage_metrics import StorageMetrics, default_metrics
 from tidb_binlog.pump.vlog import ValueLog, ValuePointer, encode_record
-from tidb_binlog.tso import compose, extract_physical
+from tidb_binlog.tso import extract_physical
 
 __all__ = ["StorageOptions", "Storage"]
 
 log = logging.getLogger(__name__)
 
 _PREWRITE, _COMMIT, _ROLLBACK = bl.BinlogType.PREWRITE, bl.BinlogType.COMMIT, bl.BinlogType.ROLLBACK
-_SPACE_POLL_S = 3.0
-_LOG_EVERY_S = 10.0
 _SEAL_ON_CLOSE_BYTES = 50 * 1024
-_PREWRITE_PREFIX = b"\x08\x00"  # a payload starting tp = Prewrite: not served by pulls
-_COMMIT_HINT_BYTES = 240  # commits and fake binlogs are ~20 bytes: one small pread each
 
 
 @dataclass(frozen=True)
@@ -110,31 +104,26 @@ class Storage:
                  current_ts=None, clock=time.monotonic, metrics: StorageMetrics | None = None):
         self.dir = Path(data_dir)
         self.options = options
-        self._resolver = resolver
-        self._current_ts = current_ts
         self._clock = clock
         self.metrics = m = metrics if metrics is not None else default_metrics()
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = self._lock_dir()
         self._cond = threading.Condition()
         self._closed = False
-        self._space_at = -_SPACE_POLL_S
-        self._avail_bytes = self._capacity_bytes = 0
-        self._last_wait_log = -_LOG_EVERY_S
-        self._resolving: set[int] = set()
+        self.disk_guard = DiskGuard(self.dir, options.stop_write_at_available_space_bytes, m)
         try:
             self.vlog = ValueLog(self.dir / "value", file_size_bytes=options.value_log_file_size_bytes,
                                  sync=options.sync_log, ts_of=_ts_of, on_skip=self._on_skip)
             self.index = ix.Index(str(self.dir / "kv"), options.kv)
-            self._gc_ts = self.index.get_int(ix.GC_TS_KEY)
-            self._done_gc_ts = self._gc_ts
+            self._gc = GarbageCollector(self.index, self.vlog, m, gc_margin_s=options.gc_margin_s,
+                                        gc_ts=self.index.get_int(ix.GC_TS_KEY))
+            self._reader = CommitReader(self.index, self.vlog, m)
             head = self._recover()
         except BaseException:
             self._release()
             raise
-        m.gc_ts.set(extract_physical(self._gc_ts))
+        m.gc_ts.set(extract_physical(self._gc.gc_ts))
         m.max_commit_ts.set(extract_physical(self._max_commit_ts))
-        self._gc_thread: threading.Thread | None = None
         self._to_disk_s = m.write_duration_s.labels("to_disk")
         self._fsync_s = m.write_duration_s.labels("fsync")
         self._committer = GroupCommitter(self._append, self._forward, metrics=m,
@@ -145,10 +134,11 @@ class Storage:
                                 queue_groups=max(1, options.kv_chan_cap // 1024),
                                 forward_timeout_s=options.kv_forward_timeout_s,
                                 on_idle=self._flush_meta)
-        self._stop = threading.Event()
-        self._resolver_thread = threading.Thread(target=self._resolve_loop, daemon=True,
-                                                 name="pump-resolver")
-        self._resolver_thread.start()
+        self._missing = MissingCommits(resolver, pending=self._pending, drop=self._drop,
+                                       get_binlog=self.get_binlog, write_binlog=self.write_binlog,
+                                       metrics=m, max_txn_timeout_s=options.max_txn_timeout_s,
+                                       clock=clock, current_ts=current_ts)
+        self._missing.start(options.resolve_interval_s)
 
     # -- open / close --------------------------------------------------------------------
     def _lock_dir(self) -> int:
@@ -210,12 +200,10 @@ class Storage:
                 return
             self._closed = True
             self._cond.notify_all()
-        self._stop.set()
+        self._missing.stop()
         self._committer.close()
         self._indexer.stop(drain=drain_index)
-        self._resolver_thread.join()
-        if self._gc_thread is not None:
-            self._gc_thread.join()
+        self._gc.close()
         if drain_index:
             self._flush_meta()
         self.vlog.close(seal_min_bytes=_SEAL_ON_CLOSE_BYTES if drain_index else 1 << 62)
@@ -230,6 +218,19 @@ class Storage:
     # -- writing ---------------------------------------------------------------------------
     def write_binlog(self, binlog: bl.Binlog, payload: bytes | None = None) -> None:
         """Store one binlog durably (see the module docstring). Thread-safe."""
+        self._committer.submit(*self._framed(binlog, payload))
+
+    def write_binlog_async(self, binlog: bl.Binlog, payload: bytes | None = None):
+        """:meth:`write_binlog` for an event loop: checks and frames the binlog now
+        (raising the same errors), then returns an ``asyncio.Future`` of the running
+        loop that completes once the record is durable. Call it on the loop's thread."""
+        import asyncio
+
+        item, ts = self._framed(binlog, payload)
+        return self._committer.submit_async(item, ts, asyncio.get_running_loop())
+
+    def _framed(self, binlog: bl.Binlog, payload: bytes | None) -> tuple[tuple, int]:
+        """Validate ``binlog`` and frame it: ``(group-commit item, its max ts)``."""
         tp, start_ts, commit_ts = binlog.tp, binlog.start_ts, binlog.commit_ts
         if tp not in (_PREWRITE, _COMMIT, _ROLLBACK):
             raise ProtocolError(f"binlog type {tp} (start_ts {start_ts}) is not stored by a pump; "
@@ -239,19 +240,13 @@ class Storage:
             raise ProtocolError(f"binlog type {tp} with start_ts {start_ts}, commit_ts {commit_ts} "
                                 "is not storable: start_ts must be positive and a Commit's "
                                 "commit_ts above it (drop probes before the storage)")
-        if not (start_ts == commit_ts and start_ts > 0):
-            avail = self.available_space_bytes()
-            limit = self.options.stop_write_at_available_space_bytes
-            if avail <= limit:
-                raise DiskSpaceError(
-                    f"no available space: available {avail} bytes, stop-write-at-available-space "
-                    f"{limit} bytes in {self.dir}; free space or lower the option",
-                    available_bytes=avail, threshold_bytes=limit)
+        if start_ts != commit_ts:
+            self.disk_guard.check()
         if payload is None:
             payload = binlog.SerializeToString()
         key_ts = start_ts if tp == _PREWRITE else commit_ts
-        self._committer.submit((encode_record(payload), key_ts, start_ts, commit_ts, tp),
-                               commit_ts if commit_ts > start_ts else start_ts)
+        return ((encode_record(payload), key_ts, start_ts, commit_ts, tp),
+                commit_ts if commit_ts > start_ts else start_ts)
 
     def _append(self, buf: bytes, max_ts: int) -> ValuePointer:
         fid = self.vlog.active_fid
@@ -321,12 +316,12 @@ class Storage:
 
     @property
     def gc_ts(self) -> int:
-        return self._gc_ts
+        return self._gc.gc_ts
 
     def pull_commit_binlogs(self, since_commit_ts: int, max_bytes: int = 4 << 20,
                             max_count: int = 10_000) -> list[tuple[int, bytes]]:
         """``(commit_ts, payload)`` of commits and fake binlogs in ``(since, max_commit_ts]``."""
-        gc_ts, upto = self._gc_ts, self._max_commit_ts
+        gc_ts, upto = self._gc.gc_ts, self._max_commit_ts
         if self._closed:
             raise StorageError(f"storage {self.dir} is closed")
         if since_commit_ts < gc_ts:
@@ -334,52 +329,7 @@ class Storage:
                 f"binlogs up to gc_ts {gc_ts} were purged by GC; cannot serve from commit_ts "
                 f"{since_commit_ts}: restart the drainer from a checkpoint at or above {gc_ts}",
                 requested_ts=since_commit_ts, gc_ts=gc_ts)
-        out: list[tuple[int, bytes]] = []
-        size = 0
-        for ts, ptr in self.index.iter_range(since_commit_ts, upto):
-            try:
-                payload = self.vlog.read(ptr, size_hint_bytes=_COMMIT_HINT_BYTES,
-                                         unless_prefix=_PREWRITE_PREFIX)
-                if payload is None:
-                    continue
-                payload = self._filled(payload, ts)
-            except (CorruptRecord, DecodeError) as exc:
-                log.error("not serving ts %d: %s", ts, exc)
-                self.metrics.error_count.labels("read_value").inc()
-                continue
-            if payload is None:
-                continue
-            if out and size + len(payload) > max_bytes:
-                break
-            out.append((ts, payload))
-            size += len(payload)
-            if len(out) >= max_count:
-                break
-        return out
-
-    def _filled(self, payload: bytes, ts: int) -> bytes | None:
-        """A Commit filled with its Prewrite's fields (TiDB's ``feedPreWriteValue``), a
-        fake binlog as it is, None for what is not served (a Commit whose Prewrite is
-        gone). Parse + set + marshal through protobuf's C parser: it keeps TiDB's field
-        order and measured faster than splicing the serialized bytes in Python."""
-        c = bl.Binlog.FromString(payload)
-        if c.tp != _COMMIT:
-            return payload if c.start_ts == c.commit_ts else None  # fake passes through
-        ptr = self.index.lookup(c.start_ts)
-        if ptr is None or not self.vlog.has_file(ptr.fid):
-            log.error("commit binlog at commit_ts %d: its prewrite (start_ts %d) is not on this "
-                      "pump (never written here, or purged by GC); skipped", ts, c.start_ts)
-            self.metrics.error_count.labels("feed_pre_write_value").inc()
-            return None
-        p = bl.Binlog.FromString(self.vlog.read(ptr))
-        if p.HasField("prewrite_key"):
-            c.prewrite_key = p.prewrite_key
-        c.prewrite_value = p.prewrite_value
-        if p.HasField("ddl_query"):
-            c.ddl_query = p.ddl_query
-        c.ddl_job_id = p.ddl_job_id
-        c.ddl_schema_state = p.ddl_schema_state
-        return c.SerializeToString()
+        return self._reader.pull(since_commit_ts, upto, max_bytes, max_count)
 
     def wait_for_commit(self, above_ts: int, timeout_s: float) -> int:
         """Block until ``max_commit_ts > above_ts`` (or timeout / close); return it."""
@@ -390,8 +340,7 @@ class Storage:
 
     def get_binlog(self, ts: int) -> bl.Binlog | None:
         """The stored binlog under index key ``ts`` (P by start_ts, C by commit_ts)."""
-        ptr = self.index.lookup(ts)
-        return None if ptr is None else bl.decode(self.vlog.read(ptr))
+        return self._reader.get_binlog(ts)
 
     def all_matched(self) -> bool:
         with self._cond:
@@ -408,128 +357,43 @@ class Storage:
     def resume_indexing(self) -> None:
         self._indexer.resume()
 
-    # -- missing commits -------------------------------------------------------------------
-    def _resolve_loop(self) -> None:
-        while not self._stop.wait(self.options.resolve_interval_s):
-            try:
-                self.resolve_pending()
-            except Exception:
-                log.exception("resolving unmatched prewrites failed; will retry")
-
+    # -- missing commits (:mod:`.missing_commits`) -------------------------------------------
     def resolve_pending(self) -> int:
-        """One resolution round (the background thread calls it); returns how many settled.
+        """One round of missing-commit resolution (a background thread runs it every
+        ``resolve_interval_s``); returns how many prewrites it settled."""
+        return self._missing.resolve_pending()
 
-        A prewrite's age is the injected clock's time since it was stored (re-fed
-        prewrites restart at 0 after a reopen) or, when ``current_ts`` is given, the
-        larger of that and the TSO distance ``current_ts() - start_ts`` (TiDB's measure).
-        """
-        now = self._clock()
-        timeout_s = self.options.max_txn_timeout_s
-        now_ms = extract_physical(self._current_ts()) if self._current_ts is not None else None
+    def _pending(self, now_s: float) -> list:
         with self._cond:
-            pending = self._sorter.pending(now)
-        old = [p for p in pending if p.start_ts not in self._resolving and (
-            p.age_s >= timeout_s
-            or (now_ms is not None and now_ms - extract_physical(p.start_ts) >= timeout_s * 1000))]
-        if not old:
-            return 0
-        if self._resolver is None:
-            self._log_waiting(f"{len(old)} prewrites unmatched for over "
-                              f"{self.options.max_txn_timeout_s} s and no resolver is configured; "
-                              f"oldest start_ts {old[0].start_ts}")
-            return 0
-        settled = 0
-        for p in old:
-            pre = self.get_binlog(p.start_ts)
-            key = pre.prewrite_key if pre is not None else b""
-            self.metrics.query_tikv_count.inc()
-            status = self._resolver.txn_status(p.start_ts, key)
-            if status.state == TxnStatus.COMMITTED:
-                log.info("prewrite %d: commit binlog missing, upstream says committed at %d; "
-                         "writing it", p.start_ts, status.commit_ts)
-                self.write_binlog(bl.commit(p.start_ts, status.commit_ts))
-                self._resolving.add(p.start_ts)  # matched once the indexer feeds it
-                settled += 1
-            elif status.state == TxnStatus.ROLLED_BACK:
-                log.info("prewrite %d: upstream says rolled back; dropping it", p.start_ts)
-                with self._cond:
-                    self._sorter.resolve(p.start_ts, None)
-                    self._advance()
-                settled += 1
-            else:
-                self._log_waiting(f"prewrite {p.start_ts} unmatched for {p.age_s:.0f} s; upstream "
-                                  f"status unknown ({status.detail}); still waiting")
-        return settled
+            return self._sorter.pending(now_s)
 
-    def _log_waiting(self, msg: str) -> None:
-        now = time.monotonic()
-        if now - self._last_wait_log >= _LOG_EVERY_S:
-            self._last_wait_log = now
-            log.warning(msg)
+    def _drop(self, start_ts: int) -> None:
+        with self._cond:
+            self._sorter.resolve(start_ts, None)
+            self._advance()
 
     # -- GC and disk -----------------------------------------------------------------------
     def gc(self, ts: int, *, wait: bool = False) -> None:
         """Persist gc_ts = ts, then delete (in the background unless ``wait``) sealed vlog
-        files whose max ts <= ts - gc_margin and index keys at or below that."""
-        with self._cond:
-            if ts <= self._gc_ts:
-                return
-            if ts >= self._max_commit_ts:
-                log.warning("gc ts %d is not below max_commit_ts %d; ignored", ts,
-                            self._max_commit_ts)
-                return
-            self.index.put_int(ix.GC_TS_KEY, ts, sync=True)
-            self._gc_ts = ts
-            self.metrics.gc_ts.set(extract_physical(ts))
-            if self._gc_thread is None or not self._gc_thread.is_alive():
-                self._gc_thread = threading.Thread(target=self._gc_worker, daemon=True,
-                                                   name="pump-gc")
-                self._gc_thread.start()
-            thread = self._gc_thread
-        if wait:
-            thread.join()
-
-    def _gc_worker(self) -> None:
-        margin_ts = compose(int(self.options.gc_margin_s * 1000), 0)
-        while True:
-            with self._cond:
-                target = self._gc_ts
-                if target <= self._done_gc_ts or self._closed:
-                    return
-            upto = target - margin_ts
-            if upto > 0:
-                fids = self.vlog.delete_sealed_upto(upto)
-                n = self.index.delete_upto(upto)
-                self.metrics.deleted_kv.inc(n)
-                log.info("gc to ts %d (margin %.0f s): deleted value-log files %s and %d index "
-                         "keys", target, self.options.gc_margin_s, fids, n)
-            with self._cond:
-                self._done_gc_ts = target
-            self.metrics.done_gc_ts.set(extract_physical(target))
+        files whose max ts <= ts - gc_margin and index keys at or below that
+        (:mod:`.storage_gc`)."""
+        self._gc.request(ts, self._max_commit_ts, wait=wait)
 
     def available_space_bytes(self) -> int:
         """Free bytes of the data dir's file system (polled at most every 3 s)."""
-        now = time.monotonic()
-        if now - self._space_at >= _SPACE_POLL_S:
-            st = os.statvfs(self.dir)
-            self._avail_bytes = st.f_bavail * st.f_frsize
-            self._capacity_bytes = st.f_blocks * st.f_frsize
-            self._space_at = now
-            self.metrics.storage_size_bytes.labels("available").set(self._avail_bytes)
-            self.metrics.storage_size_bytes.labels("capacity").set(self._capacity_bytes)
-        return self._avail_bytes
+        return self.disk_guard.available_bytes()
 
     def stats(self) -> dict:
         with self._cond:
             waiting = self._sorter.waiting_count()
         segs = self.vlog.segments()
         return {
-            "max_commit_ts": self._max_commit_ts, "gc_ts": self._gc_ts,
-            "done_gc_ts": self._done_gc_ts, "pending_prewrites": waiting,
+            "max_commit_ts": self._max_commit_ts, "gc_ts": self._gc.gc_ts,
+            "done_gc_ts": self._gc.done_gc_ts, "pending_prewrites": waiting,
             "vlog_files": len(segs), "vlog_bytes": sum(s[1] for s in segs),
             "head_pointer": tuple(self._indexer.head), "slow_chaser_on": self._indexer.chasing,
             "writes": self._committer.records_written, "groups": self._committer.groups_written,
             "fsyncs": self.vlog.sync_count, "available_bytes": self.available_space_bytes(),
-            "capacity_bytes": self._capacity_bytes,
+            "capacity_bytes": self.disk_guard.capacity,
         }
 
