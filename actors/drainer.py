@@ -217,6 +217,7 @@ class CoordinatorActor:
         self._now_ts = now_ts
         self._lock = threading.Lock()
         self.applied_rows = 0
+        self.ddl_jobs = 0  # DDLs applied (binlog_drainer_ddl_jobs_total)
         self.last_apply_s = 0.0
         # (commit_ts, wall time the part was committed downstream), newest last: the
         # apply lag is the second minus the commit_ts's physical time (apply_samples).
@@ -299,7 +300,8 @@ class CoordinatorActor:
         return {"commit_ts": cp.commit_ts, "schema_version": cp.schema_version,
                 "pending": self.advancer.pending, "applied_rows": self.applied_rows,
                 "flushes": self.dispatcher.flushes, "outstanding": len(self._outstanding),
-                "last_apply_s": self.last_apply_s}
+                "last_apply_s": self.last_apply_s, "ddl_jobs": self.ddl_jobs,
+                "savepoints": getattr(self.store, "saves", 0)}
 
     def apply_samples(self) -> list[tuple[int, float]]:
         """Take the ``(commit_ts, committed_at_s)`` samples recorded since the last call
@@ -321,6 +323,7 @@ class CoordinatorActor:
         elif isinstance(action, RunDDL):
             _Ray.get(_Ray.call(self.workers[0], "execute_ddl", action.ddl))
             self.dispatcher.acked_ddl(action.ddl)
+            self.ddl_jobs += 1
             self._maybe_save(force=True)
         else:  # pragma: no cover - the dispatcher only emits the three kinds
             raise TypeError(f"unknown action {action!r}")

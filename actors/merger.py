@@ -406,7 +406,7 @@ class MergerActor:
         m.queue_size.labels("merger_buffer").set(self._buffered)
         m.queue_size.labels("syncer_input").set(self._inflight_batches)
         try:
-            m.queue_size.labels("workers").set(self._coordinator_status()["outstanding"])
+            m.observe_coordinator(self._coordinator_status())  # workers queue, DDLs, saves
         except Exception as exc:  # the coordinator is restarting: report the rest
             log.warning("coordinator status unavailable for /metrics: %s", exc)
         texts = [m.exposition()]

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import sys
 import time
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.drainer import Drainer
 from cluster.launch import LocalCluster
@@ -156,3 +158,57 @@ def test_a_restarted_drainer_pulls_the_tail_of_a_pump_that_went_offline_after_it
         assert drainer.status()["pumps"] == []
     finally:
         drainer.stop()
+
+
+def scrape(status_addr) -> dict:
+    with urllib.request.urlopen(f"http://{status_addr}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_get_metrics_shows_every_series_a_run_with_a_ddl_produces(stack):
+    up_db, down_db, cluster, upstream = stack
+    drainer = Drainer.start(drainer_config(down_db), registry=cluster.registry)
+    try:
+        write(upstream, 0, 10)
+        upstream.ddl("ALTER TABLE shop.t ADD COLUMN w INT")
+        with upstream.session("shop") as s:
+            txn = s.begin()
+            txn.update("t", {"v": "changed"}, "id < %s", (3,))
+            txn.delete("t", "id >= %s", (8,))
+            txn.commit()
+        upstream.flush()
+        drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
+        assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
+        # The heartbeat reads the saved checkpoint every second; the DDL forced a save.
+        m = wait_until(lambda: (m := scrape(drainer.status_addr))
+                       .get(("binlog_drainer_checkpoint_tso", ()), 0) > 0 and m,
+                       what="checkpoint_tso")
+    finally:
+        drainer.stop()
+    node = (("nodeID", "pump-0"),)
+    must_be_positive = [
+        ("binlog_drainer_pump_position", node),
+        ("binlog_drainer_binlog_reach_duration_time_count", node),
+        ("binlog_drainer_read_binlog_size_count", node),
+        ("binlog_drainer_checkpoint_tso", ()),
+        ("binlog_drainer_checkpoint_delay_seconds", ()),
+        ("binlog_drainer_ddl_jobs_total", ()),
+        ("binlog_drainer_execute_duration_time_count", ()),
+        ("binlog_drainer_query_duration_time_count", (("type", "exec"),)),
+        ("binlog_drainer_query_duration_time_count", (("type", "commit"),)),
+        ("binlog_drainer_event_total", (("type", "Insert"),)),
+        ("binlog_drainer_event_total", (("type", "Update"),)),
+        ("binlog_drainer_event_total", (("type", "Delete"),)),
+        ("binlog_drainer_event_total", (("type", "DDL"),)),
+        ("binlog_drainer_event_total", (("type", "savepoint"),)),
+    ]
+    missing = [key for key in must_be_positive if not m.get(key, 0) > 0]
+    assert missing == [], f"series absent or zero: {missing}"
+    for name in ("merger_buffer", "syncer_input", "workers"):   # present; 0 when idle
+        assert ("binlog_drainer_queue_size", (("name", name),)) in m
+    assert ("binlog_drainer_disorder_binlog_count_total", ()) in m

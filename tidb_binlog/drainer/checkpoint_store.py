@@ -93,6 +93,7 @@ class MySQLCheckpointStore:
         self._retry_interval_s = retry_interval_s
         self._sleep = sleep
         self._created = False
+        self.saves = 0          # saves that succeeded (binlog_drainer_event{type="savepoint"})
 
     def _retrying(self, fn):
         for attempt in range(1, self._attempts + 1):
@@ -138,6 +139,7 @@ class MySQLCheckpointStore:
             self._ds.commit()
 
         self._retrying(run)
+        self.saves += 1
 
     def close(self) -> None:
         self._ds.close()
@@ -149,6 +151,7 @@ class FileCheckpointStore:
     def __init__(self, data_dir: str | os.PathLike):
         self.data_dir = Path(data_dir)
         self.path = self.data_dir / SAVEPOINT_FILE
+        self.saves = 0          # saves that succeeded (binlog_drainer_event{type="savepoint"})
 
     def load(self) -> Checkpoint | None:
         try:
@@ -177,6 +180,7 @@ class FileCheckpointStore:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+            self.saves += 1
         except OSError as exc:
             raise StorageError(f"cannot save the checkpoint to {self.path}: {exc}; check "
                                "the data-dir's space and permissions") from exc

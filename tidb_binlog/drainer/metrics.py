@@ -17,7 +17,8 @@ gauges hold the physical milliseconds of the ts, as TiDB's do.
 ``binlog_drainer_checkpoint_delay_seconds``    now minus the checkpoint's physical time
 ``binlog_drainer_disorder_binlog_count``       binlogs dropped by the merge as out of order
 ``binlog_drainer_ddl_jobs_total``              DDL jobs applied (a gauge, as in TiDB)
-``binlog_drainer_queue_size{name}``            items waiting: ``syncer_input``, ``worker_N``
+``binlog_drainer_queue_size{name}``            items waiting: ``merger_buffer``,
+                                               ``syncer_input``, ``workers``
 ``binlog_drainer_execute_duration_time``       seconds per worker batch executed *
 ``binlog_drainer_query_duration_time{type}``   seconds per ``exec`` / ``commit`` statement *
 ``binlog_drainer_event{type}``                 ``Insert|Update|Delete|DDL|savepoint`` *
@@ -27,6 +28,18 @@ gauges hold the physical milliseconds of the ts, as TiDB's do.
 \\* the apply-side names, also registered by ``loader_metrics.LoaderMetrics`` in the
 SQL workers; pass ``apply_side=False`` to leave them out of a registry that a
 ``LoaderMetrics`` already uses.
+
+Who updates what (every name is updated by some path of a running task): the
+merger's pump feeds (``pump_position``, ``binlog_reach_duration_time``,
+``read_binlog_size``, ``error_count{type="pump_unavailable"}``), the merger
+(``disorder_binlog_count``, ``queue_size``, ``checkpoint_*`` from the saved
+checkpoint), the SQL workers (``execute_duration_time``, ``query_duration_time``,
+``event{type=Insert|Update|Delete|DDL}``, ``error_count{type=transient|permanent|
+ddl_ignored}``) and the coordinator's counters, read from its status at each
+scrape by :meth:`DrainerMetrics.observe_coordinator`: ``ddl_jobs_total`` (DDL jobs
+applied) and ``event{type="savepoint"}`` (checkpoint saves).  A restarted
+coordinator counts from 0 again; :class:`_Follower` keeps the exposed totals
+growing across that.
 """
 
 from __future__ import annotations
@@ -55,6 +68,22 @@ METRIC_NAMES = (
 )
 
 
+class _Follower:
+    """A running total of a counter that another process reports and may reset to 0
+    (a restarted actor): a value below the last one seen counts from 0 again."""
+
+    def __init__(self) -> None:
+        self.last = 0
+        self.total = 0
+
+    def follow(self, value: int) -> int:
+        """Take the reported ``value``; return how much the total grew."""
+        delta = value - self.last if value >= self.last else value
+        self.last = value
+        self.total += delta
+        return delta
+
+
 @dataclass
 class DrainerMetrics:
     """The metric objects; apply-side ones are None when built with ``apply_side=False``."""
@@ -73,6 +102,10 @@ class DrainerMetrics:
     event: Counter | None = None
     error_count: Counter | None = None
 
+    def __post_init__(self) -> None:
+        self._ddl_jobs = _Follower()
+        self._savepoints = _Follower()
+
     def observe_binlog(self, node_id: str, commit_ts: int, size_bytes: int,
                        now_s: float) -> None:
         """One binlog read from pump ``node_id`` at wall-clock ``now_s``."""
@@ -85,6 +118,19 @@ class DrainerMetrics:
         physical_ms = extract_physical(commit_ts)
         self.checkpoint_tso.set(physical_ms)
         self.checkpoint_delay_s.set(max(0.0, now_s - physical_ms / 1000))
+
+    def observe_coordinator(self, status: dict) -> None:
+        """The coordinator's status (``CoordinatorActor.status()``) at a scrape:
+        ``queue_size{name="workers"}`` = its outstanding worker batches,
+        ``ddl_jobs_total`` and ``event{type="savepoint"}`` follow its ``ddl_jobs`` and
+        ``savepoints`` counters (see the module doc)."""
+        self.queue_size.labels("workers").set(status["outstanding"])
+        self._ddl_jobs.follow(int(status.get("ddl_jobs", 0)))
+        self.ddl_jobs_total.set(self._ddl_jobs.total)
+        saved = self._savepoints.follow(int(status.get("savepoints", 0)))
+        if self.event is not None:
+            # Created at 0 on the first scrape, so the series exists before a save.
+            self.event.labels("savepoint").inc(saved)
 
     def exposition(self) -> bytes:
         """The Prometheus text format of this registry."""
