@@ -15,15 +15,23 @@ before the clock starts:
 - **in-process** (with ``--in-process``): the same Upstream with an in-process writer
   that marshals every binlog but sends nothing (the upstream's own cost).
 
+``--sessions`` is the same for every mode (never a different count for the ceiling).
+Its default is 16, sysbench-typical (oltp runs use 16+ threads): with 4 sessions each
+session mostly waits for its synchronous prewrite (5-15 ms under load), so the binlog-on
+figure measured latency, not what the machine sustains. A comma list (``4,16,32``)
+sweeps, and the RESULT line is the *first* count's.
+
 Modes alternate within a round, so a noisy neighbour hits all of them alike. The
 result uses the median round of each mode. Each mode also reports the CPU per
 transaction of this process (``time.process_time``: the client), of the pump processes
-and of MariaDB (``/proc/<pid>/stat``), medians over the rounds: on the shared 2-core box
-CPU per transaction, not latency, decides the ratio. Prints, last,
+and of MariaDB (``/proc/<pid>/stat``), medians over the rounds, counted from the moment
+every session has connected until the last Commit binlog is flushed: on the shared
+2-core box CPU per transaction, not latency, decides the ratio. Prints, last,
 ``RESULT upstream_binlog_on value=<rows/s> unit=rows/s ceiling=<rows/s off>
 ratio=<on/off>`` (goal ratio > 0.7).
 
-    .venv/bin/python bench/upstream.py --sessions 4 --duration-s 5 --rounds 3
+    .venv/bin/python bench/upstream.py --duration-s 4 --rounds 3 --in-process
+    .venv/bin/python bench/upstream.py --sessions 16,4,32 --duration-s 4 --rounds 3
 """
 
 from __future__ import annotations
@@ -79,9 +87,12 @@ def _rows(rng: random.Random, n: int) -> list[tuple]:
              "".join(rng.choices(string.digits, k=59))) for _ in range(n)]
 
 
-def _timed(n: int, duration_s: float, open_, loop, close) -> tuple[int, float]:
+def _timed(n: int, duration_s: float, open_, loop, close, meter: CpuMeter,
+           after=None) -> tuple[float, int, tuple[float, ...]]:
     """Run ``loop(state, deadline) -> rows`` on n threads after each opened its state;
-    return (rows, monotonic time of the common start)."""
+    return (rows/s, rows, CPU seconds of (client, pumps, mariadb)). The clock and the
+    CPU meter start once every thread has connected (connecting is not per-txn work)
+    and stop after ``after()`` (the binlog-on mode's flush of its Commit binlogs)."""
     counts = [0] * n
     ready = threading.Barrier(n + 1)
     box: dict = {}
@@ -100,13 +111,19 @@ def _timed(n: int, duration_s: float, open_, loop, close) -> tuple[int, float]:
     box["deadline"] = time.monotonic() + duration_s
     start = time.monotonic()
     ready.wait()
+    cpu_before = meter.snapshot()
     for t in threads:
         t.join()
-    return sum(counts), start
+    if after is not None:
+        after()
+    elapsed_s = time.monotonic() - start
+    cpu = meter.since(cpu_before)
+    rows = sum(counts)
+    return rows / elapsed_s, rows, cpu
 
 
 def bench_off(params: dict, sessions: int, duration_s: float, rows_per_txn: int,
-              seed: int) -> tuple[float, int]:
+              seed: int, meter: CpuMeter):
     def open_(i):
         return connect(params, database="bench_off"), random.Random(seed + i)
 
@@ -122,12 +139,11 @@ def bench_off(params: dict, sessions: int, duration_s: float, rows_per_txn: int,
                 n += rows_per_txn
         return n
 
-    rows, start = _timed(sessions, duration_s, open_, loop, lambda state: state[0].close())
-    return rows / (time.monotonic() - start), rows
+    return _timed(sessions, duration_s, open_, loop, lambda state: state[0].close(), meter)
 
 
 def bench_on(up: Upstream, sessions: int, duration_s: float, rows_per_txn: int,
-             seed: int) -> tuple[float, int]:
+             seed: int, meter: CpuMeter):
     def open_(i):
         return up.session(), random.Random(seed + i)
 
@@ -143,9 +159,8 @@ def bench_on(up: Upstream, sessions: int, duration_s: float, rows_per_txn: int,
     def close(state):
         state[0].close()
 
-    rows, start = _timed(sessions, duration_s, open_, loop, close)
-    up.flush()  # the asynchronous Commit binlogs are part of the cost
-    return rows / (time.monotonic() - start), rows
+    # the asynchronous Commit binlogs are part of the cost: flushed inside the clock
+    return _timed(sessions, duration_s, open_, loop, close, meter, after=up.flush)
 
 
 # -- real pumps: `tidb-binlog pump` processes ---------------------------------------------
@@ -170,9 +185,43 @@ def stop_pump(pump: PumpProcess) -> None:
     pump.terminate()
 
 
+def _session_counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--sessions wants positive integers separated by "
+                                         f"commas, e.g. 16 or 4,16,32; got {text!r}")
+    return counts
+
+
+def _report(sessions: int, figures: dict, cpu_ms: dict, mariadb_known: bool) -> None:
+    off = statistics.median(figures["off"])
+    on = statistics.median(figures["on"])
+    spread = ", ".join(f"{x / y:.2f}" for x, y in zip(figures["on"], figures["off"], strict=True))
+    print(f"[sessions={sessions}] binlog off: {off:,.0f} rows/s median (plain pymysql INSERT + "
+          "COMMIT)")
+    print(f"[sessions={sessions}] binlog on:  {on:,.0f} rows/s median (Upstream -> pump client -> "
+          f"pumps) ratio={on / off:.3f}; per-round ratios {spread}")
+    if figures["in-process"]:
+        ip = statistics.median(figures["in-process"])
+        print(f"[sessions={sessions}] in-process: {ip:,.0f} rows/s median (Upstream, binlogs "
+              f"marshalled, not sent) ratio={ip / off:.3f}")
+    print(f"[sessions={sessions}] CPU per transaction, ms (median over rounds; client = this "
+          "process, mariadb " + ("server" if mariadb_known else "unknown") + "):")
+    for mode, rows in cpu_ms.items():
+        if rows:
+            client_ms, pump_ms, db_ms = (statistics.median(c) for c in zip(*rows, strict=True))
+            print(f"  {mode:10} client {client_ms:.2f}  pumps {pump_ms:.2f}  mariadb {db_ms:.2f}"
+                  f"  total {client_ms + pump_ms + db_ms:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sessions", type=int, default=4)
+    ap.add_argument("--sessions", type=_session_counts, default=[16],
+                    help="concurrent sessions, the same for every mode; a comma list sweeps "
+                         "(e.g. 4,16,32) and the RESULT line is the first count's")
     ap.add_argument("--duration-s", type=float, default=5.0, help="per mode and round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rows-per-txn", type=int, default=1)
@@ -183,8 +232,10 @@ def main() -> None:
 
     from tidb_binlog.pump_client import PumpClient
 
-    figures: dict[str, list[float]] = {"off": [], "on": [], "in-process": []}
-    cpu_ms: dict[str, list[tuple[float, ...]]] = {"off": [], "on": [], "in-process": []}
+    modes = ("off", "on", "in-process")
+    figures = {n: {m: [] for m in modes} for n in args.sessions}
+    cpu_ms = {n: {m: [] for m in modes} for n in args.sessions}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-upstream-") as tmp, \
             MariaDBServer(name="bench-upstream") as server:
         server.start()
@@ -205,26 +256,28 @@ def main() -> None:
         inproc = Upstream(params, collector, tso.get_ts, database="bench_inproc")
         inproc.ddl("CREATE DATABASE bench_inproc")
         inproc.ddl(SBTEST_DDL)
+        up.reload()  # both share one catalog: start from its version (else the first
+        inproc.reload()  # transactions of each session re-read the catalog at commit)
         mariadb_pid = _mariadb_pid(server)
         meter = CpuMeter([p.pid for p, _ in pumps], mariadb_pid)
 
-        def measure(mode: str, run, *run_args) -> None:
-            before = meter.snapshot()
-            rate, rows = run(*run_args)
+        def measure(n: int, mode: str, run, *run_args) -> None:
+            rate, rows, cpu_s = run(*run_args, meter)
             txns = max(rows // args.rows_per_txn, 1)
-            figures[mode].append(rate)
-            cpu_ms[mode].append(tuple(c / txns * 1e3 for c in meter.since(before)))
+            figures[n][mode].append(rate)
+            cpu_ms[n][mode].append(tuple(c / txns * 1e3 for c in cpu_s))
 
         try:
             for r in range(args.rounds):
-                seed = 1000 * r
-                shape = (args.sessions, args.duration_s, args.rows_per_txn)
-                measure("off", bench_off, params, *shape, seed)
-                measure("on", bench_on, up, *shape, seed + 100)
-                if args.in_process:
-                    measure("in-process", bench_on, inproc, *shape, seed + 200)
-                print(f"round {r}: " + "  ".join(f"{k} {v[-1]:,.0f}" for k, v in figures.items()
-                                                 if v), flush=True)
+                for n in args.sessions:
+                    seed = 1000 * r
+                    shape = (n, args.duration_s, args.rows_per_txn)
+                    measure(n, "off", bench_off, params, *shape, seed)
+                    measure(n, "on", bench_on, up, *shape, seed + 100)
+                    if args.in_process:
+                        measure(n, "in-process", bench_on, inproc, *shape, seed + 200)
+                    print(f"round {r} sessions={n}: " + "  ".join(
+                        f"{k} {v[-1]:,.0f}" for k, v in figures[n].items() if v), flush=True)
             errors = up.finish_binlog_errors
         finally:
             up.close()
@@ -232,25 +285,16 @@ def main() -> None:
             client.close()
             for proc, _ in pumps:
                 stop_pump(proc)
-    off = statistics.median(figures["off"])
-    on = statistics.median(figures["on"])
-    print(f"sessions={args.sessions} rows_per_txn={args.rows_per_txn} duration_s="
-          f"{args.duration_s} rounds={args.rounds} pumps={args.pumps} (tidb-binlog pump "
-          f"processes, sync-log) finish_binlog_errors={errors}")
-    spread = ", ".join(f"{x / y:.2f}" for x, y in zip(figures["on"], figures["off"], strict=True))
-    print(f"binlog off: {off:,.0f} rows/s median (plain pymysql INSERT + COMMIT)")
-    print(f"binlog on:  {on:,.0f} rows/s median (Upstream -> pump client -> pumps); "
-          f"per-round ratios {spread}")
-    if figures["in-process"]:
-        ip = statistics.median(figures["in-process"])
-        print(f"in-process: {ip:,.0f} rows/s median (Upstream, binlogs marshalled, not sent) "
-              f"ratio={ip / off:.3f}")
-    print("CPU per transaction, ms (median over rounds; client = this process, mariadb "
-          + ("unknown" if mariadb_pid is None else "server") + "):")
-    for mode, rows in cpu_ms.items():
-        if rows:
-            client_ms, pump_ms, db_ms = (statistics.median(c) for c in zip(*rows, strict=True))
-            print(f"  {mode:10} client {client_ms:.2f}  pumps {pump_ms:.2f}  mariadb {db_ms:.2f}")
+    load_after = os.getloadavg()
+    print(f"sessions={','.join(map(str, args.sessions))} rows_per_txn={args.rows_per_txn} "
+          f"duration_s={args.duration_s} rounds={args.rounds} pumps={args.pumps} (tidb-binlog "
+          f"pump processes, sync-log) finish_binlog_errors={errors} load average "
+          f"{load_before[0]:.1f} -> {load_after[0]:.1f}")
+    for n in args.sessions:
+        _report(n, figures[n], {m: v for m, v in cpu_ms[n].items() if v}, mariadb_pid is not None)
+    first = args.sessions[0]
+    off = statistics.median(figures[first]["off"])
+    on = statistics.median(figures[first]["on"])
     print(f"RESULT upstream_binlog_on value={on:.0f} unit=rows/s ceiling={off:.0f} "
           f"ratio={on / off:.3f}")
 

@@ -359,3 +359,57 @@ def encode_pv() -> bytes:
     from tidb_binlog.binlog import new_prewrite_value
 
     return encode(new_prewrite_value(1))
+
+
+# -- write_finish_nowait: a Commit/Rollback started on the caller's thread (same rules as
+# write_binlog: the prewrite's pump, retried only there, given up when closed; never raised)
+
+def test_commits_go_to_the_prewrites_pump_and_resolve_with_its_node(cluster):
+    registry, pumps = cluster
+    with client_for(registry) as client:
+        starts = list(range(9000, 9000 + 30 * 7, 7))
+        nodes = [client.write_binlog(prewrite(ts, b"pv")) for ts in starts]
+        ok_before = _written_ok("commit")
+        futures = [client.write_finish_nowait(commit(ts, ts + 1)) for ts in starts]
+        results = [f.result(timeout=30) for f in futures]
+        assert [r.node_id for r in results] == nodes
+        assert all(r.error is None and r.pending is None for r in results)
+        assert [client.pump_of(ts) for ts in starts] == [None] * len(starts)
+        assert _written_ok("commit") == ok_before + len(starts)
+    for node, p in pumps.items():
+        mine = {ts for ts, n in zip(starts, nodes, strict=True) if n == node}
+        assert p.start_ts_of(BinlogType.COMMIT) & set(starts) == mine
+
+
+def test_a_failed_first_attempt_is_retried_on_the_same_pump(cluster):
+    registry, pumps = cluster
+    with client_for(registry, strategy=HASH) as client:
+        start_ts = 3 * 2000 + 1  # hash: (start_ts mod 3) == 1 -> pump-2
+        assert client.write_binlog(prewrite(start_ts, b"pv")) == "pump-2"
+        pumps["pump-2"].stop()
+        result = client.write_finish_nowait(commit(start_ts, start_ts + 5)).result(timeout=30)
+        assert result.node_id is None and result.pending is not None
+        pumps["pump-2"].restart()
+        assert result.pending.result(timeout=60) == "pump-2"
+    assert start_ts in pumps["pump-2"].start_ts_of(BinlogType.COMMIT)
+    for other in ("pump-1", "pump-3"):
+        assert start_ts not in pumps[other].start_ts_of(BinlogType.COMMIT)
+
+
+def test_no_prewrite_and_a_closed_client_give_up_without_raising(cluster):
+    registry, pumps = cluster
+    client = client_for(registry, strategy=HASH)
+    before = _given_up("no_prewrite")
+    result = client.write_finish_nowait(commit(525252, 525253)).result(timeout=30)
+    assert result.pending.result(timeout=30) is None
+    assert _given_up("no_prewrite") == before + 1
+    client.write_binlog(prewrite(3 * 700, b"pv"))  # -> pump-1
+    pumps["pump-1"].stop()
+    try:
+        fut = client.write_finish_nowait(rollback(3 * 700))
+        client.close(wait_s=0.2)
+        result = fut.result(timeout=30)
+        assert result.node_id is None and result.pending is not None
+        assert result.pending.result(timeout=30) is None  # given up: never raised
+    finally:
+        pumps["pump-1"].restart()

@@ -56,3 +56,43 @@ def test_a_writer_without_batches_gets_one_call_per_binlog():
     sender.flush()
     assert calls == list(range(1, 50))
     sender.close()
+
+
+class NowaitWriter:
+    """``write_finish_nowait`` whose futures the test completes by hand."""
+
+    def __init__(self):
+        self.sent: list[int] = []
+        self.futures = []
+
+    def write_finish_nowait(self, b):
+        from concurrent.futures import Future
+
+        self.sent.append(b.start_ts)
+        fut = Future()
+        self.futures.append(fut)
+        return fut
+
+    def write_binlog(self, b):  # pragma: no cover - must not be used when nowait exists
+        raise AssertionError("the direct path must not fall back to write_binlog")
+
+
+def test_direct_path_sends_on_the_caller_thread_and_flush_waits_for_first_attempts():
+    from tidb_binlog.upstream.core import _FinishDirect
+
+    w = NowaitWriter()
+    sender = _FinishDirect(w)
+    for b in commits([1, 2, 3]):
+        sender.submit(b)
+    assert w.sent == [1, 2, 3]  # already handed over: no thread in between
+    flushed = threading.Event()
+    waiter = threading.Thread(target=lambda: (sender.flush(), flushed.set()))
+    waiter.start()
+    w.futures[0].set_result(SimpleNamespace(node_id="p", error=None, pending=None))
+    w.futures[1].set_result(SimpleNamespace(node_id=None, error="refused", pending=None))
+    assert not flushed.wait(0.05)  # #3 is still in flight
+    w.futures[2].set_exception(RuntimeError("boom"))
+    waiter.join(30)
+    assert flushed.is_set()
+    assert sender.errors == 2  # the refusal and the failure are counted, not raised
+    sender.close()

@@ -38,6 +38,11 @@ Batched path (``write_binlogs``)
     Pipelined first attempts for high-throughput callers, such as an upstream's
     commit sender handing over whatever Commit binlogs queued up; see
     :mod:`.batch`.
+
+Commit / Rollback without a thread hand-off (``write_finish_nowait``)
+    The first attempt is a gRPC future started on the caller's thread and
+    finished in gRPC's completion callback; a failed attempt goes to the retry
+    pool above. What an upstream's committing session calls per transaction.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from tidb_binlog.errors import (
 )
 from tidb_binlog.node import PUMP, NodeStatus, RegistryClient
 from tidb_binlog.pump_client import metrics
-from tidb_binlog.pump_client.batch import WriteResult, write_batch
+from tidb_binlog.pump_client.batch import WriteResult, write_batch, write_finish_nowait
 from tidb_binlog.pump_client.book import DEFAULT_UNAVAILABLE_AFTER_ERRORS, PumpBook, PumpEntry
 from tidb_binlog.pump_client.selector import LOCAL, RANGE, new_selector
 from tidb_binlog.pump_client.transport import (
@@ -149,6 +154,22 @@ class PumpClient:
             self._async_pending.add(fut)
         fut.add_done_callback(self._async_done)
         return fut
+
+    def write_finish_nowait(self, binlog: Binlog) -> Future:
+        """Send a Commit/Rollback without a thread hand-off; never raises. The Future
+        resolves to a :class:`WriteResult` once the first attempt is done (see
+        :func:`.batch.write_finish_nowait`)."""
+        return write_finish_nowait(self, binlog)
+
+    def _retry_later(self, binlog: Binlog) -> Future:
+        """``write_binlog_async``, or a given-up result once the client is closed."""
+        try:
+            return self.write_binlog_async(binlog)
+        except RuntimeError:  # the pool is shut down: close() ran
+            done: Future = Future()
+            done.set_result(self._give_up(binlog, _TYPE_NAMES.get(binlog.tp, "other"), "closed",
+                                          "client closed before the retry"))
+            return done
 
     def _async_done(self, fut: Future) -> None:
         with self._lock:

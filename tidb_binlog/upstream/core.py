@@ -2,9 +2,12 @@
 
 An Upstream owns the connection parameters, the binlog writer (anything with
 ``write_binlog(binlog)``, e.g. the pump client), the TSO (``get_ts() -> int``),
-the shared catalog snapshot, the fault knobs and one background thread that sends
-Commit/Rollback binlogs asynchronously, as TiDB's ``writeFinishBinlog`` goroutine
-does. Sessions (``upstream.session()``) run transactions; ``upstream.ddl(sql)``
+the shared catalog snapshot, the fault knobs and the asynchronous sending of
+Commit/Rollback binlogs, as TiDB's ``writeFinishBinlog`` goroutine does: a writer
+with ``write_finish_nowait`` (the pump client) gets each one straight from the
+committing thread, which does not wait for it (a gRPC future, no thread hand-off);
+any other writer gets them from one background thread, batched when it has
+``write_binlogs``. Sessions (``upstream.session()``) run transactions; ``upstream.ddl(sql)``
 runs DDL. ``upstream.meta()`` answers what pumps and drainers ask TiKV/PD.
 
 ``clustered_index`` is TiDB's ``tidb_enable_clustered_index``: ``"on"`` (our
@@ -148,6 +151,55 @@ class _FinishSender:
         self._thread.join()
 
 
+class _FinishDirect:
+    """Sends Commit/Rollback binlogs from the committing thread, without a hand-off.
+
+    For writers with ``write_finish_nowait(binlog) -> Future`` (the pump client):
+    the first attempt starts on the caller's thread and completes on the writer's
+    own (gRPC's) thread; the Future resolves to a result with ``node_id``, ``error``
+    or ``pending`` (retried in the writer's background). ``flush`` waits for every
+    first attempt, as :class:`_FinishSender`'s waits for every hand-over."""
+
+    def __init__(self, writer):
+        self._send = writer.write_finish_nowait
+        self._idle = threading.Condition()
+        self._inflight = 0
+        self.errors = 0
+
+    def submit(self, binlog) -> None:
+        with self._idle:
+            self._inflight += 1
+        try:
+            fut = self._send(binlog)
+        except BaseException:
+            self._done(None, binlog)
+            raise
+        fut.add_done_callback(lambda f: self._done(f, binlog))
+
+    def _done(self, fut, binlog) -> None:
+        error = None
+        if fut is None:
+            error = "not sent"
+        elif fut.exception() is not None:
+            error = fut.exception()
+        elif getattr(fut.result(), "error", None) is not None:
+            error = fut.result().error
+        with self._idle:
+            self._inflight -= 1
+            if error is not None:
+                self.errors += 1
+            self._idle.notify_all()
+        if error is not None:
+            log.error("finish binlog start_ts=%s was not written: %s", binlog.start_ts, error)
+
+    def flush(self) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: self._inflight == 0)
+
+    def close(self) -> None:
+        self.flush()
+
+
 class Upstream:
     """See the module docstring. Thread-safe; sessions are not shared between threads."""
 
@@ -177,7 +229,10 @@ class Upstream:
             raise translate(exc, "bootstrap catalog") from exc
         finally:
             conn.close()
-        self._sender = _FinishSender(writer)
+        if callable(getattr(writer, "write_finish_nowait", None)):
+            self._sender = _FinishDirect(writer)
+        else:
+            self._sender = _FinishSender(writer)
 
     # -- catalog ---------------------------------------------------------------------
     @property
