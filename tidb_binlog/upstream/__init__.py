@@ -7,6 +7,7 @@ See ``tidb_binlog/upstream/README.md``. Public surface::
     Session.begin() -> Txn: insert / update / delete / replace / execute / query / commit / rollback
     UpstreamMeta(params): history_jobs / job / txn_status / cluster_id / snapshot_tables
     Faults(drop_commit_binlog=, crash_after_prewrite=, fail_prewrite=); BinlogCollector
+    TsoBatcher(source).get_ts: concurrent sessions' timestamps from one TSO call (PD client)
 """
 
 from tidb_binlog.upstream.collector import BinlogCollector
@@ -16,10 +17,11 @@ from tidb_binlog.upstream.faults import Faults, SimulatedCrash
 from tidb_binlog.upstream.introspect import CLUSTERED_INT_ONLY, CLUSTERED_ON
 from tidb_binlog.upstream.meta import UpstreamMeta
 from tidb_binlog.upstream.rows import TableCodec
+from tidb_binlog.upstream.tso_batch import TsoBatcher
 from tidb_binlog.upstream.txn import Raw, Session, Txn
 
 __all__ = [
     "Upstream", "Session", "Txn", "Raw", "UpstreamMeta", "Faults", "SimulatedCrash",
     "BinlogCollector", "TableCodec", "DDLStatement", "parse_ddl", "CLUSTERED_ON",
-    "CLUSTERED_INT_ONLY",
+    "CLUSTERED_INT_ONLY", "TsoBatcher",
 ]
