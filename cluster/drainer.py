@@ -31,6 +31,12 @@ drainer`` command always binds ``addr``. ``stop()``
 records ``paused``; ``PUT /state/{id}/close`` stops the task and records
 ``offline``. :attr:`Drainer.addr`, :attr:`Drainer.status_addr` and
 :attr:`Drainer.node_id` say where it is.
+
+Before the SQL workers start (exactly-once), ``start`` reconciles their progress
+rows with ``worker-count``
+(:meth:`~tidb_binlog.drainer.checkpoint_store.MySQLCheckpointStore.check_workers`):
+after a crash under another worker-count the rows are dropped and the workers run
+in safe mode for this run.
 """
 
 from __future__ import annotations
@@ -127,7 +133,10 @@ class Drainer:
         service = ServiceSettings.from_config(cfg, namespace=namespace, addr=addr,
                                               status_addr=status_addr,
                                               node_id=node_id) if serve else None
-        workers = start_sql_workers(cfg, settings.worker_count)
+        worker_overrides = {}
+        if settings.exactly_once and _check_worker_layout(settings).safe_mode:
+            worker_overrides["safe_mode"] = True  # the replay window of another worker-count
+        workers = start_sql_workers(cfg, settings.worker_count, **worker_overrides)
         opts = dict(max_restarts=-1, max_task_retries=0, num_cpus=0)
         coordinator = ray.remote(concurrency_groups={"status": 1}, **opts)(
             CoordinatorActor).remote(settings, workers)
@@ -246,6 +255,26 @@ def join_cluster(cfg, *, ray_address: str | None = None):
 
 _WORKER_SETTINGS = frozenset({"cluster_id", "worker_count", "txn_batch", "exactly_once",
                               "safe_mode", "merge", "downstream"})
+
+
+def _check_worker_layout(settings: TaskSettings):
+    """Reconcile the exactly-once progress rows with ``worker-count`` before the SQL
+    workers read them (see :mod:`tidb_binlog.drainer.checkpoint_store`)."""
+    from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
+    from tidb_binlog.errors import TransientDownstreamError
+
+    store = MySQLCheckpointStore(settings.downstream, settings.cluster_id,
+                                 schema=settings.checkpoint_schema,
+                                 table=settings.checkpoint_table)
+    try:
+        return store.check_workers(settings.worker_count,
+                                   progress_schema=settings.checkpoint_schema)
+    except TransientDownstreamError as exc:
+        raise UnavailableError(f"cannot check the SQL workers' progress rows in the downstream "
+                               f"{settings.downstream.address}: {exc.message}; start the task "
+                               "again once the downstream answers") from exc
+    finally:
+        store.close()
 
 
 def _upstream_meta_from(registry) -> dict:

@@ -144,3 +144,44 @@ def test_file_store_bad_file_names_the_key(tmp_path):
     with pytest.raises(ConfigError) as info:
         FileCheckpointStore(tmp_path).load()
     assert info.value.key == "commitTS" and str(tmp_path / "savepoint") in str(info.value)
+
+
+def test_worker_layout_is_recorded_and_a_changed_count_after_a_crash_drops_the_rows(
+        mariadb, fresh_database):
+    from tidb_binlog.drainer.progress import progress_upsert_statement
+
+    schema = fresh_database()
+    cid = next(_cluster_ids)
+    store = MySQLCheckpointStore(cfg_of(mariadb), cid, schema=schema)
+    try:
+        first = store.check_workers(4)                    # fresh: record the count
+        assert (first.previous_count, first.reset_progress, first.safe_mode) == \
+            (None, False, False)
+        for worker, ts in enumerate((150, 120, 100, 180)):   # 4 workers wrote rows
+            stmt = progress_upsert_statement(cid, worker, ts, schema)
+            run(mariadb, stmt.sql, stmt.args)
+        store.save(Checkpoint(100))                        # then a crash
+        same = store.check_workers(4)
+        assert (same.previous_count, same.reset_progress, same.safe_mode) == (4, False, False)
+        changed = store.check_workers(2)
+        assert (changed.previous_count, changed.reset_progress, changed.safe_mode,
+                changed.safe_mode_until_ts) == (4, True, True, 180)
+        assert run(mariadb, f"SELECT COUNT(*) FROM `{schema}`.worker_progress "
+                            "WHERE clusterID = %s", (cid,)) == ((0,),)
+        assert run(mariadb, f"SELECT workerCount, safeModeUntilTS FROM `{schema}`.worker_layout "
+                            "WHERE clusterID = %s", (cid,)) == ((2, 180),)
+        # crashed again before the checkpoint passed 180: safe mode again, rows kept
+        stmt = progress_upsert_statement(cid, 0, 130, schema)
+        run(mariadb, stmt.sql, stmt.args)
+        store.save(Checkpoint(120))
+        again = store.check_workers(2)
+        assert (again.reset_progress, again.safe_mode) == (False, True)
+        # a clean stop past the window: free, and the window is closed
+        store.save(Checkpoint(200, consistent=True))
+        clean = store.check_workers(3)
+        assert (clean.reset_progress, clean.safe_mode, clean.safe_mode_until_ts) == \
+            (True, False, 0)
+        assert run(mariadb, f"SELECT workerCount, safeModeUntilTS FROM `{schema}`.worker_layout "
+                            "WHERE clusterID = %s", (cid,)) == ((3, 0),)
+    finally:
+        store.close()

@@ -229,3 +229,46 @@ def test_property_checkpoint_is_the_acked_prefix(parts_list, rnd):
         assert a.commit_ts >= last
         last = a.commit_ts
     assert a.commit_ts == len(parts_list) and a.final().consistent
+
+
+# -- worker-count across a crash (checkpoint_store.decide_worker_layout) ------------------
+def _layout(count, recorded, safe_until, progress, cp):
+    from tidb_binlog.drainer.checkpoint_store import decide_worker_layout
+
+    return decide_worker_layout(count, recorded, safe_until, progress, cp)
+
+
+def test_same_worker_count_or_no_rows_keeps_the_progress_rows():
+    crash = Checkpoint(100)
+    d = _layout(4, 4, 0, {0: 150, 1: 120}, crash)
+    assert (d.reset_progress, d.safe_mode) == (False, False)
+    d = _layout(2, None, 0, {}, crash)                     # a fresh task
+    assert (d.reset_progress, d.safe_mode, d.previous_count) == (False, False, None)
+
+
+def test_a_changed_count_after_a_clean_stop_is_free():
+    d = _layout(2, 4, 0, {0: 100, 1: 90, 3: 100}, Checkpoint(100, consistent=True))
+    assert (d.reset_progress, d.safe_mode, d.safe_mode_until_ts) == (True, False, 0)
+
+
+def test_a_changed_count_after_a_crash_replays_in_safe_mode_up_to_the_highest_row():
+    d = _layout(2, 4, 0, {0: 150, 1: 120, 2: 100, 3: 180}, Checkpoint(100))
+    assert (d.reset_progress, d.safe_mode, d.safe_mode_until_ts) == (True, True, 180)
+    assert (d.previous_count, d.worker_count, d.checkpoint_ts) == (4, 2, 100)
+    # rows written by a version that did not record the count: treated as changed
+    assert _layout(4, None, 0, {0: 150}, Checkpoint(100)).safe_mode
+    # no old row above the checkpoint: nothing in the window was applied
+    d = _layout(2, 4, 0, {0: 100, 1: 90}, Checkpoint(100))
+    assert (d.reset_progress, d.safe_mode) == (True, False)
+    # no checkpoint saved at all: not consistent
+    assert _layout(2, 4, 0, {0: 5}, None).safe_mode
+
+
+def test_a_second_crash_inside_the_window_keeps_safe_mode_until_the_checkpoint_passes_it():
+    d = _layout(2, 2, 180, {0: 130, 1: 110}, Checkpoint(120))
+    assert (d.reset_progress, d.safe_mode, d.safe_mode_until_ts) == (False, True, 180)
+    d = _layout(2, 2, 180, {0: 200, 1: 190}, Checkpoint(180))
+    assert (d.safe_mode, d.safe_mode_until_ts) == (False, 0)
+    # another change inside an open window: the old window still counts
+    d = _layout(3, 2, 180, {0: 130, 1: 110}, Checkpoint(120))
+    assert (d.reset_progress, d.safe_mode_until_ts) == (True, 180)

@@ -21,15 +21,38 @@ progress row; the :class:`~tidb_binlog.drainer.checkpoint.Advancer` guarantees
 it (it passes a commit_ts only once every part at or below it was acknowledged,
 and a worker acknowledges only after its transaction, progress row included,
 committed).  The stores save what they are given.
+
+**Worker count across a crash** (exactly-once, :meth:`MySQLCheckpointStore.check_workers`,
+run before the SQL workers start).  A progress row says "worker *w* committed every
+part routed to it up to commit_ts", and routing is ``hash(row) % worker-count``:
+the rows mean nothing for another count.  The table ``tidb_binlog.worker_layout``
+records the count they were written with, and :func:`decide_worker_layout` decides:
+
+=========================================== ===========================================
+no progress rows, or the same count         keep them
+count changed, checkpoint ``consistent``    delete them: nothing above the checkpoint
+(a clean stop)                              was applied, so the change is free
+count changed (or not recorded), checkpoint delete them and replay from the checkpoint
+not consistent (a crash)                    in **safe mode** up to the highest old
+                                            row (``safeModeUntilTS``): part of that
+                                            window was committed under the old routing
+=========================================== ===========================================
+
+``safeModeUntilTS`` is saved with the new count, so a second crash before the
+checkpoint passes it turns safe mode on again at the next start; once the
+checkpoint is past it the run is normal.  Safe mode stays on for the whole run
+that needs it (the workers' configured ``safe-mode``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -46,6 +69,7 @@ from tidb_binlog.drainer.checkpoint import (
     save_statement,
 )
 from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig
+from tidb_binlog.drainer.progress import PROGRESS_TABLE, progress_create_statements
 from tidb_binlog.drainer.sql import Statement, quote_table
 from tidb_binlog.errors import ProtocolError, StorageError, TransientDownstreamError
 
@@ -56,10 +80,52 @@ __all__ = [
     "open_checkpoint_store",
     "SAVE_ATTEMPTS",
     "SAVE_RETRY_INTERVAL_S",
+    "WORKER_LAYOUT_TABLE",
+    "WorkerLayout",
+    "decide_worker_layout",
 ]
+
+log = logging.getLogger(__name__)
 
 SAVE_ATTEMPTS = 5
 SAVE_RETRY_INTERVAL_S = 1.0
+
+# One row per upstream cluster: every progress row of the cluster was written by
+# workers routing with ``workerCount``; parts above the checkpoint and at or below
+# ``safeModeUntilTS`` may already be applied and replay only in safe mode.
+WORKER_LAYOUT_TABLE = "worker_layout"
+
+
+@dataclass(frozen=True)
+class WorkerLayout:
+    """What :func:`decide_worker_layout` decided for a task starting with ``worker_count``."""
+
+    worker_count: int
+    previous_count: int | None     # as recorded; None when not recorded
+    reset_progress: bool           # delete every progress row of the cluster
+    safe_mode_until_ts: int        # saved with the layout; 0: no window
+    checkpoint_ts: int
+
+    @property
+    def safe_mode(self) -> bool:
+        """Whether this run replays in safe mode (an open window above the checkpoint)."""
+        return self.safe_mode_until_ts > self.checkpoint_ts
+
+
+def decide_worker_layout(worker_count: int, recorded_count: int | None,
+                         recorded_safe_until_ts: int, progress: Mapping[int, int],
+                         checkpoint: Checkpoint | None) -> WorkerLayout:
+    """The rules of the module docstring (pure). ``progress``: worker → commitTS."""
+    cp_ts = checkpoint.commit_ts if checkpoint is not None else 0
+    consistent = checkpoint is not None and checkpoint.consistent
+    window = recorded_safe_until_ts if recorded_safe_until_ts > cp_ts else 0
+    if not progress or recorded_count == worker_count:
+        return WorkerLayout(worker_count, recorded_count, False, window, cp_ts)
+    if not consistent:
+        highest = max(progress.values())
+        if highest > cp_ts:
+            window = max(window, highest)
+    return WorkerLayout(worker_count, recorded_count, True, window, cp_ts)
 
 
 @runtime_checkable
@@ -141,8 +207,65 @@ class MySQLCheckpointStore:
         self._retrying(run)
         self.saves += 1
 
+    def check_workers(self, worker_count: int, *, progress_schema: str | None = None,
+                      progress_table: str = PROGRESS_TABLE) -> WorkerLayout:
+        """Apply :func:`decide_worker_layout` to the saved checkpoint, the progress rows
+        and the recorded layout, in one transaction: delete the progress rows when it
+        says so and record ``worker_count`` with the safe-mode window.  Call it before
+        the SQL workers read their progress rows."""
+        schema = progress_schema or self.schema
+        layout = quote_table(schema, WORKER_LAYOUT_TABLE)
+        progress = quote_table(schema, progress_table)
+        checkpoint = self.load()
+
+        def run() -> WorkerLayout:
+            for stmt in progress_create_statements(schema, progress_table):
+                self._ds.execute(stmt)
+            self._ds.execute(Statement(
+                f"CREATE TABLE IF NOT EXISTS {layout} (clusterID BIGINT UNSIGNED NOT NULL "
+                "PRIMARY KEY, workerCount INT NOT NULL, safeModeUntilTS BIGINT NOT NULL)", None))
+            rows = self._ds.query(Statement(
+                f"SELECT workerCount, safeModeUntilTS FROM {layout} WHERE clusterID = %s "
+                "FOR UPDATE", (self.cluster_id,)))
+            recorded, safe_until = (int(rows[0][0]), int(rows[0][1])) if rows else (None, 0)
+            done = {int(w): int(ts) for w, ts in self._ds.query(Statement(
+                f"SELECT worker, commitTS FROM {progress} WHERE clusterID = %s",
+                (self.cluster_id,)))}
+            decision = decide_worker_layout(worker_count, recorded, safe_until, done, checkpoint)
+            if decision.reset_progress:
+                self._ds.execute(Statement(f"DELETE FROM {progress} WHERE clusterID = %s",
+                                           (self.cluster_id,)))
+            self._ds.execute(Statement(
+                f"REPLACE INTO {layout} (clusterID, workerCount, safeModeUntilTS) "
+                "VALUES (%s,%s,%s)", (self.cluster_id, worker_count,
+                                      decision.safe_mode_until_ts)))
+            self._ds.commit()
+            if decision.reset_progress:
+                _log_reset(decision, checkpoint, done)
+            return decision
+
+        return self._retrying(run)
+
     def close(self) -> None:
         self._ds.close()
+
+
+def _log_reset(d: WorkerLayout, checkpoint: Checkpoint | None, progress: Mapping[int, int]):
+    before = "an unrecorded worker-count" if d.previous_count is None else \
+        f"worker-count {d.previous_count}"
+    if d.safe_mode:
+        log.warning(
+            "the progress rows of %d worker(s) were written with %s and this run has "
+            "worker-count %d, after a stop that was not clean (checkpoint %d not consistent): "
+            "they do not fit the new routing, so they were dropped and the replay from "
+            "commit_ts %d runs in safe mode (up to %d, where the old workers stopped; this "
+            "run keeps safe mode on)", len(progress), before, d.worker_count, d.checkpoint_ts,
+            d.checkpoint_ts, d.safe_mode_until_ts)
+    else:
+        log.info("worker-count changed (%s -> %d) from checkpoint %d (%s): the old progress "
+                 "rows were dropped", before, d.worker_count, d.checkpoint_ts,
+                 "consistent" if checkpoint is not None and checkpoint.consistent else
+                 "no row above it")
 
 
 class FileCheckpointStore:
