@@ -286,8 +286,10 @@ def test_unreachable_downstream_is_transient(free_port):
 class KillingDownstream(Downstream):
     """A real downstream whose connection is KILLed by another session at chosen calls.
 
-    ``kill_after``: statement numbers before which the connection is killed.
-    ``lose_commit_ok``: COMMIT numbers that succeed on the server, after which the
+    ``kill_after``: numbers of ``execute_script`` calls (one per downstream
+    transaction: statements, progress and COMMIT) before which the connection is
+    killed.
+    ``lose_commit_ok``: transaction numbers whose COMMIT succeeds on the server, after which the
     connection is killed and the client sees the lost connection (2013) pymysql
     raises when the OK packet never arrives: the ambiguous commit.
     """
@@ -301,19 +303,19 @@ class KillingDownstream(Downstream):
         run(self.server, None, f"KILL {self.thread_id}")
         self.kills += 1
 
-    def execute(self, stmt):
+    def execute_script(self, statements, commit=False):
         self.calls += 1
         if self.calls in self.kill_after:
             self._kill()
-        return super().execute(stmt)
-
-    def commit(self):
-        self.commits += 1
-        super().commit()
-        if self.commits in self.lose_commit_ok:
-            self._kill()
-            self.reset()
-            raise TransientDownstreamError("Lost connection to server during query", code=2013)
+        n = super().execute_script(statements, commit=commit)
+        if commit:
+            self.commits += 1
+            if self.commits in self.lose_commit_ok:
+                self._kill()
+                self.reset()
+                raise TransientDownstreamError("Lost connection to server during query",
+                                               code=2013)
+        return n
 
 
 @pytest.mark.parametrize("exactly_once", [True, False])
@@ -325,7 +327,7 @@ def test_killed_connection_mid_batch_is_retried(mariadb, fresh_database, exactly
     apply_one_by_one(mariadb, ref, txns)
     # an ambiguous commit duplicates key-less rows unless progress rows tell (exactly-once)
     lost = {2, 4} if exactly_once else ()
-    ds = KillingDownstream(cfg_of(mariadb), mariadb, kill_after={5, 30, 31, 90},
+    ds = KillingDownstream(cfg_of(mariadb), mariadb, kill_after={3, 8, 9, 15},
                            lose_commit_ok=lost)
     loader = Loader(ds, LoaderConfig(merge=False, exactly_once=exactly_once, txn_batch=10,
                                      retry=FAST_RETRY, cluster_id=next(_cluster_ids)))

@@ -19,6 +19,7 @@ from tidb_binlog.drainer.downstream import (
 )
 from tidb_binlog.drainer.loader import Loader, LoaderConfig, as_part, plan_units, render_unit
 from tidb_binlog.drainer.loader_metrics import LoaderMetrics
+from tidb_binlog.drainer.loader_plan import Part
 from tidb_binlog.drainer.progress import (
     ReplayGuard,
     progress_create_statements,
@@ -175,9 +176,11 @@ def test_render_merges_pk_tables_and_keeps_rows_for_keyless_tables():
 
 
 def test_batch_items_and_order():
-    assert as_part((5, [ins(1)])) == Txn(5, (ins(1),))
+    assert as_part((5, [ins(1)])) == Part(5, (ins(1),))
+    assert as_part(Txn(5, (ins(1),))) == Part(5, (ins(1),))
     ddl = DDL("d", "t", "DROP TABLE t", 9)
-    assert as_part(ddl) == Txn(9, ddl=ddl)
+    assert as_part(ddl) == Part(9, (), ddl)
+    assert as_part(as_part(ddl)).is_ddl
     with pytest.raises(ProtocolError, match="batch item"):
         as_part("INSERT 1")
     loader = Loader(ScriptedDownstream(), LoaderConfig(exactly_once=False))
@@ -214,6 +217,16 @@ class ScriptedDownstream:
             self.pending_progress = stmt.args[2]
         self.pending.append(stmt.sql)
         return 1
+
+    def execute_script(self, statements, commit=False):
+        """Statement by statement, as Downstream does without multi-statements."""
+        steps = [lambda s=s: self.execute(s) for s in statements]
+        for i, step in enumerate(steps + ([self.commit] if commit else [])):
+            try:
+                step()
+            except DownstreamError as exc:
+                exc.statement_index = i
+                raise
 
     def query(self, stmt):
         self._step("SELECT")

@@ -26,6 +26,28 @@ server's error code:
 - :class:`~tidb_binlog.errors.DownstreamError`: everything else (syntax, unknown
   column or table, duplicate key, data too long...), which retrying cannot fix.
 
+**Values** (:class:`LiteralRenderer`).  A statement's ``%s`` arguments are turned
+into SQL literals here, exactly as pymysql's ``Connection.escape`` would (the
+text sent is byte-identical to ``cursor.execute(sql, args)``), but without its
+per-value dispatch: ``int``, ``str``, ``None``, ``float``, ``bool`` and ``bytes``
+use one precomputed function per type, chosen by the session's
+``NO_BACKSLASH_ESCAPES`` status (strings without a character to escape are only
+quoted); every other type (``Decimal``, ``datetime``, ``date``, ``time``,
+``timedelta``, subclasses) goes to ``Connection.escape`` itself.  On every new
+connection each fast function is checked against ``Connection.escape`` on probe
+values (quotes, backslashes, NUL, CJK, extremes) and dropped if they differ, so
+a pymysql upgrade can only make it slower, never different.
+
+**Scripts** (:meth:`Downstream.execute_script`).  The connection is opened with
+``CLIENT.MULTI_STATEMENTS``, so one downstream transaction (its statements,
+the progress upsert and ``COMMIT``) travels in one round trip: the rendered
+statements joined by ``;``, in pieces of at most :data:`SCRIPT_CHARS`
+characters.  The server runs them in order and stops at the first error; every
+result is read, and a failure names the statement (its index) it belongs to.
+Values are always rendered as escaped literals, never spliced unescaped, so
+the extra statements can only be the ones we wrote.  A DDL is sent alone and
+all its results are read.
+
 **Retries** (:class:`RetryPolicy`, :func:`backoff_delays`): exponential backoff
 from ``initial_backoff_s`` doubling up to ``max_backoff_s``, giving up once
 ``max_elapsed_s`` have passed since the first failure.  The default rides out a
@@ -42,6 +64,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pymysql
+from pymysql import converters
+from pymysql.constants import CLIENT, SERVER_STATUS
 
 from tidb_binlog.drainer.sql import Statement
 from tidb_binlog.errors import ConfigError, DownstreamError, TransientDownstreamError
@@ -49,6 +73,8 @@ from tidb_binlog.errors import ConfigError, DownstreamError, TransientDownstream
 __all__ = [
     "DownstreamConfig",
     "Downstream",
+    "LiteralRenderer",
+    "SCRIPT_CHARS",
     "RetryPolicy",
     "backoff_delays",
     "translate_error",
@@ -88,6 +114,10 @@ TRANSIENT_CODES = CONNECTION_CODES | frozenset({
 })
 """Error codes after which the same statements may succeed on a new connection."""
 
+SCRIPT_CHARS = 4 << 20
+"""Characters per multi-statement round trip (a bigger statement is sent alone); far
+below every server's ``max_allowed_packet`` (MySQL/MariaDB default 16-64 MiB)."""
+
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 _NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
 
@@ -123,6 +153,88 @@ def translate_error(exc: BaseException, sql: str | None, where: str) -> Downstre
     return DownstreamError(text, sql=shown, code=code)
 
 
+_NO_BACKSLASH_ESCAPES = SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
+_TO_ESCAPE = re.compile("[\\x00\\n\\r\\x1a\"'\\\\]")  # pymysql's escape table's keys
+_ESCAPE_TABLE = converters._escape_table
+_PROBES: dict[type, tuple] = {
+    int: (0, -1, 7, 2**64 - 1, -2**63),
+    bool: (True, False),
+    float: (0.0, 1.5, -3.25e-300, 1e300, 0.1, -0.0),
+    type(None): (None,),
+    bytes: (b"", b"\x00'\"\\\n\r\x1a\xff", bytes(range(256))),
+    str: ("", "plain", "a'b\"c\\d\x00e\nf\rg\x1ah", "中文'日本語\\", "%s%%", "'';--"),
+}
+
+
+def _str_backslash(value: str) -> str:
+    if _TO_ESCAPE.search(value) is None:
+        return "'" + value + "'"
+    return "'" + value.translate(_ESCAPE_TABLE) + "'"
+
+
+def _str_no_backslash(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+_FAST: dict[type, Any] = {
+    int: str,
+    bool: lambda v: "1" if v else "0",
+    float: converters.escape_float,
+    type(None): lambda v: "NULL",
+    bytes: lambda v: "X'" + v.hex() + "'",
+}
+
+
+class LiteralRenderer:
+    """``sql % literals`` exactly as pymysql renders it, cheaper (see the module doc)."""
+
+    def __init__(self, conn: pymysql.connections.Connection):
+        self._conn = conn
+        self._tables: dict[bool, dict[type, Any]] = {}
+
+    def _table(self, no_backslash: bool) -> dict[type, Any]:
+        table = self._tables.get(no_backslash)
+        if table is None:
+            fast = {**_FAST, str: _str_no_backslash if no_backslash else _str_backslash}
+            escape = self._conn.escape
+            table = {tp: fn for tp, fn in fast.items()
+                     if all(fn(v) == escape(v) for v in _PROBES[tp])}
+            if len(table) < len(fast):
+                log.warning("pymysql renders %s differently from the fast path; those types "
+                            "go through Connection.escape",
+                            sorted(tp.__name__ for tp in fast.keys() - table.keys()))
+            self._tables[no_backslash] = table
+        return table
+
+    def fast_types(self) -> frozenset[type]:
+        """The types rendered without ``Connection.escape`` in the session's mode now."""
+        return frozenset(self._table(bool(self._conn.server_status & _NO_BACKSLASH_ESCAPES)))
+
+    def literal(self, value: Any) -> str:
+        """One value as pymysql's ``Connection.escape`` renders it now."""
+        no_backslash = bool(self._conn.server_status & _NO_BACKSLASH_ESCAPES)
+        fn = self._table(no_backslash).get(type(value))
+        return fn(value) if fn is not None else self._conn.escape(value)
+
+    def render(self, stmt: Statement) -> str:
+        """The text ``cursor.execute(stmt.sql, stmt.args)`` would send."""
+        if stmt.args is None:
+            return stmt.sql
+        table = self._table(bool(self._conn.server_status & _NO_BACKSLASH_ESCAPES))
+        get, escape = table.get, self._conn.escape
+        try:
+            if table.get(str) is _str_backslash and table.get(int) is str:
+                # the common case inline: ints, and strings with nothing to escape
+                search = _TO_ESCAPE.search
+                return stmt.sql % tuple([
+                    str(a) if type(a) is int else "'" + a + "'"
+                    if type(a) is str and search(a) is None else get(type(a), escape)(a)
+                    for a in stmt.args])
+            return stmt.sql % tuple([get(type(a), escape)(a) for a in stmt.args])
+        except TypeError as exc:  # what pymysql raises for a placeholder/argument mismatch
+            raise pymysql.err.ProgrammingError(str(exc)) from exc
+
+
 def _param_value(value: Any) -> Any:
     if not isinstance(value, str):
         return value
@@ -150,6 +262,7 @@ class DownstreamConfig:
     read_timeout_s: float = 60.0
     write_timeout_s: float = 60.0
     connect_timeout_s: float = 10.0
+    multi_statements: bool = True  # one round trip per transaction (execute_script)
 
     def __post_init__(self) -> None:
         for name in self.params:
@@ -188,6 +301,8 @@ class Downstream:
         self.config = config
         self._database = database
         self._conn: pymysql.connections.Connection | None = None
+        self._literals: LiteralRenderer | None = None
+        self.round_trips = 0  # statements (or multi-statement scripts) sent
 
     @property
     def connected(self) -> bool:
@@ -204,7 +319,9 @@ class Downstream:
                                    database=self._database, charset="utf8mb4",
                                    autocommit=False, connect_timeout=c.connect_timeout_s,
                                    read_timeout=c.read_timeout_s,
-                                   write_timeout=c.write_timeout_s)
+                                   write_timeout=c.write_timeout_s,
+                                   client_flag=CLIENT.MULTI_STATEMENTS
+                                   if c.multi_statements else 0)
         except (pymysql.err.MySQLError, OSError) as exc:
             raise translate_error(exc, None, where) from exc
         try:
@@ -221,6 +338,7 @@ class Downstream:
             conn.close()
             raise
         self._conn = conn
+        self._literals = LiteralRenderer(conn)
         return conn
 
     @property
@@ -228,17 +346,84 @@ class Downstream:
         """The server's id of this connection (what ``KILL <id>`` takes)."""
         return self.connection().thread_id()
 
+    def render(self, stmt: Statement) -> str:
+        """The SQL text :meth:`execute` sends for ``stmt`` (literals in place)."""
+        self.connection()
+        try:
+            return self._literals.render(stmt)
+        except pymysql.err.MySQLError as exc:  # a value MySQL cannot take (inf, nan)
+            raise translate_error(exc, stmt.sql, f"rendering for {self.config.address}") from exc
+
     def execute(self, stmt: Statement) -> int:
-        """Run one statement; the number of affected rows."""
+        """Run one statement (every result read); the number of affected rows."""
         conn = self.connection()
         try:
+            text = self._literals.render(stmt)
             with conn.cursor() as cur:
-                return cur.execute(stmt.sql, stmt.args)
+                self.round_trips += 1
+                return cur.execute(text)
         except (pymysql.err.MySQLError, OSError) as exc:
             err = translate_error(exc, stmt.sql, f"downstream {self.config.address}")
             if isinstance(err, TransientDownstreamError):
                 self.reset()
             raise err from exc
+
+    def execute_script(self, statements: list[Statement], *, commit: bool = False) -> int:
+        """Run ``statements`` in order, then COMMIT when ``commit``, in as few round trips
+        as :data:`SCRIPT_CHARS` allows; the total of affected rows.
+
+        A failure is raised as from :meth:`execute`, with ``statement_index`` set to
+        the index of the statement it belongs to (``len(statements)`` = the COMMIT);
+        nothing after it ran.
+        """
+        conn = self.connection()
+        if not self.config.multi_statements:
+            total = 0
+            for i, stmt in enumerate(statements):
+                total += self._indexed(i, self.execute, stmt)
+            if commit:
+                self._indexed(len(statements), self.commit)
+            return total
+        scripts: list[tuple[int, list[str]]] = []  # (index of the first statement, texts)
+        size = SCRIPT_CHARS
+        for i, stmt in enumerate(statements):
+            text = self._indexed(i, self.render, stmt)
+            if size + len(text) > SCRIPT_CHARS:
+                scripts.append((i, []))
+                size = 0
+            scripts[-1][1].append(text)
+            size += len(text) + 1
+        if commit:
+            if not scripts:
+                scripts.append((0, []))
+            scripts[-1][1].append("COMMIT")
+        total = 0
+        for first, texts in scripts:
+            index = first
+            try:
+                with conn.cursor() as cur:
+                    self.round_trips += 1
+                    total += cur.execute(";".join(texts))
+                    index += 1
+                    while cur.nextset():
+                        total += cur.rowcount
+                        index += 1
+            except (pymysql.err.MySQLError, OSError) as exc:
+                sql = statements[index].sql if index < len(statements) else "COMMIT"
+                err = translate_error(exc, sql, f"downstream {self.config.address}")
+                if isinstance(err, TransientDownstreamError):
+                    self.reset()
+                err.statement_index = index
+                raise err from exc
+        return total
+
+    @staticmethod
+    def _indexed(index: int, fn, *args):
+        try:
+            return fn(*args)
+        except DownstreamError as exc:
+            exc.statement_index = index
+            raise
 
     def query(self, stmt: Statement) -> list[tuple]:
         """Run a SELECT; all its rows."""
@@ -256,6 +441,7 @@ class Downstream:
     def commit(self) -> None:
         conn = self.connection()
         try:
+            self.round_trips += 1
             conn.commit()
         except (pymysql.err.MySQLError, OSError) as exc:
             err = translate_error(exc, "COMMIT", f"downstream {self.config.address}")
@@ -278,6 +464,7 @@ class Downstream:
     def reset(self) -> None:
         """Drop the connection (the next call reconnects)."""
         conn, self._conn = self._conn, None
+        self._literals = None
         if conn is not None:
             try:
                 conn.close()

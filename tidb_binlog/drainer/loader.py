@@ -46,11 +46,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tidb_binlog.drainer.checkpoint import CHECKPOINT_SCHEMA
-from tidb_binlog.drainer.dml import Txn
+from tidb_binlog.drainer.dml import DMLType
 from tidb_binlog.drainer.downstream import (
     Downstream,
     RetryPolicy,
@@ -58,7 +59,14 @@ from tidb_binlog.drainer.downstream import (
     shorten_sql,
 )
 from tidb_binlog.drainer.loader_metrics import NullMetrics
-from tidb_binlog.drainer.loader_plan import Unit, as_part, check_batch, plan_units, render_unit
+from tidb_binlog.drainer.loader_plan import (
+    Part,
+    Unit,
+    as_part,
+    check_batch,
+    plan_units,
+    render_unit,
+)
 from tidb_binlog.drainer.merge_by_key import DEFAULT_BATCH_SIZE
 from tidb_binlog.drainer.progress import (
     PROGRESS_TABLE,
@@ -75,6 +83,7 @@ __all__ = [
     "LoaderConfig",
     "Loader",
     "Ack",
+    "Part",
     "Unit",
     "plan_units",
     "as_part",
@@ -97,6 +106,9 @@ IGNORABLE_DDL_CODES = frozenset({
     1146,  # table doesn't exist
 })
 """TiDB Binlog's IgnoreDDLError list: the DDL's effect is already there (replay)."""
+
+_EVENT_KINDS = ((DMLType.INSERT, "Insert"), (DMLType.UPDATE, "Update"),
+                (DMLType.DELETE, "Delete"))
 
 
 @dataclass(frozen=True)
@@ -274,12 +286,13 @@ class Loader:
                                  rows_per_statement=c.rows_per_statement)
         max_ts = rows[-1][0]
         try:
-            self._run_statements(statements)
+            self._run_transaction(statements, max_ts)
         except TransientDownstreamError:
             raise
         except DownstreamError as exc:
+            failed = self._failed_statement(exc, statements)
             if all(lo == hi for _, lo, hi in statements) and not c.merge:
-                self._fail(exc, *exc.failed)
+                self._fail(exc, *failed)
             # Bulk statements cover several row changes: run the transaction again one
             # row change per statement, so the error names the exact one (or, if that
             # succeeds, the per-row result stands).
@@ -288,31 +301,42 @@ class Loader:
                         "row by row to find the failing change", c.worker, exc.message)
             precise = render_unit(rows, merge=False, safe_mode=safe, coalesce=False)
             try:
-                self._run_statements(precise)
+                self._run_transaction(precise, max_ts)
             except TransientDownstreamError:
                 raise
             except DownstreamError as exc2:
-                self._fail(exc2, *exc2.failed)
-        if c.exactly_once:
-            self._timed_execute(progress_upsert_statement(
-                c.cluster_id, c.worker, max_ts, c.progress_schema, c.progress_table))
-        self._commit()
+                self._fail(exc2, *self._failed_statement(exc2, precise))
         self._retrying = False
         self.guard.committed(max_ts)
-        for kind in ("Insert", "Update", "Delete"):
-            self.metrics.count_event(kind, sum(1 for _, d in rows if d.tp.name.title() == kind))
+        counts = Counter(d.tp for _, d in rows)
+        for tp, kind in _EVENT_KINDS:
+            self.metrics.count_event(kind, counts.get(tp, 0))
         return len(rows)
 
-    def _run_statements(self, statements: list[tuple[Statement, int, int]]) -> None:
-        """Execute in order; a permanent error gets ``failed = (stmt, lo, hi)`` attached."""
-        for stmt, lo, hi in statements:
-            try:
-                self._timed_execute(stmt)
-            except TransientDownstreamError:
-                raise
-            except DownstreamError as exc:
-                exc.failed = (stmt, lo, hi)
-                raise
+    def _run_transaction(self, statements: list[tuple[Statement, int, int]],
+                         max_ts: int) -> None:
+        """The statements, this worker's progress upsert and COMMIT: one round trip
+        (:meth:`Downstream.execute_script`) unless the statements are very large."""
+        c = self.config
+        script = [stmt for stmt, _, _ in statements]
+        if c.exactly_once:
+            script.append(progress_upsert_statement(
+                c.cluster_id, c.worker, max_ts, c.progress_schema, c.progress_table))
+        t0 = time.perf_counter()
+        self.downstream.execute_script(script, commit=True)
+        self.metrics.observe_query("exec", time.perf_counter() - t0)
+
+    def _failed_statement(self, exc: DownstreamError,
+                          statements: list[tuple[Statement, int, int]]
+                          ) -> tuple[Statement, int, int]:
+        """The ``(statement, lo_ts, hi_ts)`` a permanent error belongs to; an error of
+        the progress upsert or the COMMIT is raised as it is."""
+        index = getattr(exc, "statement_index", None)
+        if index is None or index >= len(statements):
+            self.downstream.rollback()
+            self.metrics.count_error("permanent")
+            raise exc
+        return statements[index]
 
     def _fail(self, exc: DownstreamError, stmt: Statement, lo: int, hi: int):
         self.downstream.rollback()
@@ -325,7 +349,7 @@ class Loader:
             f"restart the drainer, or skip the txn with ignore-txn-commit-ts = {skip}",
             sql=shorten_sql(stmt.sql), code=exc.code) from exc
 
-    def _apply_ddl(self, part: Txn) -> None:
+    def _apply_ddl(self, part: Part) -> None:
         c = self.config
         ddl = part.ddl
         if self.guard.should_skip(part.commit_ts):

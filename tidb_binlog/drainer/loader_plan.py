@@ -1,7 +1,8 @@
 """How one worker's batch becomes downstream transactions and statements (pure).
 
 :func:`as_part` normalises a batch item (a :class:`~tidb_binlog.drainer.dml.Txn`,
-a dispatcher part ``(commit_ts, dmls)`` or a :class:`~tidb_binlog.drainer.dml.DDL`);
+a dispatcher part ``(commit_ts, dmls)`` or a :class:`~tidb_binlog.drainer.dml.DDL`)
+into a :class:`Part` (a named tuple: one per upstream txn, so it must be cheap);
 :func:`check_batch` insists on strictly ascending commit_ts.
 
 :func:`plan_units` groups parts into :class:`Unit` s, one per downstream
@@ -21,13 +22,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tidb_binlog.drainer.dml import DDL, DML, Txn
 from tidb_binlog.drainer.merge_by_key import DEFAULT_BATCH_SIZE, merge_statements
 from tidb_binlog.drainer.sql import Statement, dml_statements
 from tidb_binlog.errors import ProtocolError
 
-__all__ = ["Unit", "as_part", "check_batch", "plan_units", "render_unit"]
+__all__ = ["Part", "Unit", "as_part", "check_batch", "plan_units", "render_unit"]
+
+
+class Part(NamedTuple):
+    """One upstream transaction's share of a worker batch: row changes, or one DDL."""
+
+    commit_ts: int
+    dmls: tuple[DML, ...] = ()
+    ddl: DDL | None = None
+
+    @property
+    def is_ddl(self) -> bool:
+        return self.ddl is not None
 
 
 @dataclass
@@ -35,7 +49,7 @@ class Unit:
     """One downstream transaction: ``(commit_ts, dml)`` row changes, or one DDL part."""
 
     rows: list[tuple[int, DML]] = field(default_factory=list)
-    ddl: Txn | None = None
+    ddl: Part | None = None
 
     @property
     def commit_ts_range(self) -> tuple[int, int]:
@@ -44,19 +58,24 @@ class Unit:
         return self.rows[0][0], self.rows[-1][0]
 
 
-def as_part(item) -> Txn:
-    """A batch item as a Txn: a Txn, a ``(commit_ts, dmls)`` part, or a DDL."""
-    if isinstance(item, Txn):
+def as_part(item) -> Part:
+    """A batch item as a Part: a Txn, a ``(commit_ts, dmls)`` part, or a DDL."""
+    if type(item) is tuple and len(item) == 2 and type(item[0]) is int:
+        dmls = item[1]
+        return Part(item[0], dmls if type(dmls) is tuple else tuple(dmls))
+    if isinstance(item, Part):
         return item
+    if isinstance(item, Txn):
+        return Part(item.commit_ts, item.dmls, item.ddl)
     if isinstance(item, DDL):
-        return Txn(item.commit_ts, ddl=item)
+        return Part(item.commit_ts, (), item)
     if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], int):
-        return Txn(item[0], tuple(item[1]))
+        return Part(int(item[0]), tuple(item[1]))
     raise ProtocolError(f"a batch item must be a Txn, a (commit_ts, dmls) part or a DDL, "
                         f"got {type(item).__name__}: {item!r:.200}")
 
 
-def check_batch(parts: Sequence[Txn], worker: int) -> None:
+def check_batch(parts: Sequence[Part], worker: int) -> None:
     last = None
     for i, part in enumerate(parts):
         if last is not None and part.commit_ts <= last:
@@ -65,7 +84,7 @@ def check_batch(parts: Sequence[Txn], worker: int) -> None:
         last = part.commit_ts
 
 
-def plan_units(parts: Sequence[Txn], txn_batch: int, *, split_parts: bool) -> list[Unit]:
+def plan_units(parts: Sequence[Part], txn_batch: int, *, split_parts: bool) -> list[Unit]:
     """Group parts into downstream transactions (see the module docstring)."""
     units: list[Unit] = []
     current = Unit()

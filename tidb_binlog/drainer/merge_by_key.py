@@ -46,6 +46,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
 from tidb_binlog.drainer.dml import DML, DMLType, TableSchema
@@ -71,17 +73,37 @@ class MergedBatch:
     anomalies: int = 0
 
 
-def _pk_values(schema: TableSchema, pk: tuple[str, ...], image: dict[str, Any],
-               dml: DML) -> tuple:
-    try:
-        values = tuple(image[c] for c in pk)
-    except KeyError as exc:
-        raise SchemaError(f"{dml.tp.name} on {schema.qualified_name} lacks primary key "
-                          f"column {exc.args[0]!r}; merge mode needs full rows") from None
-    if None in values:
-        raise SchemaError(f"{dml.tp.name} on {schema.qualified_name} has NULL in primary key "
-                          f"{list(pk)}: {values!r}")
-    return values
+def _pk_error(schema: TableSchema, pk: tuple[str, ...], image: dict[str, Any],
+              dml: DML) -> SchemaError:
+    missing = [c for c in pk if c not in image]
+    if missing:
+        return SchemaError(f"{dml.tp.name} on {schema.qualified_name} lacks primary key "
+                           f"column {missing[0]!r}; merge mode needs full rows")
+    values = tuple(image[c] for c in pk)
+    return SchemaError(f"{dml.tp.name} on {schema.qualified_name} has NULL in primary key "
+                       f"{list(pk)}: {values!r}")
+
+
+def _key_function(schema: TableSchema, pk: tuple[str, ...]):
+    """``key(image, dml)``: the PK value (one column) or tuple of values, never NULL."""
+    if len(pk) == 1:
+        column = pk[0]
+
+        def key(image: dict[str, Any], dml: DML):
+            value = image.get(column)
+            if value is None:
+                raise _pk_error(schema, pk, image, dml)
+            return value
+    else:
+        def key(image: dict[str, Any], dml: DML):
+            try:
+                values = tuple([image[c] for c in pk])
+            except KeyError:
+                raise _pk_error(schema, pk, image, dml) from None
+            if None in values:
+                raise _pk_error(schema, pk, image, dml)
+            return values
+    return key
 
 
 def _check_batch(dmls: Sequence[DML]) -> tuple[TableSchema, tuple[str, ...]]:
@@ -91,11 +113,29 @@ def _check_batch(dmls: Sequence[DML]) -> tuple[TableSchema, tuple[str, ...]]:
     if pk is None:
         raise SchemaError(f"table {schema.qualified_name} has no primary key; merge mode "
                           "applies only to tables with one (use the causality path)")
+    name = (first.database, first.table)
     for dml in dmls:
-        if (dml.database, dml.table) != (first.database, first.table):
+        if (dml.database, dml.table) != name:
             raise SchemaError(f"a merge batch holds one table: `{first.database}`."
                               f"`{first.table}` and `{dml.database}`.`{dml.table}` are mixed")
     return schema, pk.columns
+
+
+def _split(dmls: Sequence[DML], key) -> list[tuple[Any, DML]]:
+    """Step 1 on a checked batch: ``(key of the new image, change)`` pairs."""
+    out: list[tuple[Any, DML]] = []
+    for dml in dmls:
+        new_key = key(dml.values, dml)
+        if dml.tp is DMLType.UPDATE:
+            old_key = key(dml.old_values, dml)
+            if old_key != new_key:
+                out.append((old_key, DML(dml.database, dml.table, DMLType.DELETE,
+                                         dml.old_values, None, dml.schema)))
+                out.append((new_key, DML(dml.database, dml.table, DMLType.INSERT,
+                                         dml.values, None, dml.schema)))
+                continue
+        out.append((new_key, dml))
+    return out
 
 
 def split_key_changes(dmls: Sequence[DML]) -> list[DML]:
@@ -103,17 +143,7 @@ def split_key_changes(dmls: Sequence[DML]) -> list[DML]:
     if not dmls:
         return []
     schema, pk = _check_batch(dmls)
-    out: list[DML] = []
-    for dml in dmls:
-        if dml.tp is DMLType.UPDATE and (_pk_values(schema, pk, dml.old_values, dml)
-                                         != _pk_values(schema, pk, dml.values, dml)):
-            out.append(DML(dml.database, dml.table, DMLType.DELETE, dml.old_values, None,
-                           dml.schema))
-            out.append(DML(dml.database, dml.table, DMLType.INSERT, dml.values, None,
-                           dml.schema))
-        else:
-            out.append(dml)
-    return out
+    return [dml for _, dml in _split(dmls, _key_function(schema, pk))]
 
 
 def merge_by_key(dmls: Sequence[DML]) -> MergedBatch:
@@ -121,31 +151,30 @@ def merge_by_key(dmls: Sequence[DML]) -> MergedBatch:
     if not dmls:
         raise SchemaError("merge_by_key needs at least one DML")
     schema, pk = _check_batch(dmls)
-    held: dict[tuple, DML] = {}
+    held: dict[Any, DML] = {}
     anomalies = 0
-    for dml in split_key_changes(dmls):
-        key = _pk_values(schema, pk, dml.values, dml)
+    INSERT, UPDATE, DELETE = DMLType.INSERT, DMLType.UPDATE, DMLType.DELETE
+    for key, dml in _split(dmls, _key_function(schema, pk)):
         earlier = held.get(key)
-        if earlier is None or dml.tp is DMLType.DELETE:
-            if earlier is not None and earlier.tp is DMLType.DELETE:
+        if earlier is None or dml.tp is DELETE:
+            if earlier is not None and earlier.tp is DELETE:
                 anomalies += 1  # delete + delete
             held[key] = dml
-        elif dml.tp is DMLType.INSERT:
-            if earlier.tp is not DMLType.DELETE:
+        elif dml.tp is INSERT:
+            if earlier.tp is not DELETE:
                 anomalies += 1  # insert + insert, update + insert
             held[key] = dml
-        elif earlier.tp is DMLType.INSERT:  # insert + update -> insert
-            held[key] = DML(dml.database, dml.table, DMLType.INSERT, dml.values, None,
+        elif earlier.tp is INSERT:  # insert + update -> insert
+            held[key] = DML(dml.database, dml.table, INSERT, dml.values, None, dml.schema)
+        elif earlier.tp is UPDATE:  # update + update keeps the first old image
+            held[key] = DML(dml.database, dml.table, UPDATE, dml.values, earlier.old_values,
                             dml.schema)
-        elif earlier.tp is DMLType.UPDATE:  # update + update keeps the first old image
-            held[key] = DML(dml.database, dml.table, DMLType.UPDATE, dml.values,
-                            earlier.old_values, dml.schema)
         else:  # delete + update
             anomalies += 1
             held[key] = dml
     batch = MergedBatch(dmls[0].database, dmls[0].table, schema, anomalies=anomalies)
     for dml in held.values():
-        (batch.deletes if dml.tp is DMLType.DELETE else batch.upserts).append(dml)
+        (batch.deletes if dml.tp is DELETE else batch.upserts).append(dml)
     return batch
 
 
@@ -154,9 +183,35 @@ def _chunks(seq: list, size: int):
         yield seq[i:i + size]
 
 
+@lru_cache(maxsize=1024)
+def _delete_sql(table: str, pk: tuple[str, ...], n: int) -> str:
+    if len(pk) == 1:
+        return f"DELETE FROM {table} WHERE {quote_name(pk[0])} IN ({','.join(['%s'] * n)})"
+    one = "(" + " AND ".join(f"{quote_name(c)} = %s" for c in pk) + ")"
+    return f"DELETE FROM {table} WHERE {' OR '.join([one] * n)}"
+
+
+@lru_cache(maxsize=1024)
+def _replace_sql(table: str, names: tuple[str, ...], n: int) -> str:
+    cols = "(" + ",".join(quote_name(c) for c in names) + ")"
+    row = "(" + ",".join(["%s"] * len(names)) + ")"
+    return f"REPLACE INTO {table} {cols} VALUES {','.join([row] * n)}"
+
+
+def _flat_args(images: list[dict[str, Any]], names: tuple[str, ...]) -> tuple:
+    if len(names) == 1:
+        name = names[0]
+        return tuple([image[name] for image in images])
+    get = itemgetter(*names)
+    return tuple([v for image in images for v in get(image)])
+
+
 def render_merged(batch: MergedBatch, *, batch_size: int = DEFAULT_BATCH_SIZE
                   ) -> list[Statement]:
-    """Step 3: batched DELETEs by PK, then multi-row REPLACEs, ``batch_size`` per statement."""
+    """Step 3: batched DELETEs by PK, then multi-row REPLACEs, ``batch_size`` per statement.
+
+    The SQL text of each (table, columns, row count) is built once and cached.
+    """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     schema = batch.schema
@@ -164,28 +219,19 @@ def render_merged(batch: MergedBatch, *, batch_size: int = DEFAULT_BATCH_SIZE
     table = quote_table(batch.database, batch.table)
     out: list[Statement] = []
     for chunk in _chunks(batch.deletes, batch_size):
-        args: list[Any] = []
-        for dml in chunk:
-            args.extend(dml.values[c] for c in pk)
-        if len(pk) == 1:
-            cond = f"{quote_name(pk[0])} IN ({','.join(['%s'] * len(chunk))})"
-        else:
-            one = "(" + " AND ".join(f"{quote_name(c)} = %s" for c in pk) + ")"
-            cond = " OR ".join([one] * len(chunk))
-        out.append(Statement(f"DELETE FROM {table} WHERE {cond}", tuple(args)))
-    by_columns: dict[tuple[str, ...], list[DML]] = {}
+        out.append(Statement(_delete_sql(table, pk, len(chunk)),
+                             _flat_args([dml.values for dml in chunk], pk)))
+    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    all_columns, column_set = schema.columns, schema.column_set
     for dml in batch.upserts:
-        by_columns.setdefault(tuple(image_columns(schema, dml.values)), []).append(dml)
-    for names, rows in by_columns.items():
-        cols = "(" + ",".join(quote_name(n) for n in names) + ")"
-        row = "(" + ",".join(["%s"] * len(names)) + ")"
-        for chunk in _chunks(rows, batch_size):
-            args = []
-            for dml in chunk:
-                values = dml.values
-                args.extend(values[n] for n in names)
-            out.append(Statement(f"REPLACE INTO {table} {cols} VALUES "
-                                 f"{','.join([row] * len(chunk))}", tuple(args)))
+        values = dml.values
+        names = all_columns if values.keys() == column_set else tuple(
+            image_columns(schema, values))
+        by_columns.setdefault(names, []).append(values)
+    for names, images in by_columns.items():
+        for chunk in _chunks(images, batch_size):
+            out.append(Statement(_replace_sql(table, names, len(chunk)),
+                                 _flat_args(chunk, names)))
     return out
 
 
