@@ -23,7 +23,10 @@ worker, downstream connection lost during COMMIT) the worker reloads its row
 never ahead of what every worker committed, then needs no safe mode.  Routing
 must give a replayed row the same worker as before
 (:mod:`tidb_binlog.drainer.routing`), and ``worker-count`` must not change
-between a crash and its replay.
+between a crash and its replay: before the workers start, the task checks the
+count the rows were written with and, when it changed after a crash, drops the
+rows and replays that window in safe mode
+(:meth:`~tidb_binlog.drainer.checkpoint_store.MySQLCheckpointStore.check_workers`).
 
 A DDL cannot share a transaction (MySQL commits implicitly around it), so the row
 is upserted in its own transaction right after the DDL; a crash between the two
