@@ -1,0 +1,95 @@
+"""Group commit, asynchronous callers: settled after the append, one wake-up per group."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from tidb_binlog.errors import StorageError
+from tidb_binlog.pump import group_commit
+from tidb_binlog.pump.group_commit import GroupCommitter
+from tidb_binlog.pump.storage_metrics import StorageMetrics
+
+
+class _Disk:
+    """An append that blocks until released, recording what it wrote."""
+
+    def __init__(self, fail: bool = False):
+        self.fail = fail
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.writes: list[bytes] = []
+        self.durable: list[bytes] = []
+
+    def append(self, buf: bytes, max_ts: int):
+        self.writes.append(buf)
+        self.entered.set()
+        assert self.release.wait(30)
+        if self.fail:
+            raise OSError(5, "Input/output error")
+        self.durable.append(buf)
+        return (1, 0)
+
+
+def _run(disk: _Disk, n_blocked: int, n_grouped: int):
+    """Submit one item (the writer blocks in its append), then ``n_grouped`` more
+    (one group behind it); return (futures, results, wake-ups per group)."""
+    committer = GroupCommitter(disk.append, lambda start, items: None,
+                               metrics=StorageMetrics())
+    loop = asyncio.new_event_loop()
+    wakes = []
+    real = loop.call_soon_threadsafe
+
+    def counting(callback, *args, **kw):
+        if callback is group_commit._settle:        # not the executor's own wake-ups
+            wakes.append(len(args[0]))
+        return real(callback, *args, **kw)
+
+    loop.call_soon_threadsafe = counting
+    states = {}
+
+    async def main():
+        first = committer.submit_async((b"a", 1), 1, loop)
+        await asyncio.get_running_loop().run_in_executor(None, disk.entered.wait, 30)
+        rest = [committer.submit_async((b"b%d" % i, 1), 2 + i, loop) for i in range(n_grouped)]
+        states["before"] = [f.done() for f in [first, *rest]]
+        disk.release.set()
+        return await asyncio.gather(first, *rest, return_exceptions=True)
+
+    try:
+        results = loop.run_until_complete(main())
+    finally:
+        committer.close()
+        loop.close()
+    return states["before"], results, wakes
+
+
+def test_async_writers_settle_after_the_append_with_one_wake_up_per_group():
+    disk = _Disk()
+    before, results, wakes = _run(disk, 1, 5)
+    assert before == [False] * 6                    # nothing acknowledged before durable
+    assert results == [None] * 6
+    assert disk.durable == [b"a", b"b0b1b2b3b4"]    # two groups: one write each
+    assert wakes == [1, 5]                          # ONE call_soon_threadsafe per group
+
+
+def test_async_writers_get_the_group_error_and_later_writes_are_refused():
+    disk = _Disk(fail=True)
+    _, results, wakes = _run(disk, 1, 3)
+    assert all(isinstance(r, StorageError) for r in results)
+    assert "value-log write failed" in str(results[0])
+    assert wakes == [1, 3]
+
+
+def test_submit_async_after_close_raises_at_once():
+    committer = GroupCommitter(lambda buf, ts: (1, 0), lambda start, items: None,
+                               metrics=StorageMetrics())
+    committer.close()
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(StorageError, match="closed"):
+            committer.submit_async((b"x", 1), 1, loop)
+    finally:
+        loop.close()
