@@ -10,19 +10,25 @@
     with its own channel and one grpc.aio event loop (a process of blocking
     threads spends more CPU per call than the server does, on the same 2 cores);
     the ceiling is the same clients against a bare gRPC server whose WriteBinlog
-    returns an empty response at once (same message size, same thread pool).
-    Pump and ceiling run in child processes started once, and the load
-    alternates between them for ``--rounds`` rounds so load drift on a shared
-    machine hits both alike. ``pump_grpc_p50_ms``/``p99`` are per-request ack
-    latencies of that closed loop: with 64 requests always in flight they are
-    bounded below by Little's law (64 / throughput), i.e. they measure queueing.
+    returns an empty response at once (same message size), measured twice: a
+    thread-pool ``grpc.server`` and a ``grpc.aio`` server (what the pump runs);
+    the faster of the two is the ceiling, both are printed. Pump and echo
+    servers run in child processes started once, and the load alternates
+    between them for ``--rounds`` rounds so load drift on a shared machine hits
+    all alike. ``pump_grpc_p50_ms``/``p99`` are per-request ack latencies of that
+    closed loop: with 64 requests always in flight they are bounded below by
+    Little's law (64 / throughput), i.e. they measure queueing;
+    ``pump_grpc_echo_p50_ms``/``p99`` are the same for the ceiling echo server
+    (same 64 clients): the floor Python gRPC itself sets on this machine.
     ``pump_grpc_paced_p50_ms``/``p99`` are the latencies of an open-loop run at
     ``--paced-rate`` binlogs/s (requests start on schedule; latency counted from
     the scheduled start), i.e. the service time of one write: decode, group
-    commit, fdatasync, answer.
+    commit, fdatasync, answer; ``pump_grpc_echo_paced_*`` the same against the
+    ceiling echo server.
 (c) ``pump_pull_grpc``: one PullBinlogs stream reading ``--pull-pairs`` commits
-    (1 KiB prewrite values, preloaded) beside a bare gRPC server streaming as many
-    same-sized ready-made entities (one per round, mean reported);
+    (1 KiB prewrite values, preloaded) beside the two bare gRPC servers streaming
+    as many same-sized ready-made entities (one per round, mean reported; the
+    faster server is the ceiling);
     ``pump_pull_actor``: ``PumpActor.pull`` batches (4 MiB) on a local Ray.
 
 The pump uses the durable ``tidb_binlog.pump.storage.Storage`` (sync-log on)
@@ -87,7 +93,39 @@ class _Echo(pump_pb2_grpc.PumpServicer):
                 meta=pump_pb2.Meta(startTs=i, commitTs=i)))
 
 
+class _EchoAio(pump_pb2_grpc.PumpServicer):
+    """:class:`_Echo` on grpc.aio (the pump's own server flavour)."""
+
+    def __init__(self, n: int = 0):
+        self._sync = _Echo(n)
+
+    async def WriteBinlog(self, request, context):
+        return pump_pb2.WriteBinlogResp()
+
+    async def PullBinlogs(self, request, context):
+        for resp in self._sync.PullBinlogs(request, context):
+            yield resp
+
+
+def _serve_aio(addr_q, stop_ev, preload_pairs: int) -> None:
+    import asyncio
+
+    async def main():
+        server = grpc.aio.server()
+        pump_pb2_grpc.add_PumpServicer_to_server(_EchoAio(preload_pairs), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        addr_q.put(f"127.0.0.1:{port}")
+        await asyncio.get_running_loop().run_in_executor(None, stop_ev.wait)
+        await server.stop(0)
+
+    asyncio.run(main())
+
+
 def _serve(kind: str, data_dir: str, addr_q, stop_ev, preload_pairs: int = 0) -> None:
+    if kind == "echo_aio":
+        _serve_aio(addr_q, stop_ev, preload_pairs)
+        return
     if kind == "echo":
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=128))
         pump_pb2_grpc.add_PumpServicer_to_server(_Echo(preload_pairs), server)
@@ -306,59 +344,89 @@ def main(argv=None) -> int:
         print("bench/pump_storage.py not present: pump_storage_write not measured")
 
     ctx = mp.get_context("spawn")
-    echo_n = pump_n = 0
-    echo_s = pump_s = 0.0
+    echo_kinds = ("echo", "echo_aio")
+    echo_n = {k: 0 for k in echo_kinds}
+    echo_lat: dict[str, list[float]] = {k: [] for k in echo_kinds}
+    streams: dict[str, list[float]] = {k: [] for k in echo_kinds}
+    pump_n = 0
+    pump_s = 0.0
     lat: list[float] = []
     pulls: list[float] = []
-    streams: list[float] = []
     with tempfile.TemporaryDirectory() as d, ctx.Pool(args.procs) as pool:
-        servers = [_start_server("echo", d, args.pull_pairs),
-                   _start_server("pump", str(Path(d) / "w")),
-                   _start_server("pump", str(Path(d) / "r"), args.pull_pairs)]
-        (_, _, echo_addr, _), (_, _, pump_addr, pump_q), (_, _, pull_addr, _) = servers
+        echoes = {k: _start_server(k, d, args.pull_pairs) for k in echo_kinds}
+        pump_srv = _start_server("pump", str(Path(d) / "w"))
+        pull_srv = _start_server("pump", str(Path(d) / "r"), args.pull_pairs)
+        servers = [*echoes.values(), pump_srv, pull_srv]
+        pump_addr, pump_q, pull_addr = pump_srv[2], pump_srv[3], pull_srv[2]
         per_round_s = args.seconds / args.rounds
-        # Rounds alternate ceiling and pump so load drift on a shared machine hits both.
+        # Rounds alternate ceilings and pump so load drift on a shared machine hits all.
         for r in range(args.rounds):
-            n, _ = _write_load(pool, echo_addr, args.clients, args.procs, per_round_s,
-                               pairs=False, round_no=r)
-            echo_n, echo_s = echo_n + n, echo_s + per_round_s
+            for k, (_, _, addr, _) in echoes.items():
+                n, lat_r = _write_load(pool, addr, args.clients, args.procs, per_round_s,
+                                       pairs=False, round_no=r)
+                echo_n[k] += n
+                echo_lat[k] += lat_r
             n, lat_r = _write_load(pool, pump_addr, args.clients, args.procs, per_round_s,
                                    pairs=True, round_no=r)
             pump_n, pump_s = pump_n + n, pump_s + per_round_s
             lat += lat_r
             pulls.append(_pull_grpc(pull_addr, args.pull_pairs))
-            streams.append(_pull_grpc(echo_addr, args.pull_pairs))
+            for k, (_, _, addr, _) in echoes.items():
+                streams[k].append(_pull_grpc(addr, args.pull_pairs))
+        best = max(echo_kinds, key=lambda k: echo_n[k])
         _, paced = _write_load(pool, pump_addr, args.clients, args.procs, per_round_s,
                                pairs=True, round_no=args.rounds, paced_rate=args.paced_rate)
+        _, echo_paced = _write_load(pool, echoes[best][2], args.clients, args.procs,
+                                    per_round_s, pairs=False, round_no=args.rounds,
+                                    paced_rate=args.paced_rate)
         for _, stop, _, _ in servers:
             stop.set()
         disk = pump_q.get(timeout=60)
         for proc, _, _, _ in servers:
             proc.join(30)
     lat.sort()
-    rate, echo_rate = pump_n / pump_s, echo_n / echo_s
-    pull_rate, stream_rate = sum(pulls) / len(pulls), sum(streams) / len(streams)
+    paced.sort()
+    echo_paced.sort()
+    for k in echo_kinds:
+        echo_lat[k].sort()
+    rate = pump_n / pump_s
+    echo_rates = {k: echo_n[k] / pump_s for k in echo_kinds}
+    echo_rate, elat = echo_rates[best], echo_lat[best]
+    pull_rate = sum(pulls) / len(pulls)
+    stream_rates = {k: sum(v) / len(v) for k, v in streams.items()}
+    stream_best = max(stream_rates, key=stream_rates.get)
+    stream_rate = stream_rates[stream_best]
     print(f"gRPC write: {args.clients} concurrent requests (grpc.aio) in {args.procs} client "
           f"processes, {storage_kind} storage, {args.rounds} alternating rounds, "
           f"{args.seconds:.1f} s each side, load_avg_1m={os.getloadavg()[0]:.1f}")
+    for k in echo_kinds:
+        print(f"gRPC echo {k:8s}: {echo_rates[k]:.0f}/s closed loop p50 "
+              f"{_pct(echo_lat[k], 0.5) * 1000:.1f} ms p99 {_pct(echo_lat[k], 0.99) * 1000:.1f} ms"
+              f"; stream {stream_rates[k]:.0f}/s{'  <- write ceiling' if k == best else ''}")
     print(f"gRPC write closed loop: {len(lat)} acks, Little's law bound on latency: "
-          f"{args.clients} in flight / {rate:.0f} per s = {args.clients / rate * 1000:.1f} ms")
+          f"{args.clients} in flight / {rate:.0f} per s = {args.clients / rate * 1000:.1f} ms "
+          f"(echo: {args.clients / echo_rate * 1000:.1f} ms)")
     print(f"gRPC write, pump disk (all write runs, paced included): {disk}")
     print(f"gRPC pull per round: pump {[round(x) for x in pulls]}, "
-          f"stream {[round(x) for x in streams]}")
+          f"stream {[round(x) for x in streams[stream_best]]} ({stream_best})")
     results.append(f"RESULT pump_grpc_write value={rate:.0f} unit=binlogs/s "
                    f"ceiling={echo_rate:.0f} ratio={rate / echo_rate:.2f} storage={storage_kind} "
-                   f"clients={args.clients}_in_{args.procs}_processes")
-    results.append(f"RESULT pump_grpc_p50_ms value={_pct(lat, 0.5) * 1000:.2f} unit=ms")
+                   f"clients={args.clients}_in_{args.procs}_processes ceiling_server={best}")
+    results.append(f"RESULT pump_grpc_p50_ms value={_pct(lat, 0.5) * 1000:.2f} unit=ms "
+                   f"echo={_pct(elat, 0.5) * 1000:.2f}")
     results.append(f"RESULT pump_grpc_p99_ms value={_pct(lat, 0.99) * 1000:.2f} unit=ms "
-                   f"clients={args.clients}_closed_loop")
+                   f"echo={_pct(elat, 0.99) * 1000:.2f} clients={args.clients}_closed_loop")
+    results.append(f"RESULT pump_grpc_echo_p50_ms value={_pct(elat, 0.5) * 1000:.2f} unit=ms "
+                   f"server={best} clients={args.clients}_closed_loop")
+    results.append(f"RESULT pump_grpc_echo_p99_ms value={_pct(elat, 0.99) * 1000:.2f} unit=ms "
+                   f"server={best} clients={args.clients}_closed_loop")
     results.append(f"RESULT pump_grpc_paced_p50_ms value={_pct(paced, 0.5) * 1000:.2f} unit=ms "
-                   f"rate={args.paced_rate:.0f}/s")
+                   f"rate={args.paced_rate:.0f}/s echo={_pct(echo_paced, 0.5) * 1000:.2f}")
     results.append(f"RESULT pump_grpc_paced_p99_ms value={_pct(paced, 0.99) * 1000:.2f} unit=ms "
-                   f"rate={args.paced_rate:.0f}/s")
+                   f"rate={args.paced_rate:.0f}/s echo={_pct(echo_paced, 0.99) * 1000:.2f}")
     results.append(f"RESULT pump_pull_grpc value={pull_rate:.0f} unit=binlogs/s "
                    f"ceiling={stream_rate:.0f} ratio={pull_rate / stream_rate:.2f} "
-                   f"n={args.pull_pairs}")
+                   f"n={args.pull_pairs} ceiling_server={stream_best}")
     if not args.skip_actor:
         n_act, t_act = _actor_pull(args.actor_pairs)
         results.append(f"RESULT pump_pull_actor value={n_act / t_act:.0f} unit=binlogs/s "

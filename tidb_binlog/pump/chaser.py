@@ -2,7 +2,7 @@
 
 Durable groups reach the indexer in log order through a bounded queue
 (:meth:`Indexer.forward`, called by the writer thread). One indexer thread turns
-each group into entries ``(key_ts, start_ts, commit_ts, tp, pointer, next_pointer)``
+each group (and every group queued behind it, up to 1024 records) into entries ``(key_ts, start_ts, commit_ts, tp, pointer, next_pointer)``
 and hands them to ``apply(entries, head)``, which writes the LevelDB batch
 (entries + headPointer) and feeds the sorter. ``head`` is always the pointer just
 past the last applied record.
@@ -119,15 +119,26 @@ class Indexer:
                                   "catch-up" if self.chasing else "meta flush")
                     time.sleep(_IDLE_TICK_S)
                 continue
-            start, items = job
-            fid, off = start
-            entries = []
-            for it in items:
-                end = off + len(it[0])
-                entries.append((it[1], it[2], it[3], it[4], ValuePointer(fid, off),
-                                ValuePointer(fid, end)))
-                off = end
+            # Groups queued meanwhile join this batch: one LevelDB write and one sorter
+            # pass for all of them (they are consecutive in the log, in order).
+            entries = self._entries(*job)
+            while len(entries) < _SCAN_BATCH:
+                try:
+                    entries += self._entries(*self._q.get_nowait())
+                except queue.Empty:
+                    break
             self._applied(entries)
+
+    @staticmethod
+    def _entries(start: ValuePointer, items: list[tuple]) -> list[tuple]:
+        fid, off = start
+        entries = []
+        for it in items:
+            end = off + len(it[0])
+            entries.append((it[1], it[2], it[3], it[4], ValuePointer(fid, off),
+                            ValuePointer(fid, end)))
+            off = end
+        return entries
 
     def _applied(self, entries: list[tuple]) -> None:
         """Apply one batch, retrying (logged) until it succeeds or the indexer stops:
