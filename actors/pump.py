@@ -14,7 +14,9 @@ remote, and :class:`_Ray` holds every Ray API call, so the plain class is usable
   recovers; the node id stays in ``data_dir/.node``). Calls are retried
   ``max_task_retries`` times across a restart; ``pull`` is idempotent.
 - Threads: ``max_concurrency`` calls run at once, so a long-polling ``pull``
-  does not block ``status``.
+  does not block ``status``. The gRPC server (``grpc.aio``) runs on its own
+  event-loop thread inside the actor process, as in the standalone pump, so
+  TiDB's writes never wait for an actor call slot.
 
 ``pull(since_commit_ts, max_bytes, timeout_s) -> (batch, watermark)``:
 ``batch`` is one ``list[tuple[int, bytes]]`` of ``(commit_ts, payload)`` in
