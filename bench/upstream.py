@@ -49,7 +49,7 @@ from pathlib import Path
 from tidb_binlog.testing.mariadb import MariaDBServer
 from tidb_binlog.testing.pump_process import PumpProcess
 from tidb_binlog.tso import TimestampOracle
-from tidb_binlog.upstream import BinlogCollector, Upstream
+from tidb_binlog.upstream import BinlogCollector, TsoBatcher, Upstream
 from tidb_binlog.upstream.core import connect
 from tidb_binlog.upstream.workload import SBTEST_DDL
 
@@ -185,6 +185,30 @@ def stop_pump(pump: PumpProcess) -> None:
     pump.terminate()
 
 
+TSO_CHOICES = ("oracle", "registry", "registry-batched")
+
+
+def open_tso(kind: str, work: Path):
+    """The upstream's ``get_ts`` and a function that releases it."""
+    if kind == "oracle":
+        return TimestampOracle().get_ts, lambda: None
+    import ray
+
+    from cluster.registry import get_or_create_registry
+
+    ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR",
+             namespace="bench-upstream")
+    registry = get_or_create_registry(work / "registry", namespace="bench-upstream")
+
+    def stop() -> None:
+        ray.kill(registry.actor, no_restart=True)
+        ray.shutdown()
+
+    if kind == "registry-batched":
+        return TsoBatcher(registry.get_ts).get_ts, stop
+    return registry.get_ts, stop
+
+
 def _session_counts(text: str) -> list[int]:
     try:
         counts = [int(x) for x in text.split(",") if x.strip()]
@@ -228,6 +252,10 @@ def main() -> None:
     ap.add_argument("--pumps", type=int, default=1)
     ap.add_argument("--in-process", action="store_true",
                     help="also measure the upstream with an in-process writer")
+    ap.add_argument("--tso", choices=TSO_CHOICES, default="oracle",
+                    help="the upstream's TSO: an in-process TimestampOracle (the cheapest), "
+                         "or the registry actor on a local Ray, one call per timestamp or "
+                         "through a TsoBatcher (PD client's coalescing)")
     args = ap.parse_args()
 
     from tidb_binlog.pump_client import PumpClient
@@ -248,12 +276,12 @@ def main() -> None:
         conn.close()
         pumps = [start_pump(Path(tmp), i) for i in range(args.pumps)]
         client = PumpClient(None, cluster_id=CLUSTER_ID, pumps=[a for _, a in pumps])
-        tso = TimestampOracle()
-        up = Upstream(params, client, tso.get_ts, database="bench_on", cluster_id=CLUSTER_ID)
+        get_ts, tso_stop = open_tso(args.tso, Path(tmp))
+        up = Upstream(params, client, get_ts, database="bench_on", cluster_id=CLUSTER_ID)
         up.ddl("CREATE DATABASE bench_on")
         up.ddl(SBTEST_DDL)
         collector = BinlogCollector(keep=False)
-        inproc = Upstream(params, collector, tso.get_ts, database="bench_inproc")
+        inproc = Upstream(params, collector, get_ts, database="bench_inproc")
         inproc.ddl("CREATE DATABASE bench_inproc")
         inproc.ddl(SBTEST_DDL)
         up.reload()  # both share one catalog: start from its version (else the first
@@ -285,10 +313,11 @@ def main() -> None:
             client.close()
             for proc, _ in pumps:
                 stop_pump(proc)
+            tso_stop()
     load_after = os.getloadavg()
     print(f"sessions={','.join(map(str, args.sessions))} rows_per_txn={args.rows_per_txn} "
           f"duration_s={args.duration_s} rounds={args.rounds} pumps={args.pumps} (tidb-binlog "
-          f"pump processes, sync-log) finish_binlog_errors={errors} load average "
+          f"pump processes, sync-log) tso={args.tso} finish_binlog_errors={errors} load average "
           f"{load_before[0]:.1f} -> {load_after[0]:.1f}")
     for n in args.sessions:
         _report(n, figures[n], {m: v for m, v in cpu_ms[n].items() if v}, mariadb_pid is not None)

@@ -18,8 +18,9 @@ aborts the commit, like TiDB's; identity checks when the version did not move);
 the Prewrite binlog (``PrewriteValue{schema_version, mutations}``,
 ``prewrite_key`` = the record key of the first changed row) written
 synchronously; ``commit_ts`` from the TSO *while the row locks are held*;
-status-row update + COMMIT in one round trip; the Commit binlog queued for the
-background sender. Any failure after the Prewrite sends a Rollback binlog.
+status-row update + COMMIT in one round trip; the Commit binlog handed to the
+upstream's finish path (with the pump client: a gRPC future started here, not
+waited for). Any failure after the Prewrite sends a Rollback binlog.
 So a one-statement transaction costs two MariaDB round trips, as the same
 statement + COMMIT does without binlog.
 A transaction without row changes writes no binlog.
