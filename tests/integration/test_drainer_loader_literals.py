@@ -206,3 +206,40 @@ def test_all_types_through_the_loader_equal_per_row_statements(mariadb, fresh_da
     assert table_rows(mariadb, got) == expected
     # one round trip per downstream transaction (plus reading the progress row once)
     assert round_trips <= len(parts) // 25 + 4 + 3
+
+
+@pytest.mark.parametrize("multi", [True, False])
+def test_execute_script_runs_in_order_and_names_the_failing_statement(
+        mariadb, fresh_database, monkeypatch, multi):
+    db = fresh_database()
+    with mariadb.connect(db, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))")
+    ds = Downstream(cfg_of(mariadb, multi_statements=multi))
+    table = f"`{db}`.`t`"
+    try:
+        ok = [Statement(f"INSERT INTO {table} VALUES (%s,%s)", (i, f"v;{i}'")) for i in range(5)]
+        ok.append(Statement(f"UPDATE {table} SET v = %s WHERE id > %s", ("u;", 2)))
+        before = ds.round_trips
+        assert ds.execute_script(ok, commit=True) == 5 + 2
+        assert ds.round_trips - before == (1 if multi else len(ok) + 1)
+        bad = [Statement(f"INSERT INTO {table} VALUES (%s,%s)", (10, "a")),
+               Statement(f"INSERT INTO {table} VALUES (%s,%s)", (1, "duplicate")),
+               Statement(f"INSERT INTO {table} VALUES (%s,%s)", (11, "never runs"))]
+        with pytest.raises(DownstreamError) as info:
+            ds.execute_script(bad, commit=True)
+        assert info.value.code == 1062 and info.value.statement_index == 1
+        ds.rollback()
+        # scripts split by size still run everything in order, in more round trips
+        monkeypatch.setattr("tidb_binlog.drainer.downstream.SCRIPT_CHARS", 60)
+        before = ds.round_trips
+        more = [Statement(f"INSERT INTO {table} VALUES (%s,%s)", (20 + i, "x" * 30))
+                for i in range(4)]
+        assert ds.execute_script(more, commit=True) == 4
+        assert ds.round_trips - before == (4 if multi else 5)
+    finally:
+        ds.close()
+    with mariadb.connect(db, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, v FROM t ORDER BY id")
+        assert cur.fetchall() == (
+            (0, "v;0'"), (1, "v;1'"), (2, "v;2'"), (3, "u;"), (4, "u;"),
+            *((20 + i, "x" * 30) for i in range(4)))

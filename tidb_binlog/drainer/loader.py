@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -107,8 +106,7 @@ IGNORABLE_DDL_CODES = frozenset({
 })
 """TiDB Binlog's IgnoreDDLError list: the DDL's effect is already there (replay)."""
 
-_EVENT_KINDS = ((DMLType.INSERT, "Insert"), (DMLType.UPDATE, "Update"),
-                (DMLType.DELETE, "Delete"))
+_EVENT_KINDS = {DMLType.INSERT: "Insert", DMLType.UPDATE: "Update", DMLType.DELETE: "Delete"}
 
 
 @dataclass(frozen=True)
@@ -308,9 +306,11 @@ class Loader:
                 self._fail(exc2, *self._failed_statement(exc2, precise))
         self._retrying = False
         self.guard.committed(max_ts)
-        counts = Counter(d.tp for _, d in rows)
-        for tp, kind in _EVENT_KINDS:
-            self.metrics.count_event(kind, counts.get(tp, 0))
+        counts = dict.fromkeys(_EVENT_KINDS, 0)
+        for _, dml in rows:
+            counts[dml.tp] += 1
+        for tp, kind in _EVENT_KINDS.items():
+            self.metrics.count_event(kind, counts[tp])
         return len(rows)
 
     def _run_transaction(self, statements: list[tuple[Statement, int, int]],

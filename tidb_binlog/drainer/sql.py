@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema
@@ -80,15 +81,22 @@ def quote_table(database: str, table: str) -> str:
 
 def image_columns(schema: TableSchema, image: Mapping[str, Any]) -> list[str]:
     """The columns ``image`` carries, in table order (DML validated it has no others)."""
+    if image.keys() == schema.column_set:
+        return list(schema.columns)
     return [c for c in schema.columns if c in image]
+
+
+@lru_cache(maxsize=4096)
+def _equals(columns: tuple[str, ...]) -> str:
+    return " AND ".join(f"{quote_name(c)} = %s" for c in columns)
 
 
 def where_clause(schema: TableSchema, image: Mapping[str, Any]) -> tuple[str, list[Any]]:
     """The WHERE condition (without ``WHERE``) identifying ``image``'s row, and its args."""
     for key in schema.unique_keys:
         values = [image.get(c) for c in key.columns]
-        if all(c in image for c in key.columns) and None not in values:
-            return " AND ".join(f"{quote_name(c)} = %s" for c in key.columns), values
+        if None not in values and all(c in image for c in key.columns):
+            return _equals(key.columns), values
     parts: list[str] = []
     args: list[Any] = []
     for name in image_columns(schema, image):
@@ -109,14 +117,32 @@ def _column_list(names: Iterable[str]) -> str:
     return "(" + ",".join(quote_name(n) for n in names) + ")"
 
 
+# SQL texts are built once per (table, columns[, key]) and reused: a worker renders the
+# same few shapes for every row.
+@lru_cache(maxsize=4096)
+def _insert_sql(verb: str, database: str, table: str, names: tuple[str, ...]) -> str:
+    return (f"{verb} INTO {quote_table(database, table)} {_column_list(names)} "
+            f"VALUES {_placeholders(len(names))}")
+
+
+@lru_cache(maxsize=4096)
+def _update_sql(database: str, table: str, names: tuple[str, ...], where: str) -> str:
+    sets = ",".join(f"{quote_name(n)} = %s" for n in names)
+    return f"UPDATE {quote_table(database, table)} SET {sets} WHERE {where} LIMIT 1"
+
+
+@lru_cache(maxsize=4096)
+def _delete_sql(database: str, table: str, where: str) -> str:
+    return f"DELETE FROM {quote_table(database, table)} WHERE {where} LIMIT 1"
+
+
 def insert_statement(dml: DML, *, replace: bool = False) -> Statement:
     """``INSERT INTO`` (or ``REPLACE INTO``) of ``dml.values``."""
     schema = dml.require_schema()
-    names = image_columns(schema, dml.values)
-    verb = "REPLACE" if replace else "INSERT"
-    sql = (f"{verb} INTO {quote_table(dml.database, dml.table)} {_column_list(names)} "
-           f"VALUES {_placeholders(len(names))}")
-    return Statement(sql, tuple(dml.values[n] for n in names))
+    values = dml.values
+    names = tuple(image_columns(schema, values))
+    sql = _insert_sql("REPLACE" if replace else "INSERT", dml.database, dml.table, names)
+    return Statement(sql, tuple([values[n] for n in names]))
 
 
 def update_statement(dml: DML) -> Statement:
@@ -125,19 +151,18 @@ def update_statement(dml: DML) -> Statement:
         raise SchemaError(f"update_statement needs an UPDATE, got {dml.tp.name} on "
                           f"`{dml.database}`.`{dml.table}`")
     schema = dml.require_schema()
-    names = image_columns(schema, dml.values)
+    values = dml.values
+    names = tuple(image_columns(schema, values))
     where, where_args = where_clause(schema, dml.old_values)
-    sets = ",".join(f"{quote_name(n)} = %s" for n in names)
-    sql = f"UPDATE {quote_table(dml.database, dml.table)} SET {sets} WHERE {where} LIMIT 1"
-    return Statement(sql, (*(dml.values[n] for n in names), *where_args))
+    return Statement(_update_sql(dml.database, dml.table, names, where),
+                     (*[values[n] for n in names], *where_args))
 
 
 def delete_statement(dml: DML) -> Statement:
     """``DELETE FROM ... WHERE <where> LIMIT 1`` (the old image for an UPDATE)."""
     schema = dml.require_schema()
     where, args = where_clause(schema, dml.where_image)
-    sql = f"DELETE FROM {quote_table(dml.database, dml.table)} WHERE {where} LIMIT 1"
-    return Statement(sql, tuple(args))
+    return Statement(_delete_sql(dml.database, dml.table, where), tuple(args))
 
 
 def dml_statements(dml: DML, *, safe_mode: bool = False) -> list[Statement]:
