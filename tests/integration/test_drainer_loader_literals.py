@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidb_binlog.drainer.dml import DML, DMLType, TableSchema
-from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig, LiteralRenderer
+from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig
 from tidb_binlog.drainer.loader import Loader, LoaderConfig
-from tidb_binlog.drainer.sql import Statement, dml_statements
+from tidb_binlog.drainer.sql import LiteralRenderer, Statement, dml_statements
 from tidb_binlog.errors import DownstreamError
 from tidb_binlog.upstream.workload import ALL_TYPES_DDL
 

@@ -202,3 +202,54 @@ def test_model_pickles_for_ray():
     back = pickle.loads(pickle.dumps(txn))
     assert back == txn
     assert back.dmls[0].schema == USERS
+
+
+class StandInConnection:
+    """pymysql's own ``Connection.escape`` on a connection-less object; ``old_bytes``
+    renders bytes as older pymysql releases did (``_binary'...'``)."""
+
+    encoding = "utf8mb4"
+
+    def __init__(self, no_backslash=False, old_bytes=False):
+        import pymysql.converters
+        from pymysql.constants import SERVER_STATUS
+
+        self.encoders = pymysql.converters.encoders
+        self.server_status = SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES if no_backslash \
+            else 0
+        self.old_bytes = old_bytes
+
+    def escape(self, obj, mapping=None):
+        from pymysql.connections import Connection
+
+        if self.old_bytes and isinstance(obj, bytes):
+            return "_binary'" + obj.decode("latin-1").replace("'", "\\'") + "'"
+        return Connection.escape(self, obj, mapping)
+
+    def _escape_string(self, s):
+        from pymysql.connections import Connection
+
+        return Connection._escape_string(self, s)
+
+
+@pytest.mark.parametrize("no_backslash", [False, True])
+def test_literals_equal_pymysql_and_fall_back_where_it_differs(no_backslash, caplog):
+    import datetime
+    from decimal import Decimal
+
+    from tidb_binlog.drainer.sql import LiteralRenderer
+
+    args = (1, -2**63, "a'b\\c", "中文", None, True, 1.5, b"\x00'", Decimal("1.50"),
+            datetime.datetime(2020, 1, 2, 3, 4, 5, 6), datetime.timedelta(hours=-1))
+    stmt = Statement("X " + ",".join(["%s"] * len(args)), args)
+    conn = StandInConnection(no_backslash)
+    renderer = LiteralRenderer(conn)
+    assert renderer.render(stmt) == stmt.sql % tuple(conn.escape(a) for a in args)
+    assert renderer.fast_types() == {int, bool, float, type(None), bytes, str}
+    assert renderer.literal("it's") == ("'it''s'" if no_backslash else "'it\\'s'")
+
+    old = StandInConnection(no_backslash, old_bytes=True)
+    renderer = LiteralRenderer(old)
+    assert renderer.render(stmt) == stmt.sql % tuple(old.escape(a) for a in args)
+    assert bytes not in renderer.fast_types() and str in renderer.fast_types()
+    assert "['bytes']" in caplog.text

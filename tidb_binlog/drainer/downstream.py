@@ -26,17 +26,9 @@ server's error code:
 - :class:`~tidb_binlog.errors.DownstreamError`: everything else (syntax, unknown
   column or table, duplicate key, data too long...), which retrying cannot fix.
 
-**Values** (:class:`LiteralRenderer`).  A statement's ``%s`` arguments are turned
-into SQL literals here, exactly as pymysql's ``Connection.escape`` would (the
-text sent is byte-identical to ``cursor.execute(sql, args)``), but without its
-per-value dispatch: ``int``, ``str``, ``None``, ``float``, ``bool`` and ``bytes``
-use one precomputed function per type, chosen by the session's
-``NO_BACKSLASH_ESCAPES`` status (strings without a character to escape are only
-quoted); every other type (``Decimal``, ``datetime``, ``date``, ``time``,
-``timedelta``, subclasses) goes to ``Connection.escape`` itself.  On every new
-connection each fast function is checked against ``Connection.escape`` on probe
-values (quotes, backslashes, NUL, CJK, extremes) and dropped if they differ, so
-a pymysql upgrade can only make it slower, never different.
+**Values** are rendered into the text by
+:class:`~tidb_binlog.drainer.sql.LiteralRenderer` (byte-identical to pymysql's own
+interpolation, cheaper).
 
 **Scripts** (:meth:`Downstream.execute_script`).  The connection is opened with
 ``CLIENT.MULTI_STATEMENTS``, so one downstream transaction (its statements,
@@ -46,7 +38,9 @@ characters.  The server runs them in order and stops at the first error; every
 result is read, and a failure names the statement (its index) it belongs to.
 Values are always rendered as escaped literals, never spliced unescaped, so
 the extra statements can only be the ones we wrote.  A DDL is sent alone and
-all its results are read.
+all its results are read (TiDB records one statement per DDL job; a DDL text
+holding several would run them all, as the upstream did).
+``DownstreamConfig(multi_statements=False)`` sends one statement per round trip.
 
 **Retries** (:class:`RetryPolicy`, :func:`backoff_delays`): exponential backoff
 from ``initial_backoff_s`` doubling up to ``max_backoff_s``, giving up once
@@ -64,16 +58,14 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pymysql
-from pymysql import converters
-from pymysql.constants import CLIENT, SERVER_STATUS
+from pymysql.constants import CLIENT
 
-from tidb_binlog.drainer.sql import Statement
+from tidb_binlog.drainer.sql import LiteralRenderer, Statement
 from tidb_binlog.errors import ConfigError, DownstreamError, TransientDownstreamError
 
 __all__ = [
     "DownstreamConfig",
     "Downstream",
-    "LiteralRenderer",
     "SCRIPT_CHARS",
     "RetryPolicy",
     "backoff_delays",
@@ -151,88 +143,6 @@ def translate_error(exc: BaseException, sql: str | None, where: str) -> Downstre
     if transient:
         return TransientDownstreamError(text + "; will retry", sql=shown, code=code)
     return DownstreamError(text, sql=shown, code=code)
-
-
-_NO_BACKSLASH_ESCAPES = SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
-_TO_ESCAPE = re.compile("[\\x00\\n\\r\\x1a\"'\\\\]")  # pymysql's escape table's keys
-_ESCAPE_TABLE = converters._escape_table
-_PROBES: dict[type, tuple] = {
-    int: (0, -1, 7, 2**64 - 1, -2**63),
-    bool: (True, False),
-    float: (0.0, 1.5, -3.25e-300, 1e300, 0.1, -0.0),
-    type(None): (None,),
-    bytes: (b"", b"\x00'\"\\\n\r\x1a\xff", bytes(range(256))),
-    str: ("", "plain", "a'b\"c\\d\x00e\nf\rg\x1ah", "中文'日本語\\", "%s%%", "'';--"),
-}
-
-
-def _str_backslash(value: str) -> str:
-    if _TO_ESCAPE.search(value) is None:
-        return "'" + value + "'"
-    return "'" + value.translate(_ESCAPE_TABLE) + "'"
-
-
-def _str_no_backslash(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-_FAST: dict[type, Any] = {
-    int: str,
-    bool: lambda v: "1" if v else "0",
-    float: converters.escape_float,
-    type(None): lambda v: "NULL",
-    bytes: lambda v: "X'" + v.hex() + "'",
-}
-
-
-class LiteralRenderer:
-    """``sql % literals`` exactly as pymysql renders it, cheaper (see the module doc)."""
-
-    def __init__(self, conn: pymysql.connections.Connection):
-        self._conn = conn
-        self._tables: dict[bool, dict[type, Any]] = {}
-
-    def _table(self, no_backslash: bool) -> dict[type, Any]:
-        table = self._tables.get(no_backslash)
-        if table is None:
-            fast = {**_FAST, str: _str_no_backslash if no_backslash else _str_backslash}
-            escape = self._conn.escape
-            table = {tp: fn for tp, fn in fast.items()
-                     if all(fn(v) == escape(v) for v in _PROBES[tp])}
-            if len(table) < len(fast):
-                log.warning("pymysql renders %s differently from the fast path; those types "
-                            "go through Connection.escape",
-                            sorted(tp.__name__ for tp in fast.keys() - table.keys()))
-            self._tables[no_backslash] = table
-        return table
-
-    def fast_types(self) -> frozenset[type]:
-        """The types rendered without ``Connection.escape`` in the session's mode now."""
-        return frozenset(self._table(bool(self._conn.server_status & _NO_BACKSLASH_ESCAPES)))
-
-    def literal(self, value: Any) -> str:
-        """One value as pymysql's ``Connection.escape`` renders it now."""
-        no_backslash = bool(self._conn.server_status & _NO_BACKSLASH_ESCAPES)
-        fn = self._table(no_backslash).get(type(value))
-        return fn(value) if fn is not None else self._conn.escape(value)
-
-    def render(self, stmt: Statement) -> str:
-        """The text ``cursor.execute(stmt.sql, stmt.args)`` would send."""
-        if stmt.args is None:
-            return stmt.sql
-        table = self._table(bool(self._conn.server_status & _NO_BACKSLASH_ESCAPES))
-        get, escape = table.get, self._conn.escape
-        try:
-            if table.get(str) is _str_backslash and table.get(int) is str:
-                # the common case inline: ints, and strings with nothing to escape
-                search = _TO_ESCAPE.search
-                return stmt.sql % tuple([
-                    str(a) if type(a) is int else "'" + a + "'"
-                    if type(a) is str and search(a) is None else get(type(a), escape)(a)
-                    for a in stmt.args])
-            return stmt.sql % tuple([get(type(a), escape)(a) for a in stmt.args])
-        except TypeError as exc:  # what pymysql raises for a placeholder/argument mismatch
-            raise pymysql.err.ProgrammingError(str(exc)) from exc
 
 
 def _param_value(value: Any) -> Any:
