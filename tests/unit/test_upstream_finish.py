@@ -96,3 +96,15 @@ def test_direct_path_sends_on_the_caller_thread_and_flush_waits_for_first_attemp
     assert flushed.is_set()
     assert sender.errors == 2  # the refusal and the failure are counted, not raised
     sender.close()
+
+
+def test_direct_path_counts_a_send_that_raises_instead_of_failing_the_commit():
+    from tidb_binlog.upstream.core import _FinishDirect
+
+    def boom(b):
+        raise RuntimeError("writer broken")
+
+    sender = _FinishDirect(SimpleNamespace(write_finish_nowait=boom))
+    sender.submit(commits([1])[0])  # returns: the transaction already committed
+    sender.flush()
+    assert sender.errors == 1

@@ -171,9 +171,10 @@ class _FinishDirect:
             self._inflight += 1
         try:
             fut = self._send(binlog)
-        except BaseException:
+        except Exception:  # the pump client never raises here; the txn is committed anyway
+            log.exception("failed to send finish binlog start_ts=%s", binlog.start_ts)
             self._done(None, binlog)
-            raise
+            return
         fut.add_done_callback(lambda f: self._done(f, binlog))
 
     def _done(self, fut, binlog) -> None:
