@@ -219,7 +219,11 @@ class Loader:
         check_batch(parts, c.worker)
         if self._progress_stale:
             self._with_retry(self.load_progress, "reading worker progress", reload=False)
-        skipped = sum(1 for p in parts if self.guard.should_skip(p.commit_ts))
+        skipped = 0
+        if c.exactly_once:  # parts ascend: the skipped ones are a prefix
+            applied = self.guard.applied_ts
+            while skipped < len(parts) and parts[skipped].commit_ts <= applied:
+                skipped += 1
         rows = 0
         for unit in plan_units(parts, c.txn_batch, split_parts=not c.exactly_once):
             if unit.ddl is not None:
@@ -276,7 +280,9 @@ class Loader:
 
     def _apply_rows(self, unit: Unit) -> int:
         c = self.config
-        rows = [(ts, dml) for ts, dml in unit.rows if not self.guard.should_skip(ts)]
+        rows = unit.rows
+        if self.guard.should_skip(rows[0][0]):  # rows ascend: skip the applied prefix
+            rows = [(ts, dml) for ts, dml in rows if not self.guard.should_skip(ts)]
         if not rows:
             return 0
         safe = self.guard.safe_mode(self._clock(), retry=self._retrying)

@@ -89,22 +89,28 @@ def plan_units(parts: Sequence[Part], txn_batch: int, *, split_parts: bool) -> l
     units: list[Unit] = []
     current = Unit()
     for part in parts:
-        if part.is_ddl:
+        if part.ddl is not None:
             if current.rows:
                 units.append(current)
                 current = Unit()
             units.append(Unit(ddl=part))
             continue
-        if not part.dmls:
+        dmls = part.dmls
+        n = len(dmls)
+        if not n:
             continue
-        rows = [(part.commit_ts, dml) for dml in part.dmls]
-        if current.rows and len(current.rows) + len(rows) > txn_batch:
+        if current.rows and len(current.rows) + n > txn_batch:
             units.append(current)
             current = Unit()
-        if len(rows) <= txn_batch or not split_parts:
+        ts = part.commit_ts
+        if n == 1:  # the common shape: one row change per upstream txn
+            current.rows.append((ts, dmls[0]))
+            continue
+        rows = [(ts, dml) for dml in dmls]
+        if n <= txn_batch or not split_parts:
             current.rows.extend(rows)
             continue
-        for i in range(0, len(rows), txn_batch):
+        for i in range(0, n, txn_batch):
             if current.rows:
                 units.append(current)
             current = Unit(rows[i:i + txn_batch])
