@@ -273,11 +273,6 @@ class Loader:
         self.metrics.observe_query("exec", time.perf_counter() - t0)
         return n
 
-    def _commit(self) -> None:
-        t0 = time.perf_counter()
-        self.downstream.commit()
-        self.metrics.observe_query("commit", time.perf_counter() - t0)
-
     def _apply_rows(self, unit: Unit) -> int:
         c = self.config
         rows = unit.rows
@@ -382,10 +377,12 @@ class Loader:
                     f"downstream by hand and skip it with ignore-txn-commit-ts = "
                     f"[{part.commit_ts}], then restart the drainer",
                     sql=shorten_sql(ddl.sql), code=exc.code) from exc
-        if c.exactly_once:
-            self._timed_execute(progress_upsert_statement(
-                c.cluster_id, c.worker, part.commit_ts, c.progress_schema, c.progress_table))
-        self._commit()
+        progress = [progress_upsert_statement(c.cluster_id, c.worker, part.commit_ts,
+                                              c.progress_schema, c.progress_table)
+                    ] if c.exactly_once else []
+        t0 = time.perf_counter()
+        self.downstream.execute_script(progress, commit=True)  # one round trip
+        self.metrics.observe_query("commit", time.perf_counter() - t0)
         self._retrying = False
         self.guard.committed(part.commit_ts)
         self.metrics.count_event("DDL")
