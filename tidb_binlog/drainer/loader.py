@@ -23,7 +23,10 @@ table with ``merge`` off, get one statement per row change
 (:func:`~tidb_binlog.drainer.sql.dml_statements`, REPLACE-based in safe mode),
 where a run of consecutive single-row INSERTs (or REPLACEs) of the same table and
 columns is sent as one multi-row statement of at most ``rows_per_statement`` rows
-(the same effect, row by row in order, in one round trip).
+(the same effect, row by row in order).  A downstream transaction (its statements,
+the progress upsert and ``COMMIT``) is one round trip
+(:meth:`~tidb_binlog.drainer.downstream.Downstream.execute_script`); a DDL's
+progress upsert and ``COMMIT`` are one more after the DDL.
 
 **Exactly-once** (:mod:`tidb_binlog.drainer.progress`): each DML transaction also
 upserts this worker's progress row; parts at or below the progress are skipped,
