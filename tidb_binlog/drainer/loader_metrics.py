@@ -6,8 +6,10 @@ appends ``_total`` to counters in the text format):
 
 ============================================== ==========================================
 ``binlog_drainer_execute_duration_time``       seconds per ``execute`` of one batch
-``binlog_drainer_query_duration_time{type}``   seconds per statement (``exec``) and per
-                                               ``commit``
+``binlog_drainer_query_duration_time{type}``   seconds per downstream round trip of a DML
+                                               transaction, statements + progress row +
+                                               COMMIT in one script (``exec``), and per
+                                               DDL commit (``commit``)
 ``binlog_drainer_event{type}``                 row changes and DDLs applied: ``Insert``,
                                                ``Update``, ``Delete``, ``DDL``
 ``binlog_drainer_error_count{type}``           ``transient`` (retried), ``permanent``,
@@ -50,7 +52,7 @@ class LoaderMetrics(NullMetrics):
             "binlog_drainer_execute_duration_time", "Seconds to execute one worker batch",
             buckets=_BUCKETS_S, registry=r)
         self.query_duration_s = Histogram(
-            "binlog_drainer_query_duration_time", "Seconds per downstream statement or commit",
+            "binlog_drainer_query_duration_time", "Seconds per downstream round trip (exec) or DDL commit",
             ["type"], buckets=_BUCKETS_S, registry=r)
         self.event = Counter("binlog_drainer_event", "Row changes and DDLs applied downstream",
                              ["type"], registry=r)
