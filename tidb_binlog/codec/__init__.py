@@ -49,7 +49,12 @@ from tidb_binlog.codec.row import (
     split_insert_row,
 )
 from tidb_binlog.codec.rowv2 import decode_row_v2, encode_row_v2
-from tidb_binlog.codec.typed import datum_for_column, format_sql_arg, unflatten
+from tidb_binlog.codec.typed import (
+    datum_for_column,
+    format_sql_arg,
+    sql_arg_formatter,
+    unflatten,
+)
 
 __all__ = [
     "Datum",
@@ -85,5 +90,6 @@ __all__ = [
     "FieldType",
     "unflatten",
     "format_sql_arg",
+    "sql_arg_formatter",
     "datum_for_column",
 ]

@@ -54,7 +54,7 @@ from tidb_binlog.codec.mytime import (
 )
 from tidb_binlog.errors import CodecError
 
-__all__ = ["unflatten", "format_sql_arg", "datum_for_column", "UTC"]
+__all__ = ["unflatten", "format_sql_arg", "sql_arg_formatter", "datum_for_column", "UTC"]
 
 UTC = datetime.UTC
 _new = tuple.__new__
@@ -189,6 +189,47 @@ def format_sql_arg(datum: Datum, ft: m.FieldType, tz: datetime.tzinfo = UTC):
     if kind in (Kind.MIN_NOT_NULL, Kind.MAX_VALUE):
         raise CodecError(f"{d!r} is a key bound, not a column value")
     return v
+
+
+def sql_arg_formatter(ft: m.FieldType, tz: datetime.tzinfo = UTC) -> Callable[[Datum], object]:
+    """``format_sql_arg`` bound to one column type: the same result for every datum,
+    without the per-value type dispatch for the common cases (integers in their own
+    signedness, text and binary strings); anything else goes to ``format_sql_arg``.
+
+    The translator builds one per column and table version, so the decode hot path
+    pays the dispatch once per column, not once per value.
+    """
+    tp = ft.tp
+    if tp in m.INTEGER_TYPES:
+        same_kind = Kind.UINT64 if ft.flag & m.UNSIGNED_FLAG else Kind.INT64
+
+        def fmt_int(d: Datum):
+            if d[0] is same_kind:  # _int leaves it as it is; format_sql_arg returns d[1]
+                return d[1]
+            return format_sql_arg(d, ft, tz)
+
+        return fmt_int
+    if tp in m.STRING_TYPES:
+        binary = ft.charset == m.BINARY_CHARSET
+        string, raw = Kind.STRING, Kind.BYTES
+
+        def fmt_text(d: Datum):
+            kind = d[0]
+            if kind is string or kind is raw:  # _string, then _text
+                if binary:
+                    return d[1]
+                try:
+                    return d[1].decode("utf-8")
+                except UnicodeDecodeError:
+                    return d[1]
+            return format_sql_arg(d, ft, tz)
+
+        return fmt_text
+
+    def fmt_any(d: Datum):
+        return format_sql_arg(d, ft, tz)
+
+    return fmt_any
 
 
 # ---- python value -> datum --------------------------------------------------

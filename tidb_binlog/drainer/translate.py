@@ -47,7 +47,7 @@ from tidb_binlog.codec import (
     decode_insert_row,
     decode_old_and_new_row,
     decode_row,
-    format_sql_arg,
+    sql_arg_formatter,
     unflatten,
 )
 from tidb_binlog.codec import mysql as m
@@ -119,6 +119,8 @@ class Translator:
         self.job_of = job_of
         self.tz = tz
         self._views: dict[tuple[int, int], TableView] = {}
+        # id(view) -> (view, ((column id, name, formatter), ...) over view.writable)
+        self._formatters: dict[int, tuple[TableView, tuple]] = {}
 
     # -- entry point ----------------------------------------------------------------
     def translate(self, binlog: bl.Binlog) -> Txn | None:
@@ -215,16 +217,28 @@ class Translator:
             else:
                 out.append(self._delete(view, rows[i]))
 
+    def _columns(self, view: TableView) -> tuple:
+        """``(column id, name, formatter)`` of the view's writable columns, built once per
+        view: the per-value type dispatch of ``format_sql_arg`` is paid per column."""
+        entry = self._formatters.get(id(view))
+        if entry is None or entry[0] is not view:
+            cols = tuple((c.id, c.name.O, sql_arg_formatter(view.all_types[c.id], self.tz))
+                         for c in view.writable)
+            if len(self._formatters) > 4 * len(self._views) + 64:
+                self._formatters.clear()  # views of old versions are gone
+            entry = self._formatters[id(view)] = (view, cols)
+        return entry[1]
+
     def _insert(self, view: TableView, old_info: TableInfo, row: bytes) -> DML:
         handles, datums = decode_insert_row(row, view.all_types, view.pk_len, self.tz)
         for i, col in view.handle_targets:
             if col.id not in datums:
                 datums[col.id] = unflatten(handles[i], view.all_types[col.id], self.tz)
         values = {}
-        for col in view.writable:
-            d = datums.get(col.id)
-            values[col.name.O] = (format_sql_arg(d, view.all_types[col.id], self.tz)
-                                  if d is not None else self._default(old_info, col))
+        for col_id, name, fmt in self._columns(view):
+            d = datums.get(col_id)
+            values[name] = (fmt(d) if d is not None
+                            else self._default(old_info, view.info.column_by_id(col_id)))
         return DML(view.schema.database, view.schema.table, DMLType.INSERT, values,
                    schema=view.schema)
 
@@ -238,20 +252,20 @@ class Translator:
                     f"DDL is in flight (row schema version {version}, table last changed at "
                     f"{self.keeper.table_version.get(view.info.id)})")
         values, old_values = {}, {}
-        for col in view.writable:
-            ft = view.all_types[col.id]
-            if col.id in new:
-                values[col.name.O] = format_sql_arg(new[col.id], ft, self.tz)
-                old_values[col.name.O] = format_sql_arg(old[col.id], ft, self.tz)
+        for col_id, name, fmt in self._columns(view):
+            if col_id in new:
+                values[name] = fmt(new[col_id])
+                old_values[name] = fmt(old[col_id])
             else:
-                values[col.name.O] = old_values[col.name.O] = self._default(old_info, col)
+                values[name] = old_values[name] = self._default(
+                    old_info, view.info.column_by_id(col_id))
         return DML(view.schema.database, view.schema.table, DMLType.UPDATE, values, old_values,
                    schema=view.schema)
 
     def _delete(self, view: TableView, row: bytes) -> DML:
         datums = decode_row(row, view.all_types, self.tz)
-        values = {c.name.O: format_sql_arg(datums[c.id], view.all_types[c.id], self.tz)
-                  for c in view.writable if c.id in datums}
+        values = {name: fmt(datums[col_id])
+                  for col_id, name, fmt in self._columns(view) if col_id in datums}
         return DML(view.schema.database, view.schema.table, DMLType.DELETE, values,
                    schema=view.schema)
 
