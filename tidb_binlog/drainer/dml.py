@@ -153,6 +153,15 @@ class DML:
         return (_dml_unchecked, (self.database, self.table, self.tp, self.values,
                                  self.old_values, self.schema))
 
+    @staticmethod
+    def unchecked(database: str, table: str, tp: DMLType, values: dict[str, Any],
+                  old_values: dict[str, Any] | None = None,
+                  schema: TableSchema | None = None) -> DML:
+        """A DML built without the constructor's validation, for builders that guarantee
+        it by construction (the translator fills both images from the schema's own
+        writable columns, and an old image exactly for UPDATE). Saves ~1 µs per row."""
+        return _dml_unchecked(database, table, tp, values, old_values, schema)
+
     def require_schema(self) -> TableSchema:
         """The schema, or a SchemaError saying this DML cannot be rendered without one."""
         if self.schema is None:

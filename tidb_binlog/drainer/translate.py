@@ -239,8 +239,8 @@ class Translator:
             d = datums.get(col_id)
             values[name] = (fmt(d) if d is not None
                             else self._default(old_info, view.info.column_by_id(col_id)))
-        return DML(view.schema.database, view.schema.table, DMLType.INSERT, values,
-                   schema=view.schema)
+        return DML.unchecked(view.schema.database, view.schema.table, DMLType.INSERT, values,
+                             schema=view.schema)
 
     def _update(self, view: TableView, old_info: TableInfo, version: int, row: bytes) -> DML:
         old, new = decode_old_and_new_row(row, view.writable_types, self.tz)
@@ -259,15 +259,19 @@ class Translator:
             else:
                 values[name] = old_values[name] = self._default(
                     old_info, view.info.column_by_id(col_id))
-        return DML(view.schema.database, view.schema.table, DMLType.UPDATE, values, old_values,
-                   schema=view.schema)
+        return DML.unchecked(view.schema.database, view.schema.table, DMLType.UPDATE, values,
+                             old_values, schema=view.schema)
 
     def _delete(self, view: TableView, row: bytes) -> DML:
         datums = decode_row(row, view.all_types, self.tz)
         values = {name: fmt(datums[col_id])
                   for col_id, name, fmt in self._columns(view) if col_id in datums}
-        return DML(view.schema.database, view.schema.table, DMLType.DELETE, values,
-                   schema=view.schema)
+        if not values:
+            raise SchemaError(f"deleted row of {view.schema.qualified_name} holds none of its "
+                              f"columns {list(view.schema.columns)}; the row does not match the "
+                              "table schema")
+        return DML.unchecked(view.schema.database, view.schema.table, DMLType.DELETE, values,
+                             schema=view.schema)
 
     def _default(self, old_info: TableInfo, col: ColumnInfo):
         source = old_info.column_by_id(col.id) or col
