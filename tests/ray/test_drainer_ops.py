@@ -10,11 +10,11 @@ import time
 import urllib.request
 
 import pytest
+from drainer_helpers import drainer_config, rows, wait_until, write
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.drainer import Drainer
 from cluster.launch import LocalCluster
-from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.causality import image_keys
 from tidb_binlog.drainer.dml import TableSchema
 from tidb_binlog.drainer.routing import Router
@@ -45,43 +45,6 @@ class HeartbeatsFailWhenFlagged:
         return getattr(self.inner, name)
 
 
-def drainer_config(downstream, **extra):
-    overrides = {"syncer.to.host": downstream.host, "syncer.to.port": downstream.port,
-                 "syncer.to.user": downstream.user, "syncer.to.password": downstream.password,
-                 "syncer.worker-count": 2, "initial-commit-ts": 0, "detect-interval": 30,
-                 "addr": "127.0.0.1:0"}
-    overrides.update(extra)
-    return load_drainer_config(None, overrides)
-
-
-def rows(server, table):
-    conn = server.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT * FROM {table} ORDER BY 1")
-            return cur.fetchall()
-    finally:
-        conn.close()
-
-
-def wait_until(predicate, timeout_s=60.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def write(upstream, first, count):
-    with upstream.session("shop") as s:
-        for i in range(first, first + count):
-            txn = s.begin()
-            txn.insert("t", [{"id": i, "v": f"v{i}"}])
-            txn.commit()
-    upstream.flush()
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import urllib.error
 import urllib.request
 
 import pytest
+from drainer_helpers import drainer_config, rows, wait_until, write
 
 from cluster.drainer import Drainer
 from cluster.launch import LocalCluster, PumpOptions
 from tidb_binlog import binlog as bl
-from tidb_binlog.config import load_drainer_config
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, PUMP
 from tidb_binlog.pump.server import open_pump
 from tidb_binlog.upstream import Upstream
@@ -22,43 +22,6 @@ from tidb_binlog.upstream import Upstream
 pytestmark = pytest.mark.timeout(300)
 
 
-def drainer_config(downstream, **extra):
-    overrides = {"syncer.to.host": downstream.host, "syncer.to.port": downstream.port,
-                 "syncer.to.user": downstream.user, "syncer.to.password": downstream.password,
-                 "syncer.worker-count": 2, "initial-commit-ts": 0, "detect-interval": 30,
-                 "addr": "127.0.0.1:0"}
-    overrides.update(extra)
-    return load_drainer_config(None, overrides)
-
-
-def rows(server, table):
-    conn = server.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT * FROM {table} ORDER BY 1")
-            return cur.fetchall()
-    finally:
-        conn.close()
-
-
-def wait_until(predicate, timeout_s=60.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def write(upstream, first, count):
-    with upstream.session("shop") as s:
-        for i in range(first, first + count):
-            txn = s.begin()
-            txn.insert("t", [{"id": i, "v": f"v{i}"}])
-            txn.commit()
-    upstream.flush()
 
 
 def stored_commits(pump_actor, ray) -> int:
