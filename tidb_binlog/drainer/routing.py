@@ -25,8 +25,10 @@ never run concurrently on two workers, and the worker of each row never depends 
 the window, so a restarted task routes every row exactly as before (the flush
 points may differ; the assignment does not).
 
-Changing ``worker_count`` changes the assignment: the shell must only do that from
-a consistent checkpoint (every worker at the same commit_ts).
+Changing ``worker_count`` changes the assignment, so progress rows written under the
+old count no longer say what each new worker committed: ``Drainer.start`` reconciles
+them first (``MySQLCheckpointStore.check_workers``: after a clean stop the old rows are
+dropped; after a crash they are dropped and the replay window runs in safe mode).
 """
 
 from __future__ import annotations
