@@ -10,17 +10,15 @@ import time
 import urllib.request
 
 import pytest
-from drainer_helpers import drainer_config, rows, wait_until, write
+from drainer_helpers import drainer_config, query, rows, shop_stack, wait_until, write
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.drainer import Drainer
-from cluster.launch import LocalCluster
 from tidb_binlog.drainer.causality import image_keys
 from tidb_binlog.drainer.dml import TableSchema
 from tidb_binlog.drainer.routing import Router
 from tidb_binlog.errors import UnavailableError
 from tidb_binlog.node import DRAINER, OFFLINE, PUMP
-from tidb_binlog.upstream import Upstream
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,14 +47,7 @@ class HeartbeatsFailWhenFlagged:
 
 @pytest.fixture
 def stack(ray_local, mariadb_factory, tmp_path):
-    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=1, upstream_params=up_db.params()).start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    upstream.ddl("CREATE DATABASE shop")
-    upstream.ddl("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(16))")
-    yield up_db, down_db, cluster, upstream
-    upstream.close()
-    cluster.stop()
+    yield from shop_stack(mariadb_factory, tmp_path)
 
 
 def test_the_task_fails_when_the_registry_stops_answering_heartbeats(stack):
@@ -180,15 +171,6 @@ def test_get_metrics_shows_every_series_a_run_with_a_ddl_produces(stack):
         assert ("binlog_drainer_queue_size", (("name", name),)) in m
     assert ("binlog_drainer_disorder_binlog_count_total", ()) in m
 
-
-def query(server, sql, args=None):
-    conn = server.connect(autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall()
-    finally:
-        conn.close()
 
 
 T_SCHEMA = TableSchema.build("shop", "t", ["id", "v"], primary_key=["id"])

@@ -10,14 +10,13 @@ import urllib.error
 import urllib.request
 
 import pytest
-from drainer_helpers import drainer_config, rows, wait_until, write
+from drainer_helpers import drainer_config, rows, shop_stack, wait_until, write
 
 from cluster.drainer import Drainer
-from cluster.launch import LocalCluster, PumpOptions
+from cluster.launch import PumpOptions
 from tidb_binlog import binlog as bl
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, PUMP
 from tidb_binlog.pump.server import open_pump
-from tidb_binlog.upstream import Upstream
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -41,16 +40,8 @@ def http(method, url):
 
 @pytest.fixture
 def stack(ray_local, mariadb_factory, tmp_path):
-    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
     options = PumpOptions(extra={"gc": "1s"})  # GC right behind now unless held back
-    cluster = LocalCluster(tmp_path / "cluster", pumps=1, upstream_params=up_db.params(),
-                           pump_options=options).start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    upstream.ddl("CREATE DATABASE shop")
-    upstream.ddl("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(16))")
-    yield up_db, down_db, cluster, upstream
-    upstream.close()
-    cluster.stop()
+    yield from shop_stack(mariadb_factory, tmp_path, pump_options=options)
 
 
 def test_pumps_join_and_leave_while_running_and_the_paused_drainer_holds_back_gc(stack):
