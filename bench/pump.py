@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/pump.py [--seconds 6] [--rounds 3] [--clients 64] [--procs 4]
                                    [--paced-rate 400] [--pull-pairs 20000] [--skip-actor]
+                                   [--only write|pull]
 
 (a) ``pump_storage_write``: ``bench/pump_storage.py``'s ``run()`` (64 writer
     threads, 1 KiB P+C pairs, vs a grouped append+fdatasync loop).
@@ -27,8 +28,10 @@
     ceiling echo server.
 (c) ``pump_pull_grpc``: one PullBinlogs stream reading ``--pull-pairs`` commits
     (1 KiB prewrite values, preloaded) beside the two bare gRPC servers streaming
-    as many same-sized ready-made entities (one per round, mean reported; the
-    faster server is the ceiling);
+    as many same-sized entities, pre-built before the stream (a thread-pool
+    ``grpc.server`` and a ``grpc.aio`` server; one stream per server per round,
+    alternating; means and every round printed; the faster server is the ceiling);
+    ``--only pull|write`` runs just that gRPC part (no storage, no actor);
     ``pump_pull_actor``: ``PumpActor.pull`` batches (4 MiB) on a local Ray.
 
 The pump uses the durable ``tidb_binlog.pump.storage.Storage`` (sync-log on)
@@ -74,36 +77,36 @@ def _config(data_dir: str):
 
 class _Echo(pump_pb2_grpc.PumpServicer):
     """The ceilings: WriteBinlog acknowledges at once; PullBinlogs streams ``n``
-    ready-made entities as big as the pump's (a 1 KiB-value commit)."""
+    pre-built entities as big as the pump's (a 1 KiB-value commit), built once
+    before any stream so a stream only sends."""
 
     def __init__(self, n: int = 0):
-        self.n = n
+        c = bl.commit(1, 2)
+        c.prewrite_value = b"x" * PAYLOAD_BYTES
+        c.prewrite_key = b"k"
+        payload = bl.encode(c)
+        self.messages = [pump_pb2.PullBinlogResp(entity=pump_pb2.Entity(
+            pos=pump_pb2.Pos(offset=i), payload=payload,
+            meta=pump_pb2.Meta(startTs=i, commitTs=i))) for i in range(n)]
 
     def WriteBinlog(self, request, context):
         return pump_pb2.WriteBinlogResp()
 
     def PullBinlogs(self, request, context):
-        c = bl.commit(1, 2)
-        c.prewrite_value = b"x" * PAYLOAD_BYTES
-        c.prewrite_key = b"k"
-        payload = bl.encode(c)
-        for i in range(self.n):
-            yield pump_pb2.PullBinlogResp(entity=pump_pb2.Entity(
-                pos=pump_pb2.Pos(offset=i), payload=payload,
-                meta=pump_pb2.Meta(startTs=i, commitTs=i)))
+        yield from self.messages
 
 
 class _EchoAio(pump_pb2_grpc.PumpServicer):
     """:class:`_Echo` on grpc.aio (the pump's own server flavour)."""
 
     def __init__(self, n: int = 0):
-        self._sync = _Echo(n)
+        self.messages = _Echo(n).messages
 
     async def WriteBinlog(self, request, context):
         return pump_pb2.WriteBinlogResp()
 
     async def PullBinlogs(self, request, context):
-        for resp in self._sync.PullBinlogs(request, context):
+        for resp in self.messages:
             yield resp
 
 
@@ -317,6 +320,59 @@ def _actor_pull(n_pairs: int) -> tuple[int, float]:
         ray.shutdown()
 
 
+def _write_report(args, storage_kind, load, rate, echo_rates, best, lat, echo_lat, paced,
+                  echo_paced, disk, acks) -> list[str]:
+    """Print the write part's detail lines; return its RESULT lines."""
+    for v in (lat, paced, echo_paced, *echo_lat.values()):
+        v.sort()
+    echo_rate, elat = echo_rates[best], echo_lat[best]
+    print(f"gRPC write: {args.clients} concurrent requests (grpc.aio) in {args.procs} client "
+          f"processes, {args.rounds} alternating rounds, {args.seconds:.1f} s each side, "
+          f"load_avg_1m={load:.1f}")
+    for k, r in echo_rates.items():
+        print(f"gRPC echo {k:8s}: {r:.0f}/s closed loop p50 {_pct(echo_lat[k], 0.5) * 1000:.1f} "
+              f"ms p99 {_pct(echo_lat[k], 0.99) * 1000:.1f} ms"
+              f"{'  <- write ceiling' if k == best else ''}")
+    print(f"gRPC write closed loop: {acks} acks, Little's law bound on latency: "
+          f"{args.clients} in flight / {rate:.0f} per s = {args.clients / rate * 1000:.1f} ms "
+          f"(echo: {args.clients / echo_rate * 1000:.1f} ms)")
+    print(f"gRPC write, pump disk (all write runs, paced included): {disk}")
+    return [
+        f"RESULT pump_grpc_write value={rate:.0f} unit=binlogs/s ceiling={echo_rate:.0f} "
+        f"ratio={rate / echo_rate:.2f} storage={storage_kind} "
+        f"clients={args.clients}_in_{args.procs}_processes ceiling_server={best}",
+        f"RESULT pump_grpc_p50_ms value={_pct(lat, 0.5) * 1000:.2f} unit=ms "
+        f"echo={_pct(elat, 0.5) * 1000:.2f}",
+        f"RESULT pump_grpc_p99_ms value={_pct(lat, 0.99) * 1000:.2f} unit=ms "
+        f"echo={_pct(elat, 0.99) * 1000:.2f} clients={args.clients}_closed_loop",
+        f"RESULT pump_grpc_echo_p50_ms value={_pct(elat, 0.5) * 1000:.2f} unit=ms "
+        f"server={best} clients={args.clients}_closed_loop",
+        f"RESULT pump_grpc_echo_p99_ms value={_pct(elat, 0.99) * 1000:.2f} unit=ms "
+        f"server={best} clients={args.clients}_closed_loop",
+        f"RESULT pump_grpc_paced_p50_ms value={_pct(paced, 0.5) * 1000:.2f} unit=ms "
+        f"rate={args.paced_rate:.0f}/s echo={_pct(echo_paced, 0.5) * 1000:.2f}",
+        f"RESULT pump_grpc_paced_p99_ms value={_pct(paced, 0.99) * 1000:.2f} unit=ms "
+        f"rate={args.paced_rate:.0f}/s echo={_pct(echo_paced, 0.99) * 1000:.2f}",
+    ]
+
+
+def _pull_report(args, load, pulls, streams) -> list[str]:
+    """Print the pull part's detail lines (every round of every server); RESULT lines."""
+    pull_rate = sum(pulls) / len(pulls)
+    stream_rates = {k: sum(v) / len(v) for k, v in streams.items()}
+    best = max(stream_rates, key=stream_rates.get)
+    print(f"gRPC pull: one stream of {args.pull_pairs} commits per server per round, "
+          f"{args.rounds} alternating rounds, load_avg_1m={load:.1f}")
+    print(f"gRPC pull pump     : mean {pull_rate:.0f}/s rounds {[round(x) for x in pulls]}")
+    for k, v in streams.items():
+        print(f"gRPC pull {k:9s}: mean {stream_rates[k]:.0f}/s rounds {[round(x) for x in v]}"
+              f"{'  <- pull ceiling' if k == best else ''}")
+    return [f"RESULT pump_pull_grpc value={pull_rate:.0f} unit=binlogs/s "
+            f"ceiling={stream_rates[best]:.0f} ratio={pull_rate / stream_rates[best]:.2f} "
+            f"n={args.pull_pairs} ceiling_server={best} "
+            f"spread={min(pulls):.0f}-{max(pulls):.0f}"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=6.0,
@@ -329,12 +385,18 @@ def main(argv=None) -> int:
     ap.add_argument("--pull-pairs", type=int, default=20_000)
     ap.add_argument("--actor-pairs", type=int, default=5_000)
     ap.add_argument("--skip-actor", action="store_true")
+    ap.add_argument("--only", choices=("write", "pull"),
+                    help="only the gRPC write part (no storage, no pull, no actor) or only "
+                         "the gRPC pull part (no storage, no write, no actor)")
     args = ap.parse_args(argv)
+    do_write, do_pull = args.only != "pull", args.only != "write"
     results = []
     storage_kind = "durable" if _durable_storage_available() else "memory"
 
     storage_bench = ROOT / "bench" / "pump_storage.py"
-    if storage_bench.exists():
+    if args.only:
+        pass
+    elif storage_bench.exists():
         spec = importlib.util.spec_from_file_location("pump_storage_bench", storage_bench)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
@@ -352,82 +414,61 @@ def main(argv=None) -> int:
     pump_s = 0.0
     lat: list[float] = []
     pulls: list[float] = []
-    with tempfile.TemporaryDirectory() as d, ctx.Pool(args.procs) as pool:
-        echoes = {k: _start_server(k, d, args.pull_pairs) for k in echo_kinds}
-        pump_srv = _start_server("pump", str(Path(d) / "w"))
-        pull_srv = _start_server("pump", str(Path(d) / "r"), args.pull_pairs)
-        servers = [*echoes.values(), pump_srv, pull_srv]
-        pump_addr, pump_q, pull_addr = pump_srv[2], pump_srv[3], pull_srv[2]
+    paced: list[float] = []
+    echo_paced: list[float] = []
+    disk = ""
+    best = echo_kinds[0]
+    with tempfile.TemporaryDirectory() as d, ctx.Pool(args.procs if do_write else 1) as pool:
+        echoes = {k: _start_server(k, d, args.pull_pairs if do_pull else 0) for k in echo_kinds}
+        servers = list(echoes.values())
+        if do_write:
+            pump_srv = _start_server("pump", str(Path(d) / "w"))
+            servers.append(pump_srv)
+            pump_addr, pump_q = pump_srv[2], pump_srv[3]
+            print(f"pump (write) pid {pump_srv[0].pid} at {pump_addr}", flush=True)
+        if do_pull:
+            pull_srv = _start_server("pump", str(Path(d) / "r"), args.pull_pairs)
+            servers.append(pull_srv)
+            pull_addr = pull_srv[2]
+            print(f"pump (pull) pid {pull_srv[0].pid} at {pull_addr}", flush=True)
         per_round_s = args.seconds / args.rounds
         # Rounds alternate ceilings and pump so load drift on a shared machine hits all.
         for r in range(args.rounds):
-            for k, (_, _, addr, _) in echoes.items():
-                n, lat_r = _write_load(pool, addr, args.clients, args.procs, per_round_s,
-                                       pairs=False, round_no=r)
-                echo_n[k] += n
-                echo_lat[k] += lat_r
-            n, lat_r = _write_load(pool, pump_addr, args.clients, args.procs, per_round_s,
-                                   pairs=True, round_no=r)
-            pump_n, pump_s = pump_n + n, pump_s + per_round_s
-            lat += lat_r
-            pulls.append(_pull_grpc(pull_addr, args.pull_pairs))
-            for k, (_, _, addr, _) in echoes.items():
-                streams[k].append(_pull_grpc(addr, args.pull_pairs))
-        best = max(echo_kinds, key=lambda k: echo_n[k])
-        _, paced = _write_load(pool, pump_addr, args.clients, args.procs, per_round_s,
-                               pairs=True, round_no=args.rounds, paced_rate=args.paced_rate)
-        _, echo_paced = _write_load(pool, echoes[best][2], args.clients, args.procs,
-                                    per_round_s, pairs=False, round_no=args.rounds,
-                                    paced_rate=args.paced_rate)
+            if do_write:
+                for k, (_, _, addr, _) in echoes.items():
+                    n, lat_r = _write_load(pool, addr, args.clients, args.procs, per_round_s,
+                                           pairs=False, round_no=r)
+                    echo_n[k] += n
+                    echo_lat[k] += lat_r
+                n, lat_r = _write_load(pool, pump_addr, args.clients, args.procs, per_round_s,
+                                       pairs=True, round_no=r)
+                pump_n, pump_s = pump_n + n, pump_s + per_round_s
+                lat += lat_r
+            if do_pull:
+                pulls.append(_pull_grpc(pull_addr, args.pull_pairs))
+                for k, (_, _, addr, _) in echoes.items():
+                    streams[k].append(_pull_grpc(addr, args.pull_pairs))
+        if do_write:
+            best = max(echo_kinds, key=lambda k: echo_n[k])
+            _, paced = _write_load(pool, pump_addr, args.clients, args.procs, per_round_s,
+                                   pairs=True, round_no=args.rounds, paced_rate=args.paced_rate)
+            _, echo_paced = _write_load(pool, echoes[best][2], args.clients, args.procs,
+                                        per_round_s, pairs=False, round_no=args.rounds,
+                                        paced_rate=args.paced_rate)
         for _, stop, _, _ in servers:
             stop.set()
-        disk = pump_q.get(timeout=60)
+        if do_write:
+            disk = pump_q.get(timeout=60)
         for proc, _, _, _ in servers:
             proc.join(30)
-    lat.sort()
-    paced.sort()
-    echo_paced.sort()
-    for k in echo_kinds:
-        echo_lat[k].sort()
-    rate = pump_n / pump_s
-    echo_rates = {k: echo_n[k] / pump_s for k in echo_kinds}
-    echo_rate, elat = echo_rates[best], echo_lat[best]
-    pull_rate = sum(pulls) / len(pulls)
-    stream_rates = {k: sum(v) / len(v) for k, v in streams.items()}
-    stream_best = max(stream_rates, key=stream_rates.get)
-    stream_rate = stream_rates[stream_best]
-    print(f"gRPC write: {args.clients} concurrent requests (grpc.aio) in {args.procs} client "
-          f"processes, {storage_kind} storage, {args.rounds} alternating rounds, "
-          f"{args.seconds:.1f} s each side, load_avg_1m={os.getloadavg()[0]:.1f}")
-    for k in echo_kinds:
-        print(f"gRPC echo {k:8s}: {echo_rates[k]:.0f}/s closed loop p50 "
-              f"{_pct(echo_lat[k], 0.5) * 1000:.1f} ms p99 {_pct(echo_lat[k], 0.99) * 1000:.1f} ms"
-              f"; stream {stream_rates[k]:.0f}/s{'  <- write ceiling' if k == best else ''}")
-    print(f"gRPC write closed loop: {len(lat)} acks, Little's law bound on latency: "
-          f"{args.clients} in flight / {rate:.0f} per s = {args.clients / rate * 1000:.1f} ms "
-          f"(echo: {args.clients / echo_rate * 1000:.1f} ms)")
-    print(f"gRPC write, pump disk (all write runs, paced included): {disk}")
-    print(f"gRPC pull per round: pump {[round(x) for x in pulls]}, "
-          f"stream {[round(x) for x in streams[stream_best]]} ({stream_best})")
-    results.append(f"RESULT pump_grpc_write value={rate:.0f} unit=binlogs/s "
-                   f"ceiling={echo_rate:.0f} ratio={rate / echo_rate:.2f} storage={storage_kind} "
-                   f"clients={args.clients}_in_{args.procs}_processes ceiling_server={best}")
-    results.append(f"RESULT pump_grpc_p50_ms value={_pct(lat, 0.5) * 1000:.2f} unit=ms "
-                   f"echo={_pct(elat, 0.5) * 1000:.2f}")
-    results.append(f"RESULT pump_grpc_p99_ms value={_pct(lat, 0.99) * 1000:.2f} unit=ms "
-                   f"echo={_pct(elat, 0.99) * 1000:.2f} clients={args.clients}_closed_loop")
-    results.append(f"RESULT pump_grpc_echo_p50_ms value={_pct(elat, 0.5) * 1000:.2f} unit=ms "
-                   f"server={best} clients={args.clients}_closed_loop")
-    results.append(f"RESULT pump_grpc_echo_p99_ms value={_pct(elat, 0.99) * 1000:.2f} unit=ms "
-                   f"server={best} clients={args.clients}_closed_loop")
-    results.append(f"RESULT pump_grpc_paced_p50_ms value={_pct(paced, 0.5) * 1000:.2f} unit=ms "
-                   f"rate={args.paced_rate:.0f}/s echo={_pct(echo_paced, 0.5) * 1000:.2f}")
-    results.append(f"RESULT pump_grpc_paced_p99_ms value={_pct(paced, 0.99) * 1000:.2f} unit=ms "
-                   f"rate={args.paced_rate:.0f}/s echo={_pct(echo_paced, 0.99) * 1000:.2f}")
-    results.append(f"RESULT pump_pull_grpc value={pull_rate:.0f} unit=binlogs/s "
-                   f"ceiling={stream_rate:.0f} ratio={pull_rate / stream_rate:.2f} "
-                   f"n={args.pull_pairs} ceiling_server={stream_best}")
-    if not args.skip_actor:
+    load = os.getloadavg()[0]
+    if do_write:
+        results += _write_report(args, storage_kind, load, pump_n / pump_s,
+                                 {k: echo_n[k] / pump_s for k in echo_kinds}, best, lat,
+                                 echo_lat, paced, echo_paced, disk, len(lat))
+    if do_pull:
+        results += _pull_report(args, load, pulls, streams)
+    if not args.skip_actor and not args.only:
         n_act, t_act = _actor_pull(args.actor_pairs)
         results.append(f"RESULT pump_pull_actor value={n_act / t_act:.0f} unit=binlogs/s "
                        f"n={n_act}")

@@ -209,6 +209,65 @@ def test_pull_prefetching_one_binlog_per_batch_is_exactly_once_in_order(start_pu
     assert got == expected[1:]
 
 
+def test_pull_resumes_after_cancel_without_duplicates_and_sends_protobufs_bytes(start_pump):
+    """Batches of 3: a client cancels mid-batch and reconnects from the last commit_ts
+    it got; it sees every commit once, in order, then waits for and gets new ones. Each
+    message is byte for byte what protobuf serializes for the same PullBinlogResp."""
+    proc = start_pump()
+    proc.grpc_server.servicer.pull_batch_bytes = 3 * 40
+    s = stub(proc)
+    expected = []
+    for i in range(10):
+        start_ts = 3000 + 2 * i
+        assert write(s, pw(start_ts, b"val%d" % i)) == ""
+        assert write(s, cm(start_ts, start_ts + 1)) == ""
+        expected.append(start_ts + 1)
+    assert write(s, bl.encode(bl.fake(3100))) == ""
+    expected.append(3100)
+    channel = open_channel(proc.addr)
+    raw_pull = channel.unary_stream("/binlog.Pump/PullBinlogs",
+                                    request_serializer=pump_pb2.PullBinlogReq.SerializeToString,
+                                    response_deserializer=None)
+    got, last = [], 0
+    for stop_after in (4, 9):                  # cancel inside the second batch, then again
+        call = raw_pull(pump_pb2.PullBinlogReq(clusterID=CLUSTER_ID,
+                                               startFrom=pump_pb2.Pos(offset=last)))
+        for raw in call:
+            resp = pump_pb2.PullBinlogResp.FromString(raw)
+            b = bl.decode(resp.entity.payload)
+            assert raw == pump_pb2.PullBinlogResp(entity=pump_pb2.Entity(
+                pos=pump_pb2.Pos(offset=b.commit_ts), payload=resp.entity.payload,
+                meta=pump_pb2.Meta(startTs=b.start_ts, commitTs=b.commit_ts))).SerializeToString()
+            if b.tp == bl.BinlogType.COMMIT:
+                assert b.prewrite_value == b"val%d" % ((b.start_ts - 3000) // 2)
+            got.append(b.commit_ts)
+            last = b.commit_ts
+            if len(got) == stop_after:
+                break
+        call.cancel()
+    assert got == expected[:9]
+    call = s.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=CLUSTER_ID,
+                                                startFrom=pump_pb2.Pos(offset=last)))
+    rest = []
+
+    def consume():
+        for resp in call:
+            rest.append(resp.entity.meta.commitTs)
+            if len(rest) == 4:
+                return
+
+    t = threading.Thread(target=consume)
+    t.start()
+    t.join(0.5)                                # got the two left, now waits for new data
+    assert rest == expected[9:]
+    assert write(s, pw(3200)) == "" and write(s, cm(3200, 3201)) == ""
+    assert write(s, bl.encode(bl.fake(3300))) == ""
+    t.join(10)
+    call.cancel()
+    channel.close()
+    assert rest == expected[9:] + [3201, 3300]
+
+
 def test_pull_below_gc_is_an_error(start_pump):
     proc = start_pump()
     s = stub(proc)

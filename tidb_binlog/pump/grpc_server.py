@@ -50,25 +50,31 @@ from pathlib import Path
 
 import grpc
 
-from tidb_binlog import binlog as bl
 from tidb_binlog.errors import BinlogError, ConfigError, PurgedError
-from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
+from tidb_binlog.proto import pump_pb2
 from tidb_binlog.pump.transport import (
     MAX_GRPC_MESSAGE_BYTES,
     message_options,
     server_credentials,
 )
+from tidb_binlog.pump.wire import EMPTY_WRITE_RESP, pull_response_bytes
 
-__all__ = ["PumpServicer", "PumpGrpcServer", "build_server"]
+__all__ = ["PumpServicer", "PumpGrpcServer", "build_server", "method_handlers"]
 
 log = logging.getLogger(__name__)
 
+SERVICE = "binlog.Pump"
 SLOW_RPC_S = 1.0
 START_TIMEOUT_S = 30.0
 
 
-class PumpServicer(pump_pb2_grpc.PumpServicer):
-    """Translates RPCs to :class:`~tidb_binlog.pump.node.PumpNode` calls and back."""
+class PumpServicer:
+    """Translates RPCs to :class:`~tidb_binlog.pump.node.PumpNode` calls and back.
+
+    Both methods return serialized responses: register them with
+    :func:`method_handlers` (pass-through response serializers), not with
+    ``add_PumpServicer_to_server``.
+    """
 
     def __init__(self, node, *, pull_wait_s: float = 0.5, pull_batch_bytes: int = 4 << 20,
                  prefetch_threads: int = 16):
@@ -98,59 +104,80 @@ class PumpServicer(pump_pb2_grpc.PumpServicer):
         self._write_ok.observe(elapsed_s)
         if elapsed_s > SLOW_RPC_S:
             log.warning("WriteBinlog took %.3f s", elapsed_s)
-        return pump_pb2.WriteBinlogResp()
+        return EMPTY_WRITE_RESP
 
-    def _failed(self, start_s: float, errmsg: str):
+    def _failed(self, start_s: float, errmsg: str) -> bytes:
         self.metrics.loss_binlog_count.inc()
         self._write_fail.observe(time.perf_counter() - start_s)
         log.warning("WriteBinlog refused: %s", errmsg)
-        return pump_pb2.WriteBinlogResp(errmsg=errmsg)
+        return pump_pb2.WriteBinlogResp(errmsg=errmsg).SerializeToString()
+
+    def _read_ahead(self, since_commit_ts: int) -> tuple[int, list[bytes]]:
+        """On a prefetch thread: the next batch above ``since_commit_ts`` as serialized
+        ``PullBinlogResp`` messages, and the commit_ts of its last one."""
+        batch, _ = self.node.pull(since_commit_ts, self.pull_batch_bytes, self.pull_wait_s)
+        if not batch:
+            return since_commit_ts, []
+        return batch[-1][0], [pull_response_bytes(ts, payload) for ts, payload in batch]
 
     async def PullBinlogs(self, request, context):
+        """Yields serialized responses (see :mod:`.wire`); the read of the next batch
+        runs on a prefetch thread while this one is sent."""
         start_s = time.perf_counter()
-        label = "succ"
-        try:
-            async for resp in self._pull(request, context):
-                yield resp
-        except BaseException:
-            label = "fail"
-            raise
-        finally:
-            self.metrics.rpc_duration_s.labels("PullBinlogs", label).observe(
-                time.perf_counter() - start_s)
-
-    async def _pull(self, request, context):
         if request.clusterID != self.node.cluster_id:
+            self._pull_done(start_s, "fail")
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"cluster ID are mismatch, {request.clusterID} vs "
                                 f"{self.node.cluster_id}")
         last = request.startFrom.offset
         log.info("PullBinlogs from %s starting after commit_ts %d", context.peer(), last)
         loop = asyncio.get_running_loop()
-        pull, size, wait_s = self.node.pull, self.pull_batch_bytes, self.pull_wait_s
-        # While one batch is streamed, the next one is read on a prefetch thread.
-        ahead = loop.run_in_executor(self._prefetch, pull, last, size, wait_s)
+        read, prefetch, stopping = self._read_ahead, self._prefetch, self.stopping
+        ahead = loop.run_in_executor(prefetch, read, last)
+        label = "succ"
         try:
-            while not self.stopping.is_set():
+            while not stopping.is_set():
                 try:
-                    batch, _ = await ahead
+                    last, messages = await ahead
                 except PurgedError as exc:
                     log.error("drainer %s requested a purged binlog ts: %s", context.peer(), exc)
+                    ahead = None
                     await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
-                if batch:
-                    last = batch[-1][0]
-                ahead = loop.run_in_executor(self._prefetch, pull, last, size, wait_s)
-                for commit_ts, payload in batch:
-                    yield pump_pb2.PullBinlogResp(entity=pump_pb2.Entity(
-                        pos=pump_pb2.Pos(offset=commit_ts), payload=payload,
-                        meta=pump_pb2.Meta(startTs=bl.Binlog.FromString(payload).start_ts,
-                                           commitTs=commit_ts)))
+                ahead = loop.run_in_executor(prefetch, read, last)
+                for message in messages:
+                    yield message
+        except BaseException:          # a cancel by the client counts too (as before)
+            label = "fail"
+            raise
         finally:
-            ahead.cancel()  # a read already running ends within pull_wait_s, unused
+            if ahead is not None:
+                ahead.cancel()         # a read already running ends within pull_wait_s
+            self._pull_done(start_s, label)
+
+    def _pull_done(self, start_s: float, label: str) -> None:
+        self.metrics.rpc_duration_s.labels("PullBinlogs", label).observe(
+            time.perf_counter() - start_s)
 
     def close(self) -> None:
         """Release the prefetch threads (after the server stopped)."""
         self._prefetch.shutdown(wait=False, cancel_futures=True)
+
+
+def _pass_through(message: bytes) -> bytes:
+    return message
+
+
+def method_handlers(servicer: PumpServicer) -> dict[str, grpc.RpcMethodHandler]:
+    """``binlog.Pump``'s two methods (TiDB's pump.proto) on one server: requests are
+    parsed by protobuf, responses are the servicer's bytes as they are."""
+    return {
+        "WriteBinlog": grpc.unary_unary_rpc_method_handler(
+            servicer.WriteBinlog, request_deserializer=pump_pb2.WriteBinlogReq.FromString,
+            response_serializer=_pass_through),
+        "PullBinlogs": grpc.unary_stream_rpc_method_handler(
+            servicer.PullBinlogs, request_deserializer=pump_pb2.PullBinlogReq.FromString,
+            response_serializer=_pass_through),
+    }
 
 
 class _LoopThread:
@@ -202,7 +229,9 @@ class PumpGrpcServer:
 
 async def _start(servicer, addr: str, socket_path: str, creds, options) -> tuple[object, int]:
     server = grpc.aio.server(options=options)
-    pump_pb2_grpc.add_PumpServicer_to_server(servicer, server)
+    handlers = method_handlers(servicer)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
     try:
         try:
             port = server.add_insecure_port(addr) if creds is None else \
