@@ -11,8 +11,8 @@ the foreign library, with the original kept as ``__cause__``.
     ├── CodecError                   malformed datum / row bytes (names offset and flag)
     ├── ProtocolError                malformed binlog or gRPC payload
     │   └── ClusterIDMismatch        "cluster ID are mismatch"
-    ├── StorageError                 pump storage (vlog, index)
-    │   ├── CorruptRecord            a vlog record failed magic/length/CRC
+    ├── StorageError                 pump storage (vlog, index), binlog files
+    │   ├── CorruptRecord            a vlog / binlog-file record failed magic/length/CRC
     │   ├── DiskSpaceError           "no available space" guard
     │   └── PurgedError              a request below gc_ts
     ├── StateError                   an action the node state forbids ("no online: paused")
@@ -103,11 +103,11 @@ class ClusterIDMismatch(ProtocolError):
 
 
 class StorageError(BinlogError):
-    """The pump's storage failed (value log or index)."""
+    """The pump's storage (value log or index) or a binlog file directory failed."""
 
 
 class CorruptRecord(StorageError):
-    """A value-log record failed its magic, length or CRC check."""
+    """A value-log or binlog-file record failed its magic, length or CRC check."""
 
     _fields = ("path", "offset")
 

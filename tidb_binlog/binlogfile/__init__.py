@@ -1,0 +1,28 @@
+"""TiDB Binlog's binlog file format (``pkg/binlogfile``): framed records in numbered segments.
+
+Used by the drainer's file sink (``db-type = "file"``, payloads are
+``pb_binlog.Binlog``), and meant for the reparo-style restore and the relay log.
+
+- :mod:`~tidb_binlog.binlogfile.framing`: the record (magic, size, payload, CRC-32C).
+- :mod:`~tidb_binlog.binlogfile.files`: segment names, :class:`Pos`.
+- :mod:`~tidb_binlog.binlogfile.reader`: :func:`walk` from a position, corruption counted.
+- :mod:`~tidb_binlog.binlogfile.binlogger`: :class:`Binlogger`, the one writer of a
+  directory (lock, torn-tail repair, rotation, sync, truncate, GC).
+
+Nothing here imports ray.
+"""
+
+from tidb_binlog.binlogfile.binlogger import LOCK_FILE, SEGMENT_SIZE_BYTES, Binlogger
+from tidb_binlog.binlogfile.files import (
+    Pos,
+    binlog_name,
+    binlog_names,
+    is_contiguous,
+    parse_binlog_name,
+)
+from tidb_binlog.binlogfile.framing import MAGIC, RECORD_OVERHEAD, encode_record
+from tidb_binlog.binlogfile.reader import WalkStats, walk
+
+__all__ = ["Binlogger", "SEGMENT_SIZE_BYTES", "LOCK_FILE", "Pos", "binlog_name", "binlog_names",
+           "is_contiguous", "parse_binlog_name", "MAGIC", "RECORD_OVERHEAD", "encode_record",
+           "WalkStats", "walk"]

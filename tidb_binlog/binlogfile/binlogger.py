@@ -1,0 +1,282 @@
+"""The writer of a binlog directory: :class:`Binlogger` (TiDB Binlog's ``OpenBinlogger``).
+
+**Open.** ``Binlogger(directory, max_file_size_bytes)`` creates the directory,
+takes an exclusive ``flock`` on ``<directory>/.lock`` (a second writer gets a
+:class:`~tidb_binlog.errors.StorageError` at once), checks that the segments
+are contiguous, and appends to the newest one (``binlog-0000000000000000-<now>``
+in an empty directory). The newest segment is scanned first: a *torn tail*
+(damage running to its end: a record cut short by a crash, or garbage after
+the last valid record) is truncated away and logged with the file and offset.
+Damage followed by valid records is left alone: readers skip it and count it.
+
+**Write.** :meth:`write_tail` appends one framed payload and returns the
+:class:`Pos` just after it; :meth:`write_many` does the same for a list with
+one ``write`` per segment touched. Once a segment reaches ``max_file_size_bytes``
+the next record goes to a new segment (suffix + 1; the full one is fdatasync'ed
+before it is left). An empty payload writes nothing (TiDB's behaviour) and
+returns the current position. Writes are not synced: :meth:`sync` fdatasyncs
+the open segment (and the directory when a segment was created since the last
+sync). Whoever records a position durably elsewhere (a checkpoint) calls
+``sync()`` first: a checkpoint may only point at bytes that survive a crash.
+
+**Reposition.** :meth:`truncate_to` cuts everything after a position: the
+segment is truncated there and later segments are removed (the file sink drops
+what it wrote after its last durable checkpoint, then writes it again).
+
+**Read and GC.** :meth:`walk` is :func:`tidb_binlog.binlogfile.reader.walk` on
+this directory. :meth:`gc_by_time` removes segments whose mtime is older than
+the retention; :meth:`gc_by_pos` those with a suffix below a position's; both
+always keep the newest segment. :meth:`close` syncs and releases the lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from pathlib import Path
+
+from tidb_binlog.binlogfile.files import Pos, binlog_name, binlog_names, is_contiguous
+from tidb_binlog.binlogfile.framing import Damage, encode_record, scan
+from tidb_binlog.binlogfile.reader import WalkStats, segments, walk
+from tidb_binlog.errors import StorageError
+
+__all__ = ["Binlogger", "SEGMENT_SIZE_BYTES", "LOCK_FILE"]
+
+log = logging.getLogger(__name__)
+
+SEGMENT_SIZE_BYTES = 512 << 20
+"""TiDB's default segment size (``binlogfile.SegmentSizeBytes``)."""
+
+LOCK_FILE = ".lock"
+"""Held with an exclusive flock by the one writer of the directory while it is open."""
+
+
+class Binlogger:
+    """Appends framed records to a binlog directory; see the module docstring."""
+
+    def __init__(self, directory: str | os.PathLike,
+                 max_file_size_bytes: int = SEGMENT_SIZE_BYTES):
+        if max_file_size_bytes <= 0:
+            raise ValueError(f"max_file_size_bytes must be > 0, got {max_file_size_bytes}")
+        self.dir = Path(directory)
+        self.max_file_size_bytes = max_file_size_bytes
+        self.truncated_bytes = 0  # torn tail dropped at open
+        self._fd = -1
+        self._lock_fd = -1
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the binlog directory {self.dir}: {exc}") from exc
+        self._lock_fd = self._lock()
+        try:
+            names = binlog_names(self.dir)
+            if not is_contiguous(names):
+                raise StorageError(f"binlog files in {self.dir} are not contiguous: {names}; "
+                                   "a file is missing (move the directory aside or restore it)")
+            if names:
+                suffix = segments(self.dir)[-1][0]
+                self._open_segment(suffix, self.dir / names[-1], create=False)
+                self._repair_tail()
+            else:
+                self._open_segment(0, self.dir / binlog_name(0), create=True)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- open -------------------------------------------------------------------------
+    def _lock(self) -> int:
+        path = self.dir / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot open the lock file {path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise StorageError(f"binlog directory {self.dir} is in use by another writer (the "
+                               f"lock {path} is held); stop it or choose another dir") from exc
+        return fd
+
+    def _open_segment(self, suffix: int, path: Path, *, create: bool) -> None:
+        flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot open the binlog file {path}: {exc}") from exc
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+        self.suffix = suffix
+        self.path = path
+        self.offset = os.fstat(fd).st_size
+        self._dir_dirty = create
+
+    def _repair_tail(self) -> None:
+        last = None
+        with open(self.path, "rb") as f:
+            for item in scan(f, 0, self.offset):
+                last = item
+        if isinstance(last, Damage) and last.torn:
+            dropped = self.offset - last.offset
+            log.warning("binlog file %s: dropping a torn tail of %d bytes at offset %d (%s); "
+                        "a write was cut short by a crash", self.path, dropped, last.offset,
+                        last.reason)
+            self._truncate_file(last.offset)
+            self.truncated_bytes += dropped
+
+    def _truncate_file(self, offset: int) -> None:
+        try:
+            os.ftruncate(self._fd, offset)
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise StorageError(f"cannot truncate {self.path} at {offset}: {exc}") from exc
+        self.offset = offset
+
+    # -- write ------------------------------------------------------------------------
+    @property
+    def position(self) -> Pos:
+        """Where the next record will start (the end of what was written)."""
+        return Pos(self.suffix, self.offset)
+
+    def write_tail(self, payload: bytes) -> Pos:
+        """Append one record; the position just after it."""
+        return self.write_many([payload])[-1]
+
+    def write_many(self, payloads: list[bytes]) -> list[Pos]:
+        """Append records in order; the position after each."""
+        self._check_open()
+        out: list[Pos] = []
+        chunk: list[bytes] = []
+        offset = self.offset
+        for payload in payloads:
+            if not payload:
+                out.append(Pos(self.suffix, offset))
+                continue
+            frame = encode_record(payload)
+            chunk.append(frame)
+            offset += len(frame)
+            out.append(Pos(self.suffix, offset))
+            if offset >= self.max_file_size_bytes:
+                self._append(chunk, offset)
+                chunk = []
+                self._rotate()
+                offset = 0
+        if chunk:
+            self._append(chunk, offset)
+        return out
+
+    def _append(self, frames: list[bytes], end: int) -> None:
+        data = b"".join(frames)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except OSError as exc:
+            raise StorageError(f"cannot append to the binlog file {self.path} at offset "
+                               f"{self.offset}: {exc}; check the disk's space") from exc
+        self.offset = end
+
+    def _rotate(self) -> None:
+        self._sync_fd()
+        nxt = self.suffix + 1
+        self._open_segment(nxt, self.dir / binlog_name(nxt), create=True)
+        log.info("binlog file %s created", self.path)
+
+    def sync(self) -> None:
+        """Make everything written so far durable (fdatasync; the directory too when a
+        segment was created since the last sync)."""
+        self._check_open()
+        self._sync_fd()
+        if self._dir_dirty:
+            dir_fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            self._dir_dirty = False
+
+    def _sync_fd(self) -> None:
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            raise StorageError(f"cannot sync the binlog file {self.path}: {exc}") from exc
+
+    def truncate_to(self, pos: Pos) -> int:
+        """Drop everything after ``pos`` (later segments removed); bytes dropped."""
+        self._check_open()
+        segs = segments(self.dir)
+        paths = dict(segs)
+        if pos.suffix not in paths:
+            raise StorageError(f"cannot truncate {self.dir} to {pos}: no such binlog file")
+        dropped = 0
+        for suffix, path in reversed(segs):
+            if suffix <= pos.suffix:
+                break
+            dropped += path.stat().st_size
+            path.unlink()
+            log.warning("binlog file %s removed (after %s)", path, pos)
+        self._open_segment(pos.suffix, paths[pos.suffix], create=False)
+        if pos.offset > self.offset:
+            raise StorageError(f"cannot truncate {self.path} to offset {pos.offset}: the file "
+                               f"has {self.offset} bytes")
+        dropped += self.offset - pos.offset
+        self._truncate_file(pos.offset)
+        self._dir_dirty = True
+        return dropped
+
+    # -- read and GC --------------------------------------------------------------------
+    def walk(self, from_pos: Pos | None = None, *, stats: WalkStats | None = None,
+             strict: bool = False):
+        """:func:`~tidb_binlog.binlogfile.reader.walk` on this directory."""
+        return walk(self.dir, from_pos, stats=stats, strict=strict)
+
+    def gc_by_time(self, retention_s: float, now_s: float | None = None) -> list[str]:
+        """Remove segments (not the newest) not modified for ``retention_s``; their names."""
+        now_s = time.time() if now_s is None else now_s
+        return self._gc(lambda suffix, st: now_s - st.st_mtime > retention_s)
+
+    def gc_by_pos(self, pos: Pos) -> list[str]:
+        """Remove segments (not the newest) with a suffix below ``pos.suffix``."""
+        return self._gc(lambda suffix, st: suffix < pos.suffix)
+
+    def _gc(self, doomed) -> list[str]:
+        removed = []
+        for suffix, path in segments(self.dir)[:-1]:
+            if suffix == self.suffix:
+                break
+            try:
+                if doomed(suffix, path.stat()):
+                    path.unlink()
+                    removed.append(path.name)
+                    log.info("GC binlog file %s", path)
+            except OSError as exc:  # one file failing must not stop the others
+                log.error("cannot GC binlog file %s: %s", path, exc)
+        return removed
+
+    # -- close ---------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._fd < 0:
+            raise StorageError(f"the binlogger of {self.dir} is closed")
+
+    def close(self) -> None:
+        """Sync, close the segment and release the directory lock. Idempotent."""
+        try:
+            if self._fd >= 0:
+                self._sync_fd()
+        finally:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = -1
+
+    def __enter__(self) -> Binlogger:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,127 @@
+"""The binlog file record (TiDB Binlog's ``pkg/binlogfile/encoder.go``, ``decoder.go``).
+
+::
+
+    record := magic u32 LE = 0x1C1B0504 (471532804)
+            | size  u64 LE  (payload length)
+            | payload
+            | crc   u32 LE  (CRC-32C, Castagnoli, of the payload)
+
+16 bytes of framing per record. (The pump's value log differs: its CRC sits in
+the header.) A segment is records back to back, nothing else.
+
+:func:`scan` reads the records of one segment and says what is wrong where
+they are not valid:
+
+- a valid record → :class:`Record` ``(offset, end, payload)``;
+- a bad one (magic or CRC mismatch, a size running past the end, a header cut
+  short) → :class:`Damage` ``(offset, end, reason, torn)``: the scan seeks the
+  next magic after ``offset`` (TiDB's ``seekBinlog``) and goes on from there.
+  ``torn`` is true when no magic follows, i.e. the damage runs to the end of the
+  segment: a partial write at the tail (``reason == "partial"``) or garbage there.
+
+Malformed bytes never raise here; the caller decides (the reader counts
+corruption, the writer truncates a torn tail).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import BinaryIO, NamedTuple
+
+import google_crc32c
+
+__all__ = ["MAGIC", "HEADER_SIZE", "TRAILER_SIZE", "RECORD_OVERHEAD", "Record", "Damage",
+           "encode_record", "scan", "find_magic"]
+
+MAGIC = 0x1C1B0504
+_HEADER = struct.Struct("<IQ")
+_TRAILER = struct.Struct("<I")
+HEADER_SIZE = _HEADER.size    # 12
+TRAILER_SIZE = _TRAILER.size  # 4
+RECORD_OVERHEAD = HEADER_SIZE + TRAILER_SIZE
+_MAGIC_BYTES = struct.pack("<I", MAGIC)
+_SEEK_CHUNK = 1 << 16
+_crc = google_crc32c.value
+
+
+class Record(NamedTuple):
+    """A valid record: its first byte, the byte after it, its payload."""
+
+    offset: int
+    end: int
+    payload: bytes
+
+
+class Damage(NamedTuple):
+    """Bytes ``[offset, end)`` hold no valid record. ``reason``: ``magic`` | ``crc`` |
+    ``partial``; ``torn``: the damage runs to the end of the segment."""
+
+    offset: int
+    end: int
+    reason: str
+    torn: bool
+
+
+def encode_record(payload: bytes) -> bytes:
+    """Frame one payload."""
+    return b"".join((_HEADER.pack(MAGIC, len(payload)), payload,
+                     _TRAILER.pack(_crc(payload))))
+
+
+def _read_at(f: BinaryIO, off: int, end: int) -> Record | str:
+    """The record at ``off``, or why there is none (``magic``/``crc``/``partial``)."""
+    if end - off < HEADER_SIZE:
+        f.seek(off)
+        head = f.read(min(4, end - off))
+        return "partial" if _MAGIC_BYTES.startswith(head) else "magic"
+    f.seek(off)
+    head = f.read(HEADER_SIZE)
+    if len(head) < HEADER_SIZE:
+        return "partial"
+    magic, size = _HEADER.unpack(head)
+    if magic != MAGIC:
+        return "magic"
+    rec_end = off + RECORD_OVERHEAD + size
+    if rec_end > end:
+        return "partial"
+    body = f.read(size + TRAILER_SIZE)
+    if len(body) < size + TRAILER_SIZE:
+        return "partial"
+    payload = body[:size]
+    if _crc(payload) != _TRAILER.unpack_from(body, size)[0]:
+        return "crc"
+    return Record(off, rec_end, payload)
+
+
+def find_magic(f: BinaryIO, start: int, end: int) -> int | None:
+    """The offset of the first magic at or after ``start`` (wholly before ``end``)."""
+    pos = start
+    while pos + 4 <= end:
+        f.seek(pos)
+        chunk = f.read(min(_SEEK_CHUNK, end - pos))
+        if len(chunk) < 4:
+            return None
+        i = chunk.find(_MAGIC_BYTES)
+        if i >= 0:
+            return pos + i
+        pos += len(chunk) - 3  # a magic may straddle two chunks
+    return None
+
+
+def scan(f: BinaryIO, start: int, end: int) -> Iterator[Record | Damage]:
+    """Records and damage of ``f[start:end]`` in file order (see the module doc)."""
+    off = start
+    while off < end:
+        got = _read_at(f, off, end)
+        if isinstance(got, Record):
+            yield got
+            off = got.end
+            continue
+        nxt = find_magic(f, off + 1, end)
+        if nxt is None:
+            yield Damage(off, end, got, True)
+            return
+        yield Damage(off, nxt, got, False)
+        off = nxt
