@@ -1,0 +1,330 @@
+"""Binlog → ``pb_binlog.Binlog`` bytes: the file sink's record (TiDB's ``drainer/translator/pb.go``).
+
+A served Commit binlog becomes one ``pb_binlog.Binlog`` (``proto/pb_binlog.proto``),
+serialized as TiDB's gogo marshaller writes it (fields in number order; the
+non-nullable ``tp``, ``commit_ts``, ``column.name``, ``column.mysql_type`` and
+``Event.tp`` always present, zero or not):
+
+- **DML**: ``tp = DML``, ``commit_ts``, ``dml_data.events``: one ``Event{schema_name,
+  table_name, tp Insert|Update|Delete, row}`` per row change, in the mutation's
+  ``sequence`` order. Each ``row`` element is a marshalled ``column{name, tp =
+  the 1-byte MySQL type, mysql_type = types.TypeToStr(tp, charset), value,
+  changed_value}``:
+
+  - Insert: every column of the table (any state, the hidden ``_tidb_rowid``
+    excepted), the handle filling the int PK / clustered PK columns, a column
+    missing from the row taking its default (origin default, else NULL when
+    nullable, else the type's zero value, as TiDB's ``getDefaultOrZeroValue``);
+  - Update: the writable columns present in the row (missing ones with defaults
+    only while a DDL is in flight), ``value`` = old, ``changed_value`` = new;
+  - Delete: the table's columns present in the row.
+
+  ``value`` is ``codec.EncodeValue`` of the datum after TiDB's ``formatData``:
+  DATE/DATETIME/TIMESTAMP, DECIMAL, JSON and TIME become their text (a string
+  datum, flag 0x02), ENUM/SET/BIT their number (uint64, flag 0x09), NULL flag
+  0x00; ints (0x08 / 0x09), floats (0x05), strings and bytes (0x02) stay as
+  decoded. TIMESTAMPs are shown in ``tz`` (TiDB uses the drainer's local zone;
+  we use ``[syncer.to.params] time_zone``, default UTC).
+
+- **DDL**: ``tp = DDL``, ``commit_ts``, ``ddl_query`` = ``use `db`; <query>;``
+  (``<query>;`` for CREATE DATABASE; the query alone when it has no database).
+  Which DDL binlogs produce a record (job lookup, failed or DeleteOnly jobs
+  skipped, the schema keeper updated) is decided by the MySQL
+  :class:`~tidb_binlog.drainer.translate.Translator`, which this class wraps.
+
+Fake binlogs, skipped DDLs, and transactions whose every row belongs to an
+ignored schema (``ignore_schemas``) or a truncated table produce ``None``.
+:func:`decode_columns` reads a ``row`` element back (for readers such as reparo).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from tidb_binlog import binlog as bl
+from tidb_binlog.codec import (
+    Datum,
+    decode_insert_row,
+    decode_old_and_new_row,
+    decode_one,
+    decode_row,
+    encode_value,
+    format_sql_arg,
+    unflatten,
+)
+from tidb_binlog.codec import mysql as m
+from tidb_binlog.codec.datum import Kind
+from tidb_binlog.codec.mytime import format_time
+from tidb_binlog.drainer.sql import is_create_database, quote_name
+from tidb_binlog.drainer.translate import HIDDEN_HANDLE, TableView, Translator, default_value
+from tidb_binlog.errors import CodecError, ProtocolError, SchemaError
+from tidb_binlog.model import ColumnInfo, TableInfo
+from tidb_binlog.proto import pb_binlog_pb2 as pb
+
+__all__ = ["PbTranslator", "type_to_str", "pb_datum", "ddl_record", "decode_columns", "PbColumn",
+           "record_commit_ts"]
+
+UTC = datetime.UTC
+
+_TYPE_STR = {
+    m.TYPE_BIT: "bit", m.TYPE_BLOB: "text", m.TYPE_DATE: "date", m.TYPE_DATETIME: "datetime",
+    m.TYPE_UNSPECIFIED: "unspecified", m.TYPE_NEWDECIMAL: "decimal", m.TYPE_DOUBLE: "double",
+    m.TYPE_ENUM: "enum", m.TYPE_FLOAT: "float", m.TYPE_GEOMETRY: "geometry",
+    m.TYPE_INT24: "mediumint", m.TYPE_JSON: "json", m.TYPE_LONG: "int",
+    m.TYPE_LONGLONG: "bigint", m.TYPE_LONG_BLOB: "longtext", m.TYPE_MEDIUM_BLOB: "mediumtext",
+    m.TYPE_NULL: "null", m.TYPE_SET: "set", m.TYPE_SHORT: "smallint", m.TYPE_STRING: "char",
+    m.TYPE_DURATION: "time", m.TYPE_TIMESTAMP: "timestamp", m.TYPE_TINY: "tinyint",
+    m.TYPE_TINY_BLOB: "tinytext", m.TYPE_VARCHAR: "varchar", m.TYPE_VAR_STRING: "var_string",
+    m.TYPE_YEAR: "year",
+}
+_BLOBS = frozenset({m.TYPE_TINY_BLOB, m.TYPE_MEDIUM_BLOB, m.TYPE_LONG_BLOB, m.TYPE_BLOB})
+_CHARS = frozenset({m.TYPE_STRING, m.TYPE_VARCHAR})
+_AS_TEXT = frozenset({Kind.DECIMAL, Kind.JSON, Kind.DURATION})
+_AS_UINT = frozenset({Kind.ENUM, Kind.SET, Kind.BIT})
+
+
+def type_to_str(tp: int, charset: str) -> str:
+    """TiDB's ``types.TypeToStr``: the type's name; text → blob, char → binary for the
+    binary charset."""
+    name = _TYPE_STR.get(tp, "")
+    if charset != m.BINARY_CHARSET:
+        return name
+    if tp in _BLOBS:
+        return name.replace("text", "blob", 1)
+    if tp in _CHARS:
+        return name.replace("char", "binary", 1)
+    if tp == m.TYPE_NULL:
+        return "binary"
+    return name
+
+
+def pb_datum(d: Datum, ft: m.FieldType, tz: datetime.tzinfo = UTC) -> Datum:
+    """TiDB's ``formatData`` for the pb sink: the datum whose ``EncodeValue`` is stored."""
+    d = unflatten(d, ft, tz)
+    kind = d[0]
+    if kind is Kind.TIME:
+        return Datum.string(format_time(d[1], ft.tp, ft.fsp))
+    if kind in _AS_TEXT:
+        return Datum.string(format_sql_arg(d, ft, tz))
+    if kind in _AS_UINT:
+        return Datum.uint64(d[1])
+    return d
+
+
+def _default_datum(value, ft: m.FieldType) -> Datum:
+    """A :func:`default_value` result as the datum TiDB's ``getDefaultOrZeroValue`` +
+    ``formatData`` yield (origin defaults are strings there; zero values typed)."""
+    if value is None:
+        return Datum.null()
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        if ft.tp in (m.TYPE_ENUM, m.TYPE_SET, m.TYPE_BIT) or ft.flag & m.UNSIGNED_FLAG:
+            return Datum.uint64(value)
+        return Datum.int64(value)
+    if isinstance(value, float):
+        return Datum.float32(value) if ft.tp == m.TYPE_FLOAT else Datum.float64(value)
+    if isinstance(value, bytes):
+        return Datum.bytes(value)
+    return Datum.string(str(value))
+
+
+def _column(name: str, tp: int, mysql_type: str, value: bytes, changed: bytes | None = None
+            ) -> bytes:
+    col = pb.column(name=name, tp=bytes((tp,)), mysql_type=mysql_type, value=value)
+    if changed is not None:
+        col.changed_value = changed
+    return col.SerializeToString()
+
+
+def ddl_record(commit_ts: int, database: str, query: str) -> bytes:
+    """The pb ``Binlog`` of a DDL (see the module doc for the query's form)."""
+    if database:
+        query = f"{query};" if is_create_database(query) else \
+            f"use {quote_name(database)}; {query};"
+    return pb.Binlog(tp=pb.DDL, commit_ts=commit_ts,
+                     ddl_query=query.encode("utf-8")).SerializeToString()
+
+
+class _Col(NamedTuple):
+    info: ColumnInfo
+    ft: m.FieldType
+    name: str
+    tp: int
+    mysql_type: str
+
+
+class PbTranslator:
+    """Commit binlogs → pb ``Binlog`` bytes, with the schema the wrapped
+    :class:`Translator` keeps (its keeper, views and DDL handling)."""
+
+    def __init__(self, translator: Translator, *, ignore_schemas: Iterable[str] = (),
+                 tz: datetime.tzinfo = UTC):
+        self.translator = translator
+        self.keeper = translator.keeper
+        self.ignored = frozenset(s.lower() for s in ignore_schemas)
+        self.tz = tz
+        self._cols: dict[int, tuple[TableView, tuple[_Col, ...], dict[int, _Col]]] = {}
+
+    def translate(self, binlog: bl.Binlog) -> bytes | None:
+        """The pb record of one served binlog, or None when there is nothing to write."""
+        if bl.is_fake(binlog):
+            return None
+        if bl.is_ddl(binlog):
+            txn = self.translator.translate(binlog)
+            if txn is None or txn.ddl is None or txn.ddl.database.lower() in self.ignored:
+                return None
+            return ddl_record(binlog.commit_ts, txn.ddl.database, txn.ddl.sql)
+        pv = bl.decode_prewrite_value(binlog.prewrite_value)
+        self.keeper.apply_until(pv.schema_version)
+        out = pb.Binlog(tp=pb.DML, commit_ts=binlog.commit_ts)
+        events = out.dml_data.events
+        for mut in pv.mutations:
+            try:
+                self._mutation(binlog.commit_ts, pv.schema_version, mut, events)
+            except CodecError as exc:
+                raise CodecError(
+                    f"cannot decode a row of table id {mut.table_id} in the transaction at "
+                    f"commit_ts {binlog.commit_ts} (start_ts {binlog.start_ts}): {exc}",
+                    offset=exc.offset, flag=exc.flag) from exc
+        if not events:
+            return None
+        return out.SerializeToString()
+
+    # -- rows ------------------------------------------------------------------------------
+    def _columns(self, view: TableView) -> tuple[tuple[_Col, ...], dict[int, _Col]]:
+        entry = self._cols.get(id(view))
+        if entry is None or entry[0] is not view:
+            cols = tuple(_Col(c, view.all_types[c.id], c.name.O, c.type.tp,
+                              type_to_str(c.type.tp, c.type.charset))
+                         for c in view.info.cols if c.name.L != HIDDEN_HANDLE)
+            if len(self._cols) > 256:
+                self._cols.clear()  # views of dropped versions
+            entry = self._cols[id(view)] = (view, cols, {c.info.id: c for c in cols})
+        return entry[1], entry[2]
+
+    def _mutation(self, commit_ts: int, version: int, mut, events) -> None:
+        if self.keeper.is_truncated(mut.table_id):
+            return
+        view = self.translator.view(mut.table_id)
+        database, table = view.schema.database, view.info.name.O
+        if database.lower() in self.ignored:
+            return
+        cols, by_id = self._columns(view)
+        old_info = self.keeper.table_at(mut.table_id, version) or view.info
+        lists = {bl.MutationType.INSERT: mut.inserted_rows,
+                 bl.MutationType.UPDATE: mut.updated_rows,
+                 bl.MutationType.DELETE_ROW: mut.deleted_rows}
+        cursors = dict.fromkeys(lists, 0)
+        for tp in mut.sequence:
+            rows = lists.get(tp)
+            if rows is None:
+                raise SchemaError(f"unknown mutation type {tp} in the transaction at commit_ts "
+                                  f"{commit_ts}, table id {mut.table_id}")
+            i = cursors[tp]
+            if i >= len(rows):
+                raise SchemaError(f"mutation sequence of table id {mut.table_id} at commit_ts "
+                                  f"{commit_ts} names more rows of type {tp} than it carries")
+            cursors[tp] = i + 1
+            ev = events.add(schema_name=database, table_name=table)
+            if tp == bl.MutationType.INSERT:
+                ev.tp = pb.Insert
+                ev.row.extend(self._insert(view, cols, old_info, rows[i]))
+            elif tp == bl.MutationType.UPDATE:
+                ev.tp = pb.Update
+                ev.row.extend(self._update(view, by_id, old_info, version, rows[i]))
+            else:
+                ev.tp = pb.Delete
+                ev.row.extend(self._delete(view, cols, rows[i]))
+
+    def _value(self, c: _Col, d: Datum) -> bytes:
+        return encode_value([pb_datum(d, c.ft, self.tz)])
+
+    def _default(self, old_info: TableInfo, c: _Col) -> bytes:
+        source = old_info.column_by_id(c.info.id) or c.info
+        return encode_value([_default_datum(default_value(source, self.tz), c.ft)])
+
+    def _insert(self, view: TableView, cols, old_info: TableInfo, row: bytes) -> list[bytes]:
+        handles, datums = decode_insert_row(row, view.all_types, view.pk_len, self.tz)
+        for i, col in view.handle_targets:
+            if col.id not in datums:
+                datums[col.id] = unflatten(handles[i], view.all_types[col.id], self.tz)
+        out = []
+        for c in cols:
+            d = datums.get(c.info.id)
+            value = self._value(c, d) if d is not None else self._default(old_info, c)
+            out.append(_column(c.name, c.tp, c.mysql_type, value))
+        return out
+
+    def _update(self, view: TableView, by_id, old_info: TableInfo, version: int, row: bytes
+                ) -> list[bytes]:
+        old, new = decode_old_and_new_row(row, view.writable_types, self.tz)
+        fill = len(new) < len(view.writable)
+        if fill and not self.keeper.can_append_default(view.info.id, version):
+            missing = [c.name.O for c in view.writable if c.id not in new]
+            raise SchemaError(
+                f"update row of {view.schema.qualified_name} lacks columns {missing} and no DDL "
+                f"is in flight (row schema version {version}, table last changed at "
+                f"{self.keeper.table_version.get(view.info.id)})")
+        out = []
+        for info in view.writable:
+            c = by_id[info.id]
+            if info.id in new:
+                out.append(_column(c.name, c.tp, c.mysql_type, self._value(c, old[info.id]),
+                                   self._value(c, new[info.id])))
+            else:
+                value = self._default(old_info, c)
+                out.append(_column(c.name, c.tp, c.mysql_type, value, value))
+        return out
+
+    def _delete(self, view: TableView, cols, row: bytes) -> list[bytes]:
+        datums = decode_row(row, view.all_types, self.tz)
+        out = [_column(c.name, c.tp, c.mysql_type, self._value(c, datums[c.info.id]))
+               for c in cols if c.info.id in datums]
+        if not out:
+            raise SchemaError(f"deleted row of {view.schema.qualified_name} holds none of its "
+                              "columns; the row does not match the table schema")
+        return out
+
+
+# -- reading records back -------------------------------------------------------------------
+class PbColumn(NamedTuple):
+    """One decoded ``row`` element: ``changed`` is the new value of an update, else None."""
+
+    name: str
+    tp: int
+    mysql_type: str
+    value: Datum
+    changed: Datum | None
+
+
+def decode_columns(row: Iterable[bytes]) -> list[PbColumn]:
+    """The columns of one pb ``Event.row``; ProtocolError/CodecError on malformed bytes."""
+    out = []
+    for i, raw in enumerate(row):
+        col = pb.column()
+        try:
+            col.ParseFromString(raw)
+        except Exception as exc:  # protobuf's DecodeError
+            raise ProtocolError(f"row element {i} is not a pb_binlog.column: {exc}") from exc
+        if len(col.tp) != 1:
+            raise ProtocolError(f"row element {i} ({col.name!r}) has a {len(col.tp)}-byte tp; "
+                                "expected the 1-byte MySQL type")
+        value, _ = decode_one(col.value)
+        changed = decode_one(col.changed_value)[0] if col.HasField("changed_value") else None
+        out.append(PbColumn(col.name, col.tp[0], col.mysql_type, value, changed))
+    return out
+
+
+def record_commit_ts(payload: bytes) -> int:
+    """The ``commit_ts`` of a pb ``Binlog`` record (ProtocolError when it is not one)."""
+    b = pb.Binlog()
+    try:
+        b.ParseFromString(payload)
+    except Exception as exc:  # protobuf's DecodeError
+        raise ProtocolError(f"binlog file record is not a pb_binlog.Binlog: {exc}") from exc
+    if not b.HasField("commit_ts"):
+        raise ProtocolError("binlog file record carries no commit_ts")
+    return b.commit_ts
