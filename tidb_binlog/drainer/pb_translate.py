@@ -64,7 +64,7 @@ from tidb_binlog.model import ColumnInfo, TableInfo
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 
 __all__ = ["PbTranslator", "type_to_str", "pb_datum", "ddl_record", "decode_columns", "PbColumn",
-           "record_commit_ts"]
+           "record_commit_ts", "is_ddl_record"]
 
 UTC = datetime.UTC
 
@@ -316,6 +316,12 @@ def decode_columns(row: Iterable[bytes]) -> list[PbColumn]:
         changed = decode_one(col.changed_value)[0] if col.HasField("changed_value") else None
         out.append(PbColumn(col.name, col.tp[0], col.mysql_type, value, changed))
     return out
+
+
+def is_ddl_record(payload: bytes) -> bool:
+    """Whether a record this module wrote is a DDL: protobuf writes fields in number
+    order and ``tp`` (field 1, always present) comes first, so it starts ``08 01``."""
+    return payload[:2] == b"\x08\x01"
 
 
 def record_commit_ts(payload: bytes) -> int:

@@ -1,0 +1,228 @@
+"""The file sink (``db-type = "file"``, TiDB's ``drainer/sync/pb.go``): pb records in binlog files.
+
+:class:`FileSink` writes each translated transaction (``pb_binlog.Binlog``
+bytes from :mod:`tidb_binlog.drainer.pb_translate`) as one record of a
+:class:`~tidb_binlog.binlogfile.Binlogger` in ``[syncer.to] dir`` (default
+``data-dir``), and keeps the checkpoint (``<data-dir>/savepoint``, TOML, or any
+store with ``load()``/``save(cp)``: ``FileCheckpointStore``).
+
+**Protocol** (the one the merger drives, as for the MySQL coordinator):
+
+- ``reset() -> Checkpoint``: (re)open the directory (the binlogger truncates a
+  torn tail), load the checkpoint (missing: ``initial-commit-ts``), and make the
+  files end exactly at it (below). Everything in flight is forgotten.
+- ``apply(items) -> commit_ts``: ``items`` are ``(commit_ts, record | None,
+  schema_version)`` in commit order; items at or below what was written are
+  skipped (a replay after a reset); records are appended in one write; the
+  return value is the highest commit_ts written (fake binlogs and skipped
+  transactions, ``record = None``, move it too).
+- ``idle() -> commit_ts``: save when due; GC when due.
+- ``close() -> Checkpoint``: sync, save ``consistent = true``, close.
+
+**Durability.** Records are appended without a sync (TiDB acks after the
+append too). The checkpoint is saved every ``save_interval_s`` (3 s) and after a
+batch holding a DDL, and *always after* :meth:`Binlogger.sync`: the savepoint
+never points past what survives a machine crash.
+
+**The crash window, closed.** Between a save and the crash, records above the
+savepoint may sit in the files (written, maybe synced, maybe torn). TiDB's sink
+appends the replay after them, so those transactions are in the files twice.
+Ours makes the files end at the savepoint on :meth:`reset`: it walks the
+segments from the newest backwards, finds the position just after the last
+record with ``commit_ts <= savepoint`` and truncates there (later segments are
+removed), then the replay writes the same records again: every transaction is
+in the files exactly once, in commit order. The same holds when only the sink
+restarts (Ray restarted the actor, or ``reset()`` after a pipeline error).
+Consequences: a savepoint moved *back* by hand (``binlogctl generate_meta``)
+also drops the newer records; with no savepoint at all (a new task on a
+directory holding records) nothing is dropped and an initial savepoint is
+written at once, so the window is bounded from the first record on.
+
+**Retention.** With ``retention_s > 0`` segments not modified for that long are
+removed at reset and then every ``gc_interval_s`` (1 h), the newest kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from tidb_binlog.binlogfile import SEGMENT_SIZE_BYTES, Binlogger, Pos
+from tidb_binlog.binlogfile.reader import segments, walk
+from tidb_binlog.drainer.checkpoint import Checkpoint, start_commit_ts
+from tidb_binlog.drainer.pb_translate import is_ddl_record, record_commit_ts
+from tidb_binlog.errors import ProtocolError, StorageError
+
+__all__ = ["FileSink", "SAVE_INTERVAL_S", "GC_INTERVAL_S"]
+
+log = logging.getLogger(__name__)
+
+SAVE_INTERVAL_S = 3.0
+GC_INTERVAL_S = 3600.0
+
+
+class FileSink:
+    """The pb file sink; see the module docstring."""
+
+    def __init__(self, directory, store, *, max_file_size_bytes: int = SEGMENT_SIZE_BYTES,
+                 retention_s: float = 0.0, save_interval_s: float = SAVE_INTERVAL_S,
+                 gc_interval_s: float = GC_INTERVAL_S, initial_commit_ts: int = 0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.directory = directory
+        self.store = store
+        self.max_file_size_bytes = max_file_size_bytes
+        self.retention_s = retention_s
+        self.save_interval_s = save_interval_s
+        self.gc_interval_s = gc_interval_s
+        self.initial_commit_ts = initial_commit_ts
+        self.clock = clock
+        self.binlogger: Binlogger | None = None
+        self.written_ts = 0
+        self.schema_version = 0
+        self.saved = Checkpoint(0)
+        self.records = 0          # records written since the sink was created
+        self.ddl_records = 0
+        self.skipped = 0          # items at or below what was written (replays)
+        self.trimmed_bytes = 0    # dropped above the savepoint at resets
+        self.gc_files = 0
+        self._ddl_unsaved = False
+        self._last_save_s = 0.0
+        self._last_gc_s = 0.0
+
+    # -- protocol -----------------------------------------------------------------------
+    def reset(self) -> Checkpoint:
+        """Reopen the directory and make it end at the durable checkpoint."""
+        if self.binlogger is not None:
+            self.binlogger.close()
+            self.binlogger = None
+        binlogger = Binlogger(self.directory, self.max_file_size_bytes)
+        try:
+            loaded = self.store.load()
+            cp = start_commit_ts(loaded, self.initial_commit_ts)
+            if loaded is None:
+                if binlogger.position != Pos(0, 0):
+                    log.warning("file sink: no checkpoint, but %s already holds binlog files; "
+                                "appending after them from commit_ts %d", self.directory,
+                                cp.commit_ts)
+                self.store.save(cp)  # bounds the crash window from the first record on
+            else:
+                self.trimmed_bytes += self._trim_above(binlogger, cp.commit_ts)
+        except BaseException:
+            binlogger.close()
+            raise
+        self.binlogger = binlogger
+        self.written_ts = cp.commit_ts
+        self.schema_version = cp.schema_version
+        self.saved = cp
+        self._ddl_unsaved = False
+        now = self.clock()
+        self._last_save_s = now
+        self._gc(now, force=True)
+        return cp
+
+    def apply(self, items: list[tuple[int, bytes | None, int]]) -> int:
+        """Append the records of ``items`` (commit order); save when due."""
+        binlogger = self._open()
+        payloads = []
+        last_ts, version, ddl = self.written_ts, self.schema_version, False
+        for commit_ts, record, schema_version in items:
+            if commit_ts <= last_ts:
+                self.skipped += 1
+                continue
+            last_ts = commit_ts
+            version = max(version, schema_version)
+            if record is not None:
+                payloads.append(record)
+                ddl = ddl or is_ddl_record(record)
+        if payloads:
+            binlogger.write_many(payloads)
+            self.records += len(payloads)
+            self.ddl_records += sum(map(is_ddl_record, payloads)) if ddl else 0
+        self.written_ts, self.schema_version = last_ts, version
+        self._ddl_unsaved = self._ddl_unsaved or ddl
+        self._maybe_save(self.clock())
+        return self.written_ts
+
+    def idle(self) -> int:
+        """Nothing new: save when due, GC when due."""
+        self._open()
+        now = self.clock()
+        self._maybe_save(now)
+        self._gc(now)
+        return self.written_ts
+
+    def close(self) -> Checkpoint:
+        """Sync, save the final checkpoint (``consistent = true``), close the files."""
+        binlogger = self._open()
+        binlogger.sync()
+        cp = Checkpoint(self.written_ts, consistent=True, schema_version=self.schema_version)
+        self.store.save(cp)
+        self.saved = cp
+        binlogger.close()
+        self.binlogger = None
+        return cp
+
+    def checkpoint(self) -> Checkpoint:
+        """What would be saved now (``written_ts``; not necessarily durable yet)."""
+        return Checkpoint(self.written_ts, schema_version=self.schema_version)
+
+    def status(self) -> dict:
+        b = self.binlogger
+        return {"commit_ts": self.written_ts, "saved_commit_ts": self.saved.commit_ts,
+                "schema_version": self.schema_version, "records": self.records,
+                "ddl_records": self.ddl_records, "skipped": self.skipped,
+                "trimmed_bytes": self.trimmed_bytes, "gc_files": self.gc_files,
+                "position": tuple(b.position) if b is not None else None,
+                "savepoints": getattr(self.store, "saves", 0)}
+
+    # -- internals --------------------------------------------------------------------------
+    def _open(self) -> Binlogger:
+        if self.binlogger is None:
+            raise StorageError("the file sink is not open: reset() it first")
+        return self.binlogger
+
+    def _maybe_save(self, now: float) -> None:
+        if self.written_ts == self.saved.commit_ts and not self._ddl_unsaved:
+            return
+        if not self._ddl_unsaved and now - self._last_save_s < self.save_interval_s:
+            return
+        self.binlogger.sync()  # the savepoint may only point at durable records
+        cp = self.checkpoint()
+        self.store.save(cp)
+        self.saved, self._last_save_s, self._ddl_unsaved = cp, now, False
+
+    def _gc(self, now: float, force: bool = False) -> None:
+        if self.retention_s <= 0 or (not force and now - self._last_gc_s < self.gc_interval_s):
+            return
+        self._last_gc_s = now
+        removed = self.binlogger.gc_by_time(self.retention_s)
+        self.gc_files += len(removed)
+
+    def _trim_above(self, binlogger: Binlogger, commit_ts: int) -> int:
+        """Make the files end just after the last record at or below ``commit_ts``."""
+        above = 0
+        cut = None
+        for suffix, _ in reversed(segments(binlogger.dir)):
+            last_le = None
+            for pos, payload in walk(binlogger.dir, Pos(suffix, 0), single_segment=True):
+                try:
+                    ts = record_commit_ts(payload)
+                except ProtocolError as exc:
+                    raise StorageError(f"the record ending at {pos} in {binlogger.dir} is not "
+                                       f"a pb binlog ({exc.message}); the file sink's directory "
+                                       "holds foreign files: move them away") from exc
+                if ts <= commit_ts:
+                    last_le = pos
+                else:
+                    above += 1
+            cut = last_le if last_le is not None else Pos(suffix, 0)
+            if last_le is not None:
+                break
+        if not above:
+            return 0
+        dropped = binlogger.truncate_to(cut)
+        binlogger.sync()
+        log.warning("file sink: dropped %d record(s) (%d bytes) written after the checkpoint "
+                    "%d; they are written again from the replay", above, dropped, commit_ts)
+        return dropped
