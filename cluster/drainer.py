@@ -108,9 +108,10 @@ class Drainer:
 
         from actors.syncer_workers import start_sql_workers
 
-        if cfg.syncer.db_type not in ("mysql", "tidb"):
+        if cfg.syncer.db_type not in ("mysql", "tidb", "file"):
             raise ConfigError(f"db-type {cfg.syncer.db_type!r} is not supported by the Ray "
-                              "drainer yet; use mysql or tidb", key="syncer.db-type")
+                              "drainer yet; use mysql, tidb or file", key="syncer.db-type")
+        file_sink = cfg.syncer.db_type == "file"
         if registry is None and pumps is None:
             raise ConfigError("no registry and no pumps given: the drainer cannot find its "
                               "pumps", key="registry")
@@ -133,14 +134,22 @@ class Drainer:
         service = ServiceSettings.from_config(cfg, namespace=namespace, addr=addr,
                                               status_addr=status_addr,
                                               node_id=node_id) if serve else None
-        worker_overrides = {}
-        if settings.exactly_once and _check_worker_layout(settings).safe_mode:
-            worker_overrides["safe_mode"] = True  # the replay window of another worker-count
-        workers = start_sql_workers(cfg, settings.worker_count, **worker_overrides)
         opts = dict(max_restarts=-1, max_task_retries=0, num_cpus=0)
-        coordinator = ray.remote(concurrency_groups={"status": 1}, **opts)(
-            CoordinatorActor).remote(settings, workers)
-        keeper = ray.remote(**opts)(SchemaKeeperActor).remote(settings)
+        if file_sink:  # pb records in [syncer.to] dir: no SQL workers, no downstream
+            from actors.file_sink import start_file_sink_actors
+
+            settings = dataclasses.replace(settings, downstream=None, exactly_once=False,
+                                           worker_count=1)
+            workers = []
+            keeper, coordinator = start_file_sink_actors(cfg, settings, **opts)
+        else:
+            worker_overrides = {}
+            if settings.exactly_once and _check_worker_layout(settings).safe_mode:
+                worker_overrides["safe_mode"] = True  # the replay window of another count
+            workers = start_sql_workers(cfg, settings.worker_count, **worker_overrides)
+            coordinator = ray.remote(concurrency_groups={"status": 1}, **opts)(
+                CoordinatorActor).remote(settings, workers)
+            keeper = ray.remote(**opts)(SchemaKeeperActor).remote(settings)
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
                                               soft=False)  # addr is this host's
         merger = ray.remote(max_concurrency=8, scheduling_strategy=here, **opts)(
@@ -162,7 +171,8 @@ class Drainer:
                         "checkpoint from the downstream?); see status()", start_timeout_s)
         log.info("replication task started: %s, %d SQL worker(s), downstream %s%s",
                  f"pumps {sorted(pumps)}" if pumps is not None else "pumps from the registry",
-                 len(workers), settings.downstream.address,
+                 len(workers), settings.downstream.address if settings.downstream else
+                 f"files in {cfg.syncer.to.dir}",
                  f"; drainer {drainer.node_id} serving Cistern gRPC on {drainer.addr}, HTTP "
                  f"status on {drainer.status_addr}" if serve else "")
         return drainer

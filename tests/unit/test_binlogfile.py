@@ -244,3 +244,15 @@ def test_gc_keeps_newest_segment(tmp_path):
         assert binlog_names(tmp_path) == names[4:]
         b.write_tail(b"still writable")
     assert [p for _, p in walk(tmp_path)] == [b"still writable"]
+
+
+def test_readme_example_runs(tmp_path, capsys):
+    import re
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[2] / "tidb_binlog" / "binlogfile" / "README.md"
+    block = re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), re.S)[0]
+    exec(compile(block.replace("/tmp/bf-demo", str(tmp_path / "demo")), str(readme), "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["Pos(suffix=0, offset=43) b'second'", "Pos(suffix=0, offset=64) b'third'",
+                   "2 0"]
