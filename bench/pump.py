@@ -69,10 +69,13 @@ def _durable_storage_available() -> bool:
     return importlib.util.find_spec("tidb_binlog.pump.storage") is not None
 
 
-def _config(data_dir: str):
-    return types.SimpleNamespace(addr="127.0.0.1:0", status_addr="127.0.0.1:0",
-                                 data_dir=data_dir, node_id="bench-pump", cluster_id=CLUSTER_ID,
-                                 gen_binlog_interval_s=3600.0, registry=None)
+def _config(data_dir: str, commit_delay_ms: float | None = None):
+    cfg = types.SimpleNamespace(addr="127.0.0.1:0", status_addr="127.0.0.1:0",
+                                data_dir=data_dir, node_id="bench-pump", cluster_id=CLUSTER_ID,
+                                gen_binlog_interval_s=3600.0, registry=None)
+    if commit_delay_ms is not None:        # else StorageOptions' default
+        cfg.commit_delay_s = commit_delay_ms / 1000
+    return cfg
 
 
 class _Echo(pump_pb2_grpc.PumpServicer):
@@ -113,6 +116,8 @@ class _EchoAio(pump_pb2_grpc.PumpServicer):
 def _serve_aio(addr_q, stop_ev, preload_pairs: int) -> None:
     import asyncio
 
+    from tidb_binlog.pump.grpc_server import new_event_loop
+
     async def main():
         server = grpc.aio.server()
         pump_pb2_grpc.add_PumpServicer_to_server(_EchoAio(preload_pairs), server)
@@ -122,10 +127,15 @@ def _serve_aio(addr_q, stop_ev, preload_pairs: int) -> None:
         await asyncio.get_running_loop().run_in_executor(None, stop_ev.wait)
         await server.stop(0)
 
-    asyncio.run(main())
+    loop = new_event_loop()          # the pump's own choice: uvloop when importable
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
 
 
-def _serve(kind: str, data_dir: str, addr_q, stop_ev, preload_pairs: int = 0) -> None:
+def _serve(kind: str, data_dir: str, addr_q, stop_ev, preload_pairs: int = 0,
+           commit_delay_ms: float | None = None) -> None:
     if kind == "echo_aio":
         _serve_aio(addr_q, stop_ev, preload_pairs)
         return
@@ -144,7 +154,7 @@ def _serve(kind: str, data_dir: str, addr_q, stop_ev, preload_pairs: int = 0) ->
     if not _durable_storage_available():
         from tidb_binlog.testing.memory_storage import MemoryStorage
         storage = MemoryStorage()
-    proc = open_pump(_config(data_dir), storage=storage)
+    proc = open_pump(_config(data_dir, commit_delay_ms), storage=storage)
     _preload(proc.node.storage.write_binlog, preload_pairs)
     addr_q.put(proc.addr)
     stop_ev.wait()
@@ -181,10 +191,12 @@ def _preload(write, pairs: int, threads: int = 8) -> None:
         t.join()
 
 
-def _start_server(kind: str, data_dir: str, preload_pairs: int = 0):
+def _start_server(kind: str, data_dir: str, preload_pairs: int = 0,
+                  commit_delay_ms: float | None = None):
     ctx = mp.get_context("spawn")
     q, ev = ctx.Queue(), ctx.Event()
-    p = ctx.Process(target=_serve, args=(kind, data_dir, q, ev, preload_pairs), daemon=True)
+    p = ctx.Process(target=_serve, args=(kind, data_dir, q, ev, preload_pairs, commit_delay_ms),
+                    daemon=True)
     p.start()
     return p, ev, q.get(timeout=120), q
 
@@ -320,6 +332,23 @@ def _actor_pull(n_pairs: int) -> tuple[int, float]:
         ray.shutdown()
 
 
+def _commit_delay_ms(args) -> float:
+    if args.commit_delay_ms is not None:
+        return args.commit_delay_ms
+    from tidb_binlog.pump.storage import StorageOptions
+
+    return StorageOptions().commit_delay_s * 1000
+
+
+def _event_loop_kind() -> str:
+    """Which event loop the pump and the aio echo run (uvloop or asyncio)."""
+    from tidb_binlog.pump.grpc_server import new_event_loop
+
+    loop = new_event_loop()
+    loop.close()
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+
+
 def _write_report(args, storage_kind, load, rate, echo_rates, best, lat, echo_lat, paced,
                   echo_paced, disk, acks) -> list[str]:
     """Print the write part's detail lines; return its RESULT lines."""
@@ -328,7 +357,7 @@ def _write_report(args, storage_kind, load, rate, echo_rates, best, lat, echo_la
     echo_rate, elat = echo_rates[best], echo_lat[best]
     print(f"gRPC write: {args.clients} concurrent requests (grpc.aio) in {args.procs} client "
           f"processes, {args.rounds} alternating rounds, {args.seconds:.1f} s each side, "
-          f"load_avg_1m={load:.1f}")
+          f"event loop {args.event_loop}, load_avg_1m={load:.1f}")
     for k, r in echo_rates.items():
         print(f"gRPC echo {k:8s}: {r:.0f}/s closed loop p50 {_pct(echo_lat[k], 0.5) * 1000:.1f} "
               f"ms p99 {_pct(echo_lat[k], 0.99) * 1000:.1f} ms"
@@ -340,7 +369,8 @@ def _write_report(args, storage_kind, load, rate, echo_rates, best, lat, echo_la
     return [
         f"RESULT pump_grpc_write value={rate:.0f} unit=binlogs/s ceiling={echo_rate:.0f} "
         f"ratio={rate / echo_rate:.2f} storage={storage_kind} "
-        f"clients={args.clients}_in_{args.procs}_processes ceiling_server={best}",
+        f"clients={args.clients}_in_{args.procs}_processes ceiling_server={best} "
+        f"loop={args.event_loop} commit_delay_ms={_commit_delay_ms(args)}",
         f"RESULT pump_grpc_p50_ms value={_pct(lat, 0.5) * 1000:.2f} unit=ms "
         f"echo={_pct(elat, 0.5) * 1000:.2f}",
         f"RESULT pump_grpc_p99_ms value={_pct(lat, 0.99) * 1000:.2f} unit=ms "
@@ -362,14 +392,14 @@ def _pull_report(args, load, pulls, streams) -> list[str]:
     stream_rates = {k: sum(v) / len(v) for k, v in streams.items()}
     best = max(stream_rates, key=stream_rates.get)
     print(f"gRPC pull: one stream of {args.pull_pairs} commits per server per round, "
-          f"{args.rounds} alternating rounds, load_avg_1m={load:.1f}")
+          f"{args.rounds} alternating rounds, event loop {args.event_loop}, load_avg_1m={load:.1f}")
     print(f"gRPC pull pump     : mean {pull_rate:.0f}/s rounds {[round(x) for x in pulls]}")
     for k, v in streams.items():
         print(f"gRPC pull {k:9s}: mean {stream_rates[k]:.0f}/s rounds {[round(x) for x in v]}"
               f"{'  <- pull ceiling' if k == best else ''}")
     return [f"RESULT pump_pull_grpc value={pull_rate:.0f} unit=binlogs/s "
             f"ceiling={stream_rates[best]:.0f} ratio={pull_rate / stream_rates[best]:.2f} "
-            f"n={args.pull_pairs} ceiling_server={best} "
+            f"n={args.pull_pairs} ceiling_server={best} loop={args.event_loop} "
             f"spread={min(pulls):.0f}-{max(pulls):.0f}"]
 
 
@@ -385,11 +415,15 @@ def main(argv=None) -> int:
     ap.add_argument("--pull-pairs", type=int, default=20_000)
     ap.add_argument("--actor-pairs", type=int, default=5_000)
     ap.add_argument("--skip-actor", action="store_true")
+    ap.add_argument("--commit-delay-ms", type=float, default=None,
+                    help="the write pump's StorageOptions.commit_delay_s in ms (default: "
+                         "the storage's default; 0 = no commit delay)")
     ap.add_argument("--only", choices=("write", "pull"),
                     help="only the gRPC write part (no storage, no pull, no actor) or only "
                          "the gRPC pull part (no storage, no write, no actor)")
     args = ap.parse_args(argv)
     do_write, do_pull = args.only != "pull", args.only != "write"
+    args.event_loop = _event_loop_kind()
     results = []
     storage_kind = "durable" if _durable_storage_available() else "memory"
 
@@ -422,7 +456,8 @@ def main(argv=None) -> int:
         echoes = {k: _start_server(k, d, args.pull_pairs if do_pull else 0) for k in echo_kinds}
         servers = list(echoes.values())
         if do_write:
-            pump_srv = _start_server("pump", str(Path(d) / "w"))
+            pump_srv = _start_server("pump", str(Path(d) / "w"),
+                                     commit_delay_ms=args.commit_delay_ms)
             servers.append(pump_srv)
             pump_addr, pump_q = pump_srv[2], pump_srv[3]
             print(f"pump (write) pid {pump_srv[0].pid} at {pump_addr}", flush=True)

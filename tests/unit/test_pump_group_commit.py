@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -93,3 +94,56 @@ def test_submit_async_after_close_raises_at_once():
             committer.submit_async((b"x", 1), 1, loop)
     finally:
         loop.close()
+
+
+def test_commit_delay_gathers_concurrent_writers_into_one_group():
+    """After a group of two records the writer waits (commit_delay_s) for more writers:
+    c0 is held back while c1 and c2 are submitted later, and all three land in ONE
+    write. (The delay here is an hour: only close() ends it, so the passing case does
+    not depend on timing.)"""
+    disk = _Disk()
+    committer = GroupCommitter(disk.append, lambda start, items: None,
+                               metrics=StorageMetrics(), commit_delay_s=3600.0)
+    loop = asyncio.new_event_loop()
+
+    async def main():
+        first = committer.submit_async((b"a", 1), 1, loop)
+        await asyncio.get_running_loop().run_in_executor(None, disk.entered.wait, 30)
+        pair = [committer.submit_async((b"b%d" % i, 1), 2 + i, loop) for i in range(2)]
+        disk.release.set()
+        await asyncio.gather(first, *pair)       # [a] alone: no delay; then [b0 b1]
+        later = [committer.submit_async((b"c0", 1), 4, loop)]
+        # The writer holds c0's group back (without the delay it would write it now).
+        await asyncio.get_running_loop().run_in_executor(None, time.sleep, 0.3)
+        assert disk.durable == [b"a", b"b0b1"]
+        later += [committer.submit_async((b"c%d" % i, 1), 4 + i, loop) for i in (1, 2)]
+        await asyncio.get_running_loop().run_in_executor(None, committer.close)
+        return await asyncio.gather(*later)
+
+    try:
+        assert loop.run_until_complete(main()) == [None] * 3
+    finally:
+        loop.close()
+    assert disk.durable == [b"a", b"b0b1", b"c0c1c2"]
+
+
+def test_commit_delay_never_delays_a_lone_writer():
+    """One writer at a time (every group holds one record): never delayed, even with a
+    delay of an hour."""
+    disk = _Disk()
+    disk.release.set()
+    committer = GroupCommitter(disk.append, lambda start, items: None,
+                               metrics=StorageMetrics(), commit_delay_s=3600.0)
+    done = threading.Event()
+
+    def serial():
+        for i in range(20):
+            committer.submit((b"x%d" % i, 1), i + 1)
+        done.set()
+
+    threading.Thread(target=serial, daemon=True).start()
+    try:
+        assert done.wait(30), "a lone writer waited for the commit delay"
+    finally:
+        committer.close()
+    assert disk.durable == [b"x%d" % i for i in range(20)]

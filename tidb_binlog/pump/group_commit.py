@@ -13,6 +13,16 @@ only then hands the group to ``on_durable`` (the indexer). So:
 - per write the caller pays one lock, one list append and one event wait; per
   group the writer pays one join, one write, one fdatasync.
 
+Commit delay (``commit_delay_s``, like PostgreSQL's ``commit_delay`` with
+``commit_siblings``): when the previous group held at least two records (writers
+are concurrent), the writer waits up to ``commit_delay_s`` before it takes the
+oldest group, so more writers join it. A lone writer (the previous group held
+one record) is never delayed. Fewer, larger groups cost fewer writes, fsyncs,
+wake-ups and indexer batches per record: under load on a 2-core machine the
+per-group work of the writer and indexer threads (and their GIL share) was a
+third of the pump's CPU per WriteBinlog. The delay adds at most
+``commit_delay_s`` to an acknowledgement under load; 0 turns it off.
+
 Asynchronous callers (the ``grpc.aio`` servicer) use :meth:`GroupCommitter.submit_async`
 from their event loop instead: it returns an ``asyncio.Future`` at once, and the
 writer settles every future of a group with ONE ``loop.call_soon_threadsafe``
@@ -73,12 +83,13 @@ class GroupCommitter:
 
     def __init__(self, append: Callable, on_durable: Callable, *, metrics,
                  max_group_bytes: int = 1 << 20, slow_write_threshold_s: float = 1.0,
-                 name: str = "pump-vlog-writer"):
+                 commit_delay_s: float = 0.0, name: str = "pump-vlog-writer"):
         self._append = append
         self._on_durable = on_durable
         self._metrics = metrics
         self._max_group_bytes = max_group_bytes
         self._slow_s = slow_write_threshold_s
+        self._delay_s = commit_delay_s
         self._cond = threading.Condition(threading.Lock())
         self._groups: deque[_Group] = deque()
         self._closing = False
@@ -146,13 +157,18 @@ class GroupCommitter:
         m = self._metrics
         batch_s = m.write_duration_s.labels("batch")  # bound once: labels() costs a lock
         batch_bytes = m.write_size_bytes.labels("batch")
+        concurrent = False  # the previous group held >= 2 records
         while True:
             with self._cond:
                 while not self._groups and not self._closing:
                     self._cond.wait()
                 if not self._groups:
                     return
+                if concurrent and self._delay_s > 0 and not self._closing \
+                        and len(self._groups) == 1:
+                    self._cond.wait(self._delay_s)  # joins go on meanwhile (lock released)
                 g = self._groups.popleft()
+            concurrent = len(g.items) >= 2
             t0 = time.perf_counter()
             buf = b"".join([it[0] for it in g.items])
             with self.io_lock:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from concurrent import futures
@@ -59,11 +60,13 @@ from tidb_binlog.pump.transport import (
 )
 from tidb_binlog.pump.wire import EMPTY_WRITE_RESP, pull_response_bytes
 
-__all__ = ["PumpServicer", "PumpGrpcServer", "build_server", "method_handlers"]
+__all__ = ["PumpServicer", "PumpGrpcServer", "build_server", "method_handlers", "new_event_loop",
+           "EVENT_LOOP_ENV"]
 
 log = logging.getLogger(__name__)
 
 SERVICE = "binlog.Pump"
+EVENT_LOOP_ENV = "TIDB_BINLOG_EVENT_LOOP"
 SLOW_RPC_S = 1.0
 START_TIMEOUT_S = 30.0
 
@@ -180,11 +183,33 @@ def method_handlers(servicer: PumpServicer) -> dict[str, grpc.RpcMethodHandler]:
     }
 
 
+def new_event_loop(kind: str | None = None) -> asyncio.AbstractEventLoop:
+    """The server's event loop: ``uvloop`` when importable (``auto``), else asyncio's.
+
+    ``kind`` defaults to the ``TIDB_BINLOG_EVENT_LOOP`` environment variable
+    (``auto``, ``uvloop`` or ``asyncio``; ``auto`` when unset).
+    """
+    kind = kind or os.environ.get(EVENT_LOOP_ENV, "") or "auto"
+    if kind not in ("auto", "uvloop", "asyncio"):
+        raise ConfigError(f"{EVENT_LOOP_ENV}={kind!r}: expected auto, uvloop or asyncio",
+                          key=EVENT_LOOP_ENV)
+    if kind != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if kind == "uvloop":
+                raise ConfigError(f"{EVENT_LOOP_ENV}=uvloop but uvloop is not installed: "
+                                  "pip install uvloop, or use auto", key=EVENT_LOOP_ENV) from None
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 class _LoopThread:
-    """An asyncio event loop running on its own daemon thread."""
+    """An event loop (:func:`new_event_loop`) running on its own daemon thread."""
 
     def __init__(self, name: str):
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 

@@ -72,6 +72,7 @@ class StorageOptions:
     kv_forward_timeout_s: float = 1.0  # queue full this long -> slow chaser on
     resolve_interval_s: float = 1.0  # how often unmatched prewrites are checked
     max_group_bytes: int = 1 << 20
+    commit_delay_s: float = 0.001  # concurrent writers: wait for more per group (group_commit.py)
     kv: ix.KVOptions = field(default_factory=ix.KVOptions)
 
 
@@ -128,7 +129,8 @@ class Storage:
         self._fsync_s = m.write_duration_s.labels("fsync")
         self._committer = GroupCommitter(self._append, self._forward, metrics=m,
                                          max_group_bytes=options.max_group_bytes,
-                                         slow_write_threshold_s=options.slow_write_threshold_s)
+                                         slow_write_threshold_s=options.slow_write_threshold_s,
+                                         commit_delay_s=options.commit_delay_s)
         self._indexer = Indexer(self.vlog, self._apply, head=head, io_lock=self._committer.io_lock,
                                 decode=_item_of, metrics=m,
                                 queue_groups=max(1, options.kv_chan_cap // 1024),
