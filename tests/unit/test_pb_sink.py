@@ -185,3 +185,54 @@ def test_retention_gc(env):
     sink.idle()
     assert binlog_names(files) == names[2:]
     assert sink.status()["gc_files"] == 2
+
+
+# -- the actor classes as plain objects (no Ray) ------------------------------------------
+def test_file_sink_actor_refuses_batches_out_of_sequence(tmp_path):
+    from actors.drainer import TaskSettings
+    from actors.file_sink import FileSinkActor
+    from actors.ray_calls import PipelineReset
+    from tidb_binlog.config import load_drainer_config
+
+    cfg = load_drainer_config(None, {"syncer.db-type": "file", "data-dir": str(tmp_path)})
+    actor = FileSinkActor(TaskSettings(cluster_id=1, initial_commit_ts=0), cfg)
+    with pytest.raises(PipelineReset, match="before a reset"):
+        actor.apply(0, items(1))
+    assert actor.reset() == Checkpoint(0)
+    assert actor.apply(0, items(1, 2)) == 2
+    with pytest.raises(PipelineReset, match="expected batch 1, got 3"):
+        actor.apply(3, items(3))
+    st = actor.status()
+    assert st["commit_ts"] == 2 and st["applied_rows"] == 2 and st["outstanding"] == 0
+    assert actor.close() == Checkpoint(2, consistent=True, schema_version=1)
+    assert written(tmp_path) == [1, 2]
+
+
+def test_pb_keeper_actor_translates_and_skips_ignored_commit_ts():
+    from actors.drainer import TaskSettings
+    from actors.file_sink import PbKeeperActor
+    from actors.ray_calls import PipelineReset
+    from tidb_binlog import binlog as bl
+    from tidb_binlog.model import ActionType, CIStr, DBInfo, HistoryInfo, Job, JobState, SchemaState
+
+    db = DBInfo(id=2, db_name=CIStr("shop"))
+    create = Job(id=1, type=ActionType.CREATE_SCHEMA, schema_id=2, state=JobState.SYNCED,
+                 schema_state=SchemaState.PUBLIC, query="CREATE DATABASE shop",
+                 binlog=HistoryInfo(schema_version=1, db_info=db))
+
+    class Meta:
+        def history_jobs(self, up_to_schema_version=None):
+            return [create]
+
+        def job(self, job_id):
+            return create if job_id == 1 else None
+
+    keeper = PbKeeperActor(TaskSettings(cluster_id=1, ignore_txn_commit_ts=(30,)), meta=Meta())
+    ddl = bl.commit(9, 10, ddl_query=b"CREATE DATABASE shop", ddl_job_id=1)
+    with pytest.raises(PipelineReset):
+        keeper.translate([(10, bl.encode(ddl))])
+    keeper.reset(0)
+    out = keeper.translate([(10, bl.encode(ddl)), (20, bl.encode(bl.fake(20))),
+                            (30, b"never decoded")])
+    assert out == [(10, ddl_record(10, "shop", "CREATE DATABASE shop"), 1), (20, None, 1),
+                   (30, None, 0)]
