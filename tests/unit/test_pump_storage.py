@@ -76,6 +76,29 @@ def test_pairing_fills_prewrite_fields_and_serves_in_order(tmp_path, metrics):
     s.close()
 
 
+@pytest.mark.parametrize("value_bytes", [10, 4000, 5000, 100_000])
+def test_commit_filled_whether_its_prewrite_is_in_the_pass_or_not(tmp_path, value_bytes):
+    """A Prewrite read whole in the same pass (small), one too big for the first read
+    (looked up through the index), and one before ``since`` (not in the pass): every
+    Commit gets its own prewrite value, however the batches are cut."""
+    s = _open(tmp_path)
+    values = {}
+    for i in range(6):
+        start_ts = 100 + 10 * i
+        values[start_ts] = bytes([65 + i]) * (value_bytes + i)
+        s.write_binlog(bl.prewrite(start_ts, values[start_ts], prewrite_key=b"k"))
+    for i in range(6):                     # commits after every prewrite: 101, 111, ...
+        s.write_binlog(bl.commit(100 + 10 * i, 1000 + 10 * i))
+    assert s.flush()
+    everything = [(ts, b.prewrite_value) for ts, b in _served(s)]
+    assert everything == [(1000 + 10 * i, values[100 + 10 * i]) for i in range(6)]
+    assert [(ts, bl.decode(p).prewrite_value) for ts, p in s.pull_commit_binlogs(
+        125, max_bytes=1, max_count=2)] == [(1000, values[100])]        # cut by max_bytes
+    assert [(ts, bl.decode(p).prewrite_value) for ts, p in s.pull_commit_binlogs(
+        135, max_count=2)] == [(1000, values[100]), (1010, values[110])]  # prewrites < since
+    s.close()
+
+
 def test_wait_for_commit_wakes_on_new_commit(tmp_path):
     s = _open(tmp_path)
     assert s.wait_for_commit(0, 0.01) == 0

@@ -330,6 +330,27 @@ class ValueLog:
         (a second one fetches the rest of a bigger one). With ``unless_prefix``, a
         payload starting with it is not read further (nor CRC-checked): None.
         """
+        raw, length, crc, fd, seg = self._first(ptr, size_hint_bytes)
+        if unless_prefix and raw.startswith(unless_prefix, HEADER_SIZE):
+            return None
+        end = HEADER_SIZE + length
+        if len(raw) >= end:
+            payload = raw[HEADER_SIZE:end]
+        else:
+            payload = raw[HEADER_SIZE:] + self._pread(fd, seg, end - len(raw),
+                                                      ptr.offset + len(raw))
+        return self._checked(payload, length, crc, seg, ptr)
+
+    def read_first(self, ptr: ValuePointer, size_hint_bytes: int) -> tuple[bytes, bool]:
+        """One ``pread`` of header + ``size_hint_bytes`` at ``ptr``: ``(payload, True)``
+        when the whole record fits (CRC checked), else ``(its first bytes, False)``
+        (magic and length checked, CRC not; :meth:`read` gets the whole)."""
+        raw, length, crc, _, seg = self._first(ptr, size_hint_bytes)
+        if len(raw) < HEADER_SIZE + length:
+            return raw[HEADER_SIZE:], False
+        return self._checked(raw[HEADER_SIZE:HEADER_SIZE + length], length, crc, seg, ptr), True
+
+    def _first(self, ptr: ValuePointer, size_hint_bytes: int):
         fd, seg = self._fd(ptr.fid)
         raw = self._pread(fd, seg, HEADER_SIZE + size_hint_bytes, ptr.offset)
         if len(raw) < HEADER_SIZE:
@@ -339,14 +360,10 @@ class ValueLog:
         if magic != RECORD_MAGIC or length > seg.data_end - ptr.offset - HEADER_SIZE:
             raise CorruptRecord(f"value log {seg.path}: bad magic or length at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
-        if unless_prefix and raw.startswith(unless_prefix, HEADER_SIZE):
-            return None
-        end = HEADER_SIZE + length
-        if len(raw) >= end:
-            payload = raw[HEADER_SIZE:end]
-        else:
-            payload = raw[HEADER_SIZE:] + self._pread(fd, seg, end - len(raw),
-                                                      ptr.offset + len(raw))
+        return raw, length, crc, fd, seg
+
+    @staticmethod
+    def _checked(payload: bytes, length: int, crc: int, seg: _Segment, ptr: ValuePointer) -> bytes:
         if len(payload) != length or _crc(payload) != crc:
             raise CorruptRecord(f"value log {seg.path}: checksum mismatch at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
