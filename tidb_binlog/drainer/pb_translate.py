@@ -131,12 +131,29 @@ def _default_datum(value, ft: m.FieldType) -> Datum:
     return Datum.string(str(value))
 
 
-def _column(name: str, tp: int, mysql_type: str, value: bytes, changed: bytes | None = None
-            ) -> bytes:
-    col = pb.column(name=name, tp=bytes((tp,)), mysql_type=mysql_type, value=value)
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _column_head(name: str, tp: int, mysql_type: str) -> bytes:
+    """The marshalled ``column`` fields 1-3, the same for every row of a column."""
+    head = pb.column(name=name, tp=bytes((tp,)), mysql_type=mysql_type).SerializeToString()
+    return head
+
+
+def _column(head: bytes, value: bytes, changed: bytes | None = None) -> bytes:
+    """A marshalled ``column``: ``head`` (fields 1-3) then ``value`` (4) and
+    ``changed_value`` (5), byte for byte what protobuf writes (checked in the tests)."""
+    n = len(value)
+    out = head + (b"\x22" + bytes((n,)) if n < 0x80 else b"\x22" + _uvarint(n)) + value
     if changed is not None:
-        col.changed_value = changed
-    return col.SerializeToString()
+        out += b"\x2a" + _uvarint(len(changed)) + changed
+    return out
 
 
 def ddl_record(commit_ts: int, database: str, query: str) -> bytes:
@@ -151,9 +168,7 @@ def ddl_record(commit_ts: int, database: str, query: str) -> bytes:
 class _Col(NamedTuple):
     info: ColumnInfo
     ft: m.FieldType
-    name: str
-    tp: int
-    mysql_type: str
+    head: bytes  # marshalled name, tp, mysql_type
 
 
 class PbTranslator:
@@ -197,8 +212,9 @@ class PbTranslator:
     def _columns(self, view: TableView) -> tuple[tuple[_Col, ...], dict[int, _Col]]:
         entry = self._cols.get(id(view))
         if entry is None or entry[0] is not view:
-            cols = tuple(_Col(c, view.all_types[c.id], c.name.O, c.type.tp,
-                              type_to_str(c.type.tp, c.type.charset))
+            cols = tuple(_Col(c, view.all_types[c.id],
+                              _column_head(c.name.O, c.type.tp,
+                                           type_to_str(c.type.tp, c.type.charset)))
                          for c in view.info.cols if c.name.L != HIDDEN_HANDLE)
             if len(self._cols) > 256:
                 self._cols.clear()  # views of dropped versions
@@ -255,7 +271,7 @@ class PbTranslator:
         for c in cols:
             d = datums.get(c.info.id)
             value = self._value(c, d) if d is not None else self._default(old_info, c)
-            out.append(_column(c.name, c.tp, c.mysql_type, value))
+            out.append(_column(c.head, value))
         return out
 
     def _update(self, view: TableView, by_id, old_info: TableInfo, version: int, row: bytes
@@ -272,16 +288,16 @@ class PbTranslator:
         for info in view.writable:
             c = by_id[info.id]
             if info.id in new:
-                out.append(_column(c.name, c.tp, c.mysql_type, self._value(c, old[info.id]),
+                out.append(_column(c.head, self._value(c, old[info.id]),
                                    self._value(c, new[info.id])))
             else:
                 value = self._default(old_info, c)
-                out.append(_column(c.name, c.tp, c.mysql_type, value, value))
+                out.append(_column(c.head, value, value))
         return out
 
     def _delete(self, view: TableView, cols, row: bytes) -> list[bytes]:
         datums = decode_row(row, view.all_types, self.tz)
-        out = [_column(c.name, c.tp, c.mysql_type, self._value(c, datums[c.info.id]))
+        out = [_column(c.head, self._value(c, datums[c.info.id]))
                for c in cols if c.info.id in datums]
         if not out:
             raise SchemaError(f"deleted row of {view.schema.qualified_name} holds none of its "
