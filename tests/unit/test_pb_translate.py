@@ -273,3 +273,16 @@ def test_malformed_bytes_are_clear_errors():
     with pytest.raises(ProtocolError, match="1-byte"):
         decode_columns([pb.column(name="x", tp=b"", mysql_type="int", value=b"\x00")
                     .SerializeToString()])
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 300, 70_000])
+def test_column_bytes_equal_protobufs(size):
+    from tidb_binlog.drainer.pb_translate import _column, _column_head
+
+    value, changed = b"v" * size, b"c" * (size // 2 + 1)
+    head = _column_head("name", m.TYPE_BLOB, "blob")
+    for new in (None, changed):
+        want = pb.column(name="name", tp=bytes((m.TYPE_BLOB,)), mysql_type="blob", value=value)
+        if new is not None:
+            want.changed_value = new
+        assert _column(head, value, new) == want.SerializeToString()
