@@ -12,7 +12,9 @@
     drainer.stop()                                            # final consistent checkpoint
 
 ``start`` creates the pipeline of :mod:`actors.drainer` (merger, schema keeper,
-coordinator) and ``worker-count`` SQL workers (:mod:`actors.syncer_workers`).
+coordinator) and ``worker-count`` SQL workers (:mod:`actors.syncer_workers`);
+for ``db-type = "file"`` a pb keeper and a file-sink actor (:mod:`actors.file_sink`,
+pinned to this node) take the keeper's and coordinator's places, with no SQL workers.
 The merger follows the registry's pumps while it runs (every ``detect-interval``
 and on ``Cistern.Notify``): each pump that is not offline, as the PumpActor
 named :func:`pump_actor_name` of its node id in ``namespace``, or over gRPC at
