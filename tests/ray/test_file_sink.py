@@ -204,14 +204,13 @@ def test_sink_actor_killed_mid_load_loses_and_duplicates_nothing(stack, ray_loca
         ray_local.kill(drainer.coordinator, no_restart=False)       # Ray's kill
         writer.wait_txns(len(writer.commit_tss) + 100)
         pid = _sink_pid(ray_local, drainer)
-        drainer.wait_for_checkpoint(writer.commit_tss[-20], timeout_s=120)
+        _wait_checkpoint(ray_local, drainer, writer.commit_tss[-20])
         os.kill(pid, signal.SIGKILL)                                 # kill -9
         writer.wait_txns(len(writer.commit_tss) + 100)
     finally:
         writer.stop()
     upstream.flush()
-    drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=180)
-    st = drainer.status()
+    st = _wait_checkpoint(ray_local, drainer, cluster.get_ts())
     assert st["resets"] >= 2, st
     assert st["trimmed_bytes"] > 0, st  # the restarted sink dropped what it wrote after the savepoint
     drainer.stop()
@@ -229,3 +228,19 @@ def _sink_pid(ray, drainer, timeout_s: float = 60) -> int:
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             assert time.monotonic() < deadline, "the sink actor did not come back"
             time.sleep(0.3)
+
+
+def _wait_checkpoint(ray, drainer, commit_ts: int, timeout_s: float = 180) -> dict:
+    """``Drainer.wait_for_checkpoint``, riding out the sink actor's restart."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            st = drainer.status()
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            st = None
+        if st is not None:
+            assert st["state"] != "failed", st["error"]
+            if st["checkpoint_commit_ts"] >= commit_ts:
+                return st
+        assert time.monotonic() < deadline, f"checkpoint stuck below {commit_ts}: {st}"
+        time.sleep(0.3)
