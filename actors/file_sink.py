@@ -131,8 +131,10 @@ class FileSinkActor:
 
     def close(self) -> Checkpoint:
         """Sync and save the final (consistent) checkpoint."""
-        if self.sink.binlogger is None:  # never reset: nothing written by us
-            return self.sink.saved
+        if self.sink.binlogger is None:  # never reset: nothing written; the saved one stands
+            from tidb_binlog.drainer.checkpoint import start_commit_ts
+
+            return start_commit_ts(self.sink.store.load(), self.sink.initial_commit_ts)
         return self.sink.close()
 
     def status(self) -> dict:

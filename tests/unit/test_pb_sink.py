@@ -236,3 +236,14 @@ def test_pb_keeper_actor_translates_and_skips_ignored_commit_ts():
                             (30, b"never decoded")])
     assert out == [(10, ddl_record(10, "shop", "CREATE DATABASE shop"), 1), (20, None, 1),
                    (30, None, 0)]
+
+
+def test_file_sink_actor_close_before_reset_reports_the_saved_checkpoint(tmp_path):
+    from actors.drainer import TaskSettings
+    from actors.file_sink import FileSinkActor
+    from tidb_binlog.config import load_drainer_config
+
+    cfg = load_drainer_config(None, {"syncer.db-type": "file", "data-dir": str(tmp_path)})
+    FileCheckpointStore(tmp_path).save(Checkpoint(77, schema_version=3))
+    actor = FileSinkActor(TaskSettings(cluster_id=1, initial_commit_ts=0), cfg)
+    assert actor.close() == Checkpoint(77, schema_version=3)
