@@ -2,21 +2,31 @@
 
 One replication task is a pipeline of actors passing batches as object refs::
 
-    PumpActor ×N ──pull──▶ MergerActor ──items──▶ SchemaKeeperActor ──txns──▶ CoordinatorActor
-                                                                                │ Send/Flush/DDL
-                                                                  SqlWorkerActor ×W (syncer_workers)
+    PumpActor ×N ──pull──▶ MergerActor ──items──▶ SchemaKeeperActor ──summary──▶ CoordinatorActor
+                                                        │ rows, one object per worker    │ Flush/DDL,
+                                                        ▼                                ▼ slices
+                                                  SqlWorkerActor ×W (syncer_workers) ◀───┘
 
 - :class:`MergerActor` drives the pipeline from a thread: it keeps fetches in
   flight to every pump, merges by commit_ts (:class:`~tidb_binlog.drainer.merge.Merger`),
-  and hands each ready batch to the keeper; the keeper's result *ref* goes
+  and hands each ready batch to the keeper; the keeper's result *refs* go
   straight to the coordinator, so translated rows never pass through the merger.
   At most ``max_inflight`` batches are outstanding (backpressure).
 - :class:`SchemaKeeperActor` owns the :class:`~tidb_binlog.drainer.schema.SchemaKeeper`
   and :class:`~tidb_binlog.drainer.translate.Translator` (decoding rows, DDL jobs
-  from the upstream meta, filters).
+  from the upstream meta, filters). In exactly-once mode it also routes the rows
+  (:meth:`SchemaKeeperActor.translate_routed`: the worker of a row is a function
+  of its transaction, :mod:`tidb_binlog.drainer.routing`) and returns one object
+  per worker plus a summary (workers, row counts and keys per transaction).
 - :class:`CoordinatorActor` owns the :class:`~tidb_binlog.drainer.dispatch.Dispatcher`
-  and the checkpoint: it carries out Send/Flush/RunDDL actions on the workers and
-  saves the checkpoint in the downstream every 3 s and after each DDL.
+  and the checkpoint: conflicts (a key held by another worker since the last
+  flush) and DDL barriers become flushes; it carries out the Send/Flush/RunDDL
+  actions on the workers and saves the checkpoint in the downstream every 3 s and
+  after each DDL. Routed (:meth:`CoordinatorActor.apply_routed`): it reads only the
+  summary and hands each worker its object unread, one call per run of parts
+  between flushes (one per worker and batch without conflicts). Otherwise
+  (:meth:`CoordinatorActor.apply`, the causality mode) it splits the Txns itself
+  and makes one call per worker and batch as well.
 
 **Failure model.** Every actor has ``max_restarts=-1``. Durable state is the
 downstream checkpoint (and, in exactly-once mode, each worker's progress row);
@@ -52,8 +62,10 @@ from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.checkpoint import Advancer, Checkpoint
 from tidb_binlog.drainer.dispatch import Dispatcher, Flush, RunDDL, Send
 from tidb_binlog.drainer.dml import Txn
+from tidb_binlog.drainer.routing import RoutedTxn, route_batch
 from tidb_binlog.errors import (
     BinlogError,  # noqa: F401 (re-exported errors live here)
+    ConfigError,
     TransientDownstreamError,
 )
 
@@ -190,6 +202,14 @@ class SchemaKeeperActor:
             out.append((commit_ts, self._filter(txn), version))
         return out
 
+    def translate_routed(self, items: list[tuple[int, bytes]], worker_count: int) -> tuple:
+        """:meth:`translate`, routed over ``worker_count`` workers (exactly-once mode):
+        ``(summary, payload_0, ..., payload_{W-1})``, called with ``num_returns = W + 1``
+        so each payload is its own object the coordinator hands to its worker unread
+        (:func:`~tidb_binlog.drainer.routing.route_batch`)."""
+        summary, payloads = route_batch(self.translate(items), worker_count)
+        return (summary, *payloads)
+
     def _filter(self, txn: Txn | None) -> Txn | None:
         if txn is None or not self._ignored_dbs:
             return txn
@@ -218,6 +238,7 @@ class CoordinatorActor:
         self._lock = threading.Lock()
         self.applied_rows = 0
         self.ddl_jobs = 0  # DDLs applied (binlog_drainer_ddl_jobs_total)
+        self.routed_batches = 0  # batches the keeper routed (apply_routed)
         self.last_apply_s = 0.0
         # (commit_ts, wall time the part was committed downstream), newest last: the
         # apply lag is the second minus the commit_ts's physical time (apply_samples).
@@ -243,7 +264,10 @@ class CoordinatorActor:
             self.dispatcher = Dispatcher(len(self.workers), self.advancer,
                                          batch_dmls=self.settings.txn_batch,
                                          exactly_once=self.settings.exactly_once)
-            self._outstanding: dict = {}
+            self._outstanding: dict = {}  # worker call ref -> the Sends it carries
+            self._queued: dict[int, list[Send]] = {}  # Sends not yet handed to a worker
+            self._payloads: list | None = None  # the routed batch being dispatched
+            self._cursor: list[int] = []  # per worker: parts of its payload handed out
             self._expected_seq = 0
             self.start_checkpoint = cp
         return cp
@@ -254,12 +278,7 @@ class CoordinatorActor:
     def apply(self, seq: int, translated: list[tuple[int, Txn | None, int]]) -> int:
         """Dispatch one merged batch (``seq`` must follow the previous one); return the
         checkpoint commit_ts after the batch was handed out."""
-        if self._expected_seq is None:
-            raise PipelineReset(f"coordinator: batch {seq} follows a failed batch; the "
-                                "pipeline replays from the checkpoint")
-        if seq != self._expected_seq:
-            raise PipelineReset(f"coordinator expected batch {self._expected_seq}, got {seq}: "
-                                "a pipeline actor restarted")
+        self._check_seq(seq)
         try:
             for commit_ts, txn, version in translated:
                 for action in self.dispatcher.add(commit_ts, txn, version):
@@ -268,12 +287,57 @@ class CoordinatorActor:
                     self.applied_rows += len(txn.dmls)
             for action in self.dispatcher.drain():
                 self._perform(action)
+            self._send_queued()
         except BaseException:
             # Part of this batch was never dispatched: a later batch (already queued by
             # the merger) must not run, or workers would commit past the gap and the
             # replay would skip it as done. Refuse everything until reset().
             self._expected_seq = None
             raise
+        return self._batch_done()
+
+    def apply_routed(self, seq: int, summary: list[RoutedTxn], payloads: list) -> int:
+        """Dispatch one merged batch the keeper routed (exactly-once mode): ``summary``
+        from :meth:`SchemaKeeperActor.translate_routed`, ``payloads`` the refs of its
+        per-worker payloads (nested in a list, so Ray passes them on unresolved); each
+        worker gets one call per run of its parts between flushes. Returns what
+        :meth:`apply` returns; the same sequencing and failure rules."""
+        if len(payloads) != len(self.workers):
+            raise ConfigError(f"the keeper routed over {len(payloads)} workers but the "
+                              f"coordinator drives {len(self.workers)}; restart the task",
+                              key="worker-count")
+        self._check_seq(seq)
+        try:
+            self._payloads = payloads
+            self._cursor = [0] * len(self.workers)
+            add = self.dispatcher.add_routed
+            for routed in summary:
+                actions = add(routed)
+                if actions:
+                    for action in actions:
+                        self._perform(action)
+                for part in routed[3]:
+                    self.applied_rows += part[1]
+            for action in self.dispatcher.drain():
+                self._perform(action)
+            self._send_queued()
+        except BaseException:
+            self._expected_seq = None  # see apply()
+            raise
+        finally:
+            self._payloads = None
+        self.routed_batches += 1
+        return self._batch_done()
+
+    def _check_seq(self, seq: int) -> None:
+        if self._expected_seq is None:
+            raise PipelineReset(f"coordinator: batch {seq} follows a failed batch; the "
+                                "pipeline replays from the checkpoint")
+        if seq != self._expected_seq:
+            raise PipelineReset(f"coordinator expected batch {self._expected_seq}, got {seq}: "
+                                "a pipeline actor restarted")
+
+    def _batch_done(self) -> int:
         self._expected_seq += 1
         self._collect(block=False)
         self._maybe_save()
@@ -290,6 +354,7 @@ class CoordinatorActor:
         """Wait for every worker, then save the final (consistent) checkpoint."""
         for action in self.dispatcher.drain():
             self._perform(action)
+        self._send_queued()
         self._collect(block=True)
         cp = self.advancer.final()
         self.store.save(cp)
@@ -301,7 +366,8 @@ class CoordinatorActor:
                 "pending": self.advancer.pending, "applied_rows": self.applied_rows,
                 "flushes": self.dispatcher.flushes, "outstanding": len(self._outstanding),
                 "last_apply_s": self.last_apply_s, "ddl_jobs": self.ddl_jobs,
-                "savepoints": getattr(self.store, "saves", 0)}
+                "savepoints": getattr(self.store, "saves", 0),
+                "routed_batches": self.routed_batches}
 
     def apply_samples(self) -> list[tuple[int, float]]:
         """Take the ``(commit_ts, committed_at_s)`` samples recorded since the last call
@@ -314,13 +380,19 @@ class CoordinatorActor:
     # -- actions --------------------------------------------------------------------------
     def _perform(self, action) -> None:
         if isinstance(action, Send):
-            ref = _Ray.call(self.workers[action.worker], "execute", list(action.parts))
-            self._outstanding[ref] = action
-            if len(self._outstanding) > 4 * len(self.workers):
-                self._collect(block=True, until=2 * len(self.workers))
+            if self._payloads is not None:  # routed: the next run of the worker's payload
+                lo = self._cursor[action.worker]
+                hi = self._cursor[action.worker] = lo + len(action.parts)
+                ref = _Ray.call(self.workers[action.worker], "execute_slice",
+                                self._payloads[action.worker], lo, hi)
+                self._track(ref, [action])
+            else:  # one worker call per worker and batch: queued until the batch ends
+                self._queued.setdefault(action.worker, []).append(action)
         elif isinstance(action, Flush):
+            self._send_queued()
             self._collect(block=True)
         elif isinstance(action, RunDDL):
+            self._send_queued()
             _Ray.get(_Ray.call(self.workers[0], "execute_ddl", action.ddl))
             self.dispatcher.acked_ddl(action.ddl)
             self.ddl_jobs += 1
@@ -328,15 +400,30 @@ class CoordinatorActor:
         else:  # pragma: no cover - the dispatcher only emits the three kinds
             raise TypeError(f"unknown action {action!r}")
 
+    def _send_queued(self) -> None:
+        """Hand each worker its queued Sends as one call (parts stay in commit order)."""
+        queued, self._queued = self._queued, {}
+        for worker, sends in queued.items():
+            parts = [part for send in sends for part in send.parts]
+            self._track(_Ray.call(self.workers[worker], "execute", parts), sends)
+
+    def _track(self, ref, sends: list[Send]) -> None:
+        self._outstanding[ref] = sends
+        if len(self._outstanding) > 2 * len(self.workers):
+            self._collect(block=True, until=len(self.workers))
+
     def _collect(self, *, block: bool, until: int = 0) -> None:
         while self._outstanding:
-            done = _Ray.wait(list(self._outstanding), timeout_s=None if block else 0)
+            done = (_Ray.wait(list(self._outstanding), timeout_s=None) if block
+                    else _Ray.wait(list(self._outstanding), timeout_s=0, all_ready=True))
             for ref in done:
-                send = self._outstanding.pop(ref)
+                sends = self._outstanding.pop(ref)
                 ack = _Ray.get(ref)  # raises the worker's error, or PipelineReset if it died
-                self.dispatcher.acked(send)
                 finished_at_s = getattr(ack, "finished_at_s", 0.0)
-                self._samples.extend((commit_ts, finished_at_s) for commit_ts, _ in send.parts)
+                for send in sends:
+                    self.dispatcher.acked(send)
+                    self._samples.extend((commit_ts, finished_at_s)
+                                         for commit_ts, _ in send.parts)
             if not block or len(self._outstanding) <= until:
                 return
 

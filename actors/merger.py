@@ -1,10 +1,16 @@
 """MergerActor: the drainer pipeline's driver (see :mod:`actors.drainer` for the picture).
 
 It pulls every pump, merges by commit_ts
-(:class:`~tidb_binlog.drainer.merge.Merger`), and hands each ready batch to the
-schema keeper; the keeper's result *ref* goes straight to the coordinator, so
-translated rows never pass through the merger. At most ``max_inflight`` batches
-are outstanding (backpressure). On a :class:`~actors.ray_calls.PipelineReset`
+(:class:`~tidb_binlog.drainer.merge.Merger`), and hands each ready batch
+(``merge_batch`` items, up to 4x that while the input is backed up) to the
+schema keeper; the keeper's result *refs* go straight to the coordinator, so
+translated rows never pass through the merger. In exactly-once mode the keeper
+also routes the rows (``translate_routed``: one returned object per worker) and
+the coordinator, which receives only a summary (``apply_routed``), hands each
+worker its own object: rows travel keeper → worker. A keeper/coordinator pair
+without those methods (the file sink's) is driven with ``translate`` →
+``apply``. At most ``max_inflight`` batches are outstanding
+(backpressure). On a :class:`~actors.ray_calls.PipelineReset`
 (an actor of the pipeline died and Ray restarted it) it replays from the
 durable checkpoint.
 
@@ -59,6 +65,7 @@ log = logging.getLogger(__name__)
 
 _IDLE_WAIT_S = 0.05       # longest wait for a pull when idle (bounds the Notify latency)
 _BIND_WAIT_S = 10.0       # how long a (re)started merger tries to bind its addresses
+_BACKLOG_BATCHES = 4      # a merged batch grows up to this many merge_batch when backed up
 
 
 class _Ray:
@@ -295,7 +302,24 @@ class MergerActor:
             log.warning("pump discovery failed (%s); retrying in %.0f s", exc, _RETRY_S)
             self._collector_retry_at = now + _RETRY_S
 
+    def _batch_limit(self, merger: Merger) -> int:
+        """``merge_batch`` items, up to :data:`_BACKLOG_BATCHES` times that while the pumps'
+        input is backed up (catching up: fewer, bigger hops; live: small, prompt ones)."""
+        limit = self.settings.merge_batch
+        backlog = merger.buffered()
+        if backlog > 2 * limit:
+            return min(backlog, _BACKLOG_BATCHES * limit)
+        return limit
+
+    def _routed(self) -> bool:
+        """Route in the keeper (exactly-once, and a keeper/coordinator pair offering it;
+        a file sink's pair speaks only translate/apply)."""
+        return (self.settings.exactly_once
+                and _Calls.has_method(self.keeper, "translate_routed")
+                and _Calls.has_method(self.coordinator, "apply_routed"))
+
     def _merge(self, merger: Merger, target: MergerSources) -> None:
+        routed, workers = self._routed(), self.settings.worker_count
         seq = 0
         inflight: deque = deque()
         last_idle = 0.0
@@ -309,11 +333,17 @@ class MergerActor:
                     progressed = True
             if progressed:
                 self.positions = merger.positions()
-            ready = merger.pop_ready(self.settings.merge_batch)
+            ready = merger.pop_ready(self._batch_limit(merger))
             if ready:
                 items = [(it.commit_ts, it.payload) for it in ready]
-                translated = _Calls.call(self.keeper, "translate", items)
-                inflight.append(_Calls.call(self.coordinator, "apply", seq, translated))
+                if routed:  # rows go keeper -> workers; the coordinator sees a summary
+                    refs = _Calls.call_n(self.keeper, "translate_routed", workers + 1,
+                                         items, workers)
+                    inflight.append(_Calls.call(self.coordinator, "apply_routed", seq,
+                                                refs[0], refs[1:]))
+                else:
+                    translated = _Calls.call(self.keeper, "translate", items)
+                    inflight.append(_Calls.call(self.coordinator, "apply", seq, translated))
                 seq += 1
                 self.merged += len(ready)
                 progressed = True

@@ -21,6 +21,21 @@ class RayCalls:
         return getattr(actor, method).remote(*args)
 
     @staticmethod
+    def call_n(actor, method: str, num_returns: int, *args) -> list:
+        """A call whose result is ``num_returns`` objects (one ref each)."""
+        refs = getattr(actor, method).options(num_returns=num_returns).remote(*args)
+        return list(refs) if num_returns > 1 else [refs]
+
+    @staticmethod
+    def has_method(actor, method: str) -> bool:
+        """Whether an actor handle (or a plain object) offers ``method``."""
+        try:
+            getattr(actor, method)
+        except AttributeError:
+            return False
+        return True
+
+    @staticmethod
     def pull(pump, since_ts: int, max_bytes: int):
         return tuple(pump.pull.options(num_returns=2).remote(since_ts, max_bytes, 0.5))
 
@@ -37,10 +52,13 @@ class RayCalls:
             if isinstance(cause, BinlogError):
                 raise cause from None
             if isinstance(cause, (ray.exceptions.RayActorError,
-                                  ray.exceptions.ActorUnavailableError)):
+                                  ray.exceptions.ActorUnavailableError,
+                                  ray.exceptions.ObjectLostError)):
                 raise PipelineReset(f"a pipeline actor is unavailable: {cause}") from exc
             raise
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                ray.exceptions.ObjectLostError) as exc:
+            # ObjectLostError: a routed payload whose owner (the merger) died
             raise PipelineReset(f"a pipeline actor is unavailable: {exc}") from exc
 
     @staticmethod
@@ -51,10 +69,13 @@ class RayCalls:
         return bool(done)
 
     @staticmethod
-    def wait(refs: list, timeout_s: float | None) -> list:
+    def wait(refs: list, timeout_s: float | None, all_ready: bool = False) -> list:
+        """The first ref to be ready (within ``timeout_s``); with ``all_ready``, every
+        ref ready by then (``timeout_s = 0``: those ready now)."""
         import ray
 
-        done, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
+        done, _ = ray.wait(refs, num_returns=len(refs) if all_ready else 1,
+                           timeout=timeout_s)
         return done
 
     @staticmethod

@@ -11,6 +11,10 @@ without Ray.
   the batch as an object ref in the argument list, which Ray resolves before the
   call; a ref nested in a list is resolved here.  The call returns once every
   part is committed downstream (or raises the loader's DownstreamError).
+- ``execute_slice(parts, lo, hi) -> Ack``: ``execute(parts[lo:hi])``; ``parts`` is
+  this worker's payload of a merged batch the schema keeper routed (exactly-once
+  mode), passed by the coordinator as an object ref it never reads; a flush
+  inside the batch splits it into several slices.
 - ``execute_ddl(ddl) -> Ack``: one DDL, alone.
 - ``flush() -> int``: ``execute`` commits before it returns, so nothing is ever
   pending: flush returns the commit_ts everything at or below which is applied.
@@ -71,6 +75,11 @@ class SqlWorkerActor:
 
     def execute(self, batch) -> Ack:
         return self.loader.execute_batch(_Ray.resolve(batch))
+
+    def execute_slice(self, parts, lo: int, hi: int) -> Ack:
+        parts = _Ray.resolve(parts)
+        return self.loader.execute_batch(parts if lo == 0 and hi == len(parts)
+                                         else parts[lo:hi])
 
     def execute_ddl(self, ddl) -> Ack:
         return self.loader.execute_batch([_Ray.resolve(ddl)])

@@ -101,6 +101,49 @@ def ceiling(up_db, down_db) -> tuple[int, float]:
         return len(rows), time.perf_counter() - start
 
 
+def cpu_by_process() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this benchmark's Ray actor processes and
+    MariaDB servers (descendants of this process), summed per kind (``MergerActor``,
+    ``SqlWorkerActor``, ``mariadbd``...)."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, str, float]] = {}  # pid -> (ppid, argv0, cpu_s)
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0", 1)[0].decode("utf-8", "replace")
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        procs[int(pid)] = (int(fields[1]), argv0, (int(fields[11]) + int(fields[12])) / tick)
+    me = os.getpid()
+    out: dict[str, float] = {}
+    for ppid, argv0, cpu_s in procs.values():
+        if argv0.startswith("ray::"):
+            kind = argv0[5:].split(".", 1)[0].split(":", 1)[0] or "ray-idle"
+        elif argv0.endswith("mariadbd"):
+            kind = "mariadbd"
+        else:
+            continue
+        while ppid not in (me, 0, 1) and ppid in procs:
+            ppid = procs[ppid][0]
+        if ppid == me:
+            out[kind] = out.get(kind, 0.0) + cpu_s
+    return out
+
+
+def cpu_split(before: dict[str, float], after: dict[str, float], rows: int) -> str:
+    """``kind=µs/row`` of CPU between two cpu_by_process() samples, largest first."""
+    diff = {k: after[k] - before.get(k, 0.0) for k in after}
+    parts = [f"{k}={v * 1e6 / max(rows, 1):.0f}" for k, v in
+             sorted(diff.items(), key=lambda kv: -kv[1]) if v > 0.005]
+    return "CPU us/row: " + " ".join(parts)
+
+
 def time_drainer(cluster, down_db, args, target_ts: int) -> tuple[float, dict]:
     """Start a task, time it from "running" to checkpoint >= target_ts, stop it."""
     from cluster.drainer import Drainer
@@ -205,6 +248,9 @@ def main(argv=None) -> int:
     p.add_argument("--fake-binlog-interval-s", type=float, default=0.1,
                    help="pumps' gen-binlog-interval (bounds how long the merge waits)")
     p.add_argument("--lag-only", action="store_true", help="skip (a) and (b)")
+    p.add_argument("--phases", default="insert,update_index,mixed,insert_txn100,lag",
+                   help="comma-separated subset of the phases to run (the ceiling runs "
+                        "with insert)")
     p.add_argument("--work-dir", default=None)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -223,7 +269,10 @@ def main(argv=None) -> int:
         upstream.ddl(f"CREATE DATABASE {DB}")
         phases = {}
         upstream.ddl(workload.SBTEST_DDL, DB)
-        kinds = () if args.lag_only else ("insert", "update_index", "mixed", "insert_txn100")
+        wanted = set(args.phases.split(","))
+        kinds = () if args.lag_only else tuple(
+            k for k in ("insert", "update_index", "mixed", "insert_txn100") if k in wanted)
+        ceiling_rate = 0.0
         for kind in kinds:
             t0 = time.perf_counter()
             if kind == "insert_txn100":  # the same rows, 100 per upstream txn
@@ -236,24 +285,28 @@ def main(argv=None) -> int:
             print(f"upstream {kind}: {stats.txns} txns, {stats.rows} rows in "
                   f"{time.perf_counter() - t0:.1f} s ({stats.rows_per_s:.0f} rows/s)",
                   flush=True)
+            cpu0 = cpu_by_process()
             seconds, st = time_drainer(cluster, down_db, args, target)
             phases[kind] = (stats.rows, seconds)
             print(f"drainer {kind}: {stats.rows} rows in {seconds:.2f} s "
-                  f"({stats.rows / seconds:.0f} rows/s; flushes {st['flushes']})", flush=True)
+                  f"({stats.rows / seconds:.0f} rows/s; flushes {st['flushes']}); "
+                  + cpu_split(cpu0, cpu_by_process(), stats.rows), flush=True)
             if kind == "insert":
                 c_rows, c_seconds = ceiling(up_db, down_db)
                 ceiling_rate = c_rows / c_seconds
                 print(f"ceiling: {c_rows} rows in {c_seconds:.2f} s ({ceiling_rate:.0f} rows/s)",
                       flush=True)
-        lags, rate = lag(cluster, upstream, down_db, args)
-        print(f"lag: {len(lags)} samples at {rate:.0f} upstream rows/s", flush=True)
         for kind, (rows, seconds) in phases.items():
             value = rows / seconds
+            ratio = value / ceiling_rate if ceiling_rate else 0.0
             results.append(f"RESULT drainer_{kind} value={value:.0f} unit=rows/s "
-                           f"ceiling={ceiling_rate:.0f} ratio={value / ceiling_rate:.2f}")
-        for q in (50, 99):
-            results.append(f"RESULT drainer_lag_p{q}_ms value={percentile(lags, q):.0f} "
-                           f"unit=ms upstream_rows_per_s={rate:.0f}")
+                           f"ceiling={ceiling_rate:.0f} ratio={ratio:.2f}")
+        if "lag" in wanted or args.lag_only:
+            lags, rate = lag(cluster, upstream, down_db, args)
+            print(f"lag: {len(lags)} samples at {rate:.0f} upstream rows/s", flush=True)
+            for q in (50, 99):
+                results.append(f"RESULT drainer_lag_p{q}_ms value={percentile(lags, q):.0f} "
+                               f"unit=ms upstream_rows_per_s={rate:.0f}")
     finally:
         upstream.close()
         cluster.stop()

@@ -11,6 +11,10 @@ so it is per core even on a shared machine.  Sysbench-shaped rows
     RESULT drainer_sql_render value=<rows/s>      dml_statements (UPDATE)
     RESULT drainer_merge_by_key value=<rows/s>    merge_by_key + render_merged, 1000 rows/stmt
     RESULT drainer_checkpoint value=<items/s>     Advancer register + ack
+    RESULT drainer_keeper_insert value=<rows/s>   the keeper's work per merged batch of
+    RESULT drainer_keeper_update value=<rows/s>   1-row txns: decode + translate +
+                                                  route_batch + pickle (the Ray hop)
+    RESULT drainer_worker_unpickle value=<rows/s> a worker loading its routed payload
 
 The per-row figures are the kernel's own cost; the drainer's ceiling is the
 downstream (bench/drainer.py compares against a multi-row INSERT client).
@@ -131,20 +135,136 @@ def bench_checkpoint(n: int) -> float:
     return _timed(run)
 
 
+def _sbtest_translator():
+    """A Translator holding sysbench's table (id INT PK handle, k INT, c CHAR(120),
+    pad CHAR(60)) at schema version 2."""
+    from tidb_binlog.codec import mysql as m
+    from tidb_binlog.drainer.schema import SchemaKeeper
+    from tidb_binlog.drainer.translate import Translator
+    from tidb_binlog.model import (
+        ActionType,
+        CIStr,
+        ColumnInfo,
+        DBInfo,
+        FieldType,
+        HistoryInfo,
+        Job,
+        JobState,
+        TableInfo,
+    )
+
+    def col(cid, name, tp, flag, flen, charset):
+        return ColumnInfo(id=cid, name=CIStr(name), offset=cid - 1,
+                          type=FieldType(tp=tp, flag=flag, flen=flen, decimal=0,
+                                         charset=charset, collate="utf8mb4_bin"))
+
+    nn = m.NOT_NULL_FLAG
+    cols = [col(1, "id", m.TYPE_LONG, m.PRI_KEY_FLAG | nn, 11, "binary"),
+            col(2, "k", m.TYPE_LONG, nn, 11, "binary"),
+            col(3, "c", m.TYPE_STRING, nn, 120, "utf8mb4"),
+            col(4, "pad", m.TYPE_STRING, nn, 60, "utf8mb4")]
+    table = TableInfo(id=10, name=CIStr("sbtest1"), cols=cols, pk_is_handle=True, max_col_id=4)
+    db = DBInfo(id=2, db_name=CIStr("sbtest"))
+    jobs = [Job(id=1, type=ActionType.CREATE_SCHEMA, schema_id=2, table_id=0,
+                state=JobState.SYNCED, binlog=HistoryInfo(schema_version=1, db_info=db)),
+            Job(id=2, type=ActionType.CREATE_TABLE, schema_id=2, table_id=10,
+                state=JobState.SYNCED, binlog=HistoryInfo(schema_version=2, table_info=table))]
+    return Translator(SchemaKeeper.from_history(jobs, 2), {j.id: j for j in jobs}.get)
+
+
+def _sbtest_payloads(n: int, update: bool) -> list[tuple[int, bytes]]:
+    """``n`` served Commit binlogs of 1-row sysbench txns, as the merger hands them on."""
+    from tidb_binlog import binlog as bl
+    from tidb_binlog.codec import Datum, encode_old_row, encode_value
+
+    rnd = random.Random(2)
+    out = []
+    for i in range(n):
+        pk, k = rnd.randrange(10**6), rnd.randrange(10**6)
+        c = "".join(rnd.choice("0123456789-") for _ in range(119))
+        pad = "".join(rnd.choice("0123456789-") for _ in range(59))
+        row = encode_old_row([1, 2, 3, 4], [Datum.int64(pk), Datum.int64(k), Datum.string(c),
+                                            Datum.string(pad)])
+        if update:
+            new = encode_old_row([1, 2, 3, 4], [Datum.int64(pk), Datum.int64(k + 1),
+                                                Datum.string(c), Datum.string(pad)])
+            mut = bl.new_table_mutation(10, updated_rows=[row + new],
+                                        sequence=[bl.MutationType.UPDATE])
+        else:
+            mut = bl.new_table_mutation(10, inserted_rows=[encode_value([Datum.int64(pk)]) + row],
+                                        sequence=[bl.MutationType.INSERT])
+        commit_ts = (i + 1) << 18
+        b = bl.commit(commit_ts - 1, commit_ts)
+        b.prewrite_value = bl.encode(bl.new_prewrite_value(2, [mut]))
+        out.append((commit_ts, bl.encode(b)))
+    return out
+
+
+def bench_keeper(n: int, update: bool, workers: int = 4, batch: int = 512) -> float:
+    """The keeper actor's CPU per merged batch: decode, translate, route, pickle."""
+    import pickle
+
+    from tidb_binlog import binlog as bl
+    from tidb_binlog.drainer.routing import route_batch
+
+    tr = _sbtest_translator()
+    items = _sbtest_payloads(n, update)
+
+    def run() -> int:
+        for i in range(0, n, batch):
+            translated = [(ts, tr.translate(bl.decode(payload)), 2)
+                          for ts, payload in items[i:i + batch]]
+            summary, payloads = route_batch(translated, workers)
+            pickle.dumps(summary, 5)
+            for payload in payloads:
+                pickle.dumps(payload, 5)
+        return n
+
+    return _timed(run)
+
+
+def bench_worker_unpickle(n: int, workers: int = 4, batch: int = 512) -> float:
+    import pickle
+
+    from tidb_binlog import binlog as bl
+    from tidb_binlog.drainer.routing import route_batch
+
+    tr = _sbtest_translator()
+    items = _sbtest_payloads(n, False)
+    blobs = []
+    for i in range(0, n, batch):
+        translated = [(ts, tr.translate(bl.decode(p)), 2) for ts, p in items[i:i + batch]]
+        blobs += [pickle.dumps(p, 5) for p in route_batch(translated, workers)[1]]
+
+    def run() -> int:
+        for blob in blobs:
+            pickle.loads(blob)
+        return n
+
+    return _timed(run)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--only", default="", help="comma-separated result names (prefixes)")
     args = parser.parse_args(argv)
     dmls = _rows(args.rows)
-    results = [(f"drainer_merge_{s}", bench_merge(s, args.rows // 4), "items/s")
+    n = args.rows
+    benches = [(f"drainer_merge_{s}", lambda s=s: bench_merge(s, n // 4), "items/s")
                for s in STRATEGIES]
-    results += [("drainer_causality", bench_causality(dmls), "rows/s"),
-                ("drainer_routing", bench_routing(dmls), "rows/s"),
-                ("drainer_sql_render", bench_sql(dmls), "rows/s"),
-                ("drainer_merge_by_key", bench_merge_by_key(dmls), "rows/s"),
-                ("drainer_checkpoint", bench_checkpoint(args.rows), "items/s")]
-    for name, value, unit in results:
-        print(f"RESULT {name} value={value:.0f} unit={unit}")
+    benches += [("drainer_causality", lambda: bench_causality(dmls), "rows/s"),
+                ("drainer_routing", lambda: bench_routing(dmls), "rows/s"),
+                ("drainer_sql_render", lambda: bench_sql(dmls), "rows/s"),
+                ("drainer_merge_by_key", lambda: bench_merge_by_key(dmls), "rows/s"),
+                ("drainer_checkpoint", lambda: bench_checkpoint(n), "items/s"),
+                ("drainer_keeper_insert", lambda: bench_keeper(n // 5, False), "rows/s"),
+                ("drainer_keeper_update", lambda: bench_keeper(n // 5, True), "rows/s"),
+                ("drainer_worker_unpickle", lambda: bench_worker_unpickle(n // 5), "rows/s")]
+    only = [x for x in args.only.split(",") if x]
+    for name, fn, unit in benches:
+        if not only or any(name.startswith(o) for o in only):
+            print(f"RESULT {name} value={fn():.0f} unit={unit}", flush=True)
 
 
 if __name__ == "__main__":

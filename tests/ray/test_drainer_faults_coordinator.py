@@ -57,7 +57,7 @@ class ScriptedRay:
     def get(self, ref):
         return None
 
-    def wait(self, refs, timeout_s):
+    def wait(self, refs, timeout_s, all_ready=False):
         return list(refs)
 
 
@@ -109,3 +109,31 @@ def test_a_downstream_outage_delays_the_checkpoint_save_without_failing(ray_call
     coord.apply(0, [(30, txn(30, 3), 0)])
     coord.idle()
     assert store.saved[-1].commit_ts == 30
+
+
+def test_one_worker_call_per_worker_and_batch(ray_calls):
+    """txn-batch 1 would cut a Send per row; the coordinator still makes one call per
+    worker for the whole merged batch (the loader cuts the downstream transactions)."""
+    coord = coordinator(Store(), workers=2)
+    coord.apply(0, [(ts, txn(ts, ts), 0) for ts in range(1, 41)])
+    workers = [w for w, _ in ray_calls.calls]
+    assert sorted(workers) == ["w0", "w1"]
+    assert sum(len(args[0]) for _, args in ray_calls.calls) == 40
+    assert coord.idle() == 40
+
+
+def test_routed_batch_hands_each_worker_its_payload_slice(ray_calls):
+    from tidb_binlog.drainer.routing import route_batch
+
+    coord = coordinator(Store(), workers=2)
+    items = [(ts, txn(ts, ts, ts + 100), 0) for ts in range(1, 21)] + [(21, None, 0)]
+    summary, payloads = route_batch(items, 2)
+    refs = [f"payload-{w}" for w in range(2)]
+    assert coord.apply_routed(0, summary, refs) <= 21
+    calls = {w: args for w, args in ray_calls.calls}
+    assert set(calls) == {"w0", "w1"} and len(ray_calls.calls) == 2
+    for w in range(2):
+        assert calls[f"w{w}"] == (refs[w], 0, len(payloads[w]))
+    assert coord.idle() == 21 and coord.status()["applied_rows"] == 40
+    with pytest.raises(Exception, match="routed over 3 workers"):
+        coord.apply_routed(1, summary, refs + ["payload-2"])

@@ -10,6 +10,7 @@ from tidb_binlog.drainer.causality import row_keys
 from tidb_binlog.drainer.checkpoint import Advancer, Checkpoint
 from tidb_binlog.drainer.dispatch import Dispatcher, Flush, RunDDL, Send
 from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, Txn
+from tidb_binlog.drainer.routing import route_batch
 
 SCHEMA = TableSchema.build("db", "t", ["id", "uk", "v"], primary_key=["id"],
                            unique_keys={"uk": ["uk"]})
@@ -148,3 +149,91 @@ def test_no_key_runs_on_two_workers_between_flushes(txns, workers, batch, exactl
                 for ts, _ in a.parts:
                     assert (ts, a.worker) not in per
                     per[(ts, a.worker)] = True
+
+
+def routed_stream(d: Dispatcher, items, workers: int):
+    """The keeper-routed path: route_batch + add_routed; Sends resolved to their DMLs
+    through the payload slices (what each worker would execute), acked as they go."""
+    summary, payloads = route_batch([(ts, txn, 0) for ts, txn in items], workers)
+    cursor = [0] * workers
+    stream = []
+
+    def resolve(actions):
+        for a in actions:
+            if isinstance(a, Send):
+                lo = cursor[a.worker]
+                cursor[a.worker] = hi = lo + len(a.parts)
+                parts = tuple(payloads[a.worker][lo:hi])
+                assert [ts for ts, _ in parts] == [ts for ts, _ in a.parts]
+                assert [len(dmls) for _, dmls in parts] == [n for _, n in a.parts]
+                d.acked(a)
+                stream.append(Send(a.worker, parts))
+            else:
+                if isinstance(a, RunDDL):
+                    d.acked_ddl(a.ddl)
+                stream.append(a)
+
+    for routed in summary:
+        resolve(d.add_routed(routed))
+    resolve(d.drain())
+    assert cursor == [len(p) for p in payloads]  # every part handed out exactly once
+    return stream
+
+
+def worker_parts(stream):
+    """{(commit_ts, worker): dmls} and the commit_ts each Flush came before."""
+    parts, flushed_before, pending_flush = {}, [], False
+    for a in stream:
+        if isinstance(a, Flush):
+            pending_flush = True
+        elif isinstance(a, Send):
+            for ts, dmls in a.parts:
+                parts[(ts, a.worker)] = dmls
+                if pending_flush:
+                    flushed_before.append(ts)
+                    pending_flush = False
+    return parts, flushed_before
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(rows, min_size=1, max_size=4), min_size=1, max_size=25),
+       st.integers(1, 5))
+def test_keeper_routing_sends_every_row_where_the_coordinator_would(txns, workers):
+    """route_batch + add_routed == add: same rows on the same workers, and a flush
+    before the same transactions; the checkpoint passes everything."""
+    items = [(ts, Txn(ts, tuple(upd(pk, uk, old_uk=old) for pk, uk, old in rows_)))
+             for ts, rows_ in enumerate(txns, start=1)]
+    items.insert(len(items) // 2, (len(txns) + 1, None))
+    items.sort(key=lambda item: item[0])
+    direct = dispatcher(workers=workers, batch=10_000)
+    routed = dispatcher(workers=workers, batch=10_000)
+    expected = worker_parts(run(direct, items))
+    got = worker_parts(routed_stream(routed, items, workers))
+    assert got == expected
+    assert routed.flushes == direct.flushes
+    assert routed.advancer.commit_ts == direct.advancer.commit_ts == len(txns) + 1
+
+
+def test_routed_ddl_is_a_barrier_after_every_pending_part():
+    d = dispatcher(workers=3)
+    items = [(1, Txn(1, (ins(1, "a"), ins(2, "b")))),
+             (2, Txn(2, ddl=DDL("db", "t", "ALTER TABLE t ADD c INT", 2))),
+             (3, Txn(3, (ins(3, "c"),)))]
+    stream = routed_stream(d, items, 3)
+    kinds = [type(a) for a in stream]
+    first_flush = kinds.index(Flush)
+    assert set(kinds[:first_flush]) == {Send} and kinds[first_flush + 1] is RunDDL
+    assert kinds[-1] is Send and d.advancer.commit_ts == 3
+
+
+def test_route_batch_keeps_commit_order_per_worker_and_one_part_per_worker():
+    items = [(ts, Txn(ts, tuple(ins(ts * 10 + i, f"u{ts}{i}") for i in range(5))), 0)
+             for ts in range(1, 30)]
+    summary, payloads = route_batch(items, 4)
+    for payload in payloads:
+        assert [ts for ts, _ in payload] == sorted({ts for ts, _ in payload})
+    for (ts, _, ddl, parts), (item_ts, txn, _) in zip(summary, items, strict=True):
+        assert ts == item_ts and ddl is None and sum(n for _, n, _ in parts) == len(txn.dmls)
+        assert [w for w, _, _ in parts] == sorted({w for w, _, _ in parts})
+    with pytest.raises(ValueError, match="worker_count"):
+        route_batch(items, 0)

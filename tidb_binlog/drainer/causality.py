@@ -78,8 +78,18 @@ def stable_hash(key: str) -> int:
     return zlib.crc32(key.encode("utf-8", "surrogatepass"))
 
 
+_TAGS: dict[tuple[str, str], str] = {}
+_TAGS_MAX = 65536
+
+
 def _table_tag(database: str, table: str) -> str:
-    return quote_table(database, table)  # backquoted and escaped: unambiguous
+    """```db`.`t```: backquoted and escaped, so unambiguous; cached per table."""
+    tag = _TAGS.get((database, table))
+    if tag is None:
+        if len(_TAGS) >= _TAGS_MAX:
+            _TAGS.clear()
+        tag = _TAGS[(database, table)] = quote_table(database, table)
+    return tag
 
 
 def image_keys(schema: TableSchema, database: str, table: str,
@@ -89,8 +99,14 @@ def image_keys(schema: TableSchema, database: str, table: str,
     keys = []
     get = image.get
     for key in schema.unique_keys:
-        values = tuple([get(c) for c in key.columns])
-        if None not in values:  # a missing column reads as None: not usable either
+        columns = key.columns
+        if len(columns) == 1:
+            value = get(columns[0])
+            if value is not None:  # a missing column reads as None: not usable either
+                keys.append(f"{tag}{key.key_tag}{(value,)!r}")
+            continue
+        values = tuple([get(c) for c in columns])
+        if None not in values:
             keys.append(f"{tag}{key.key_tag}{values!r}")
     if not keys:
         values = tuple(image.get(c) for c in schema.columns if c in image)

@@ -24,6 +24,15 @@ carries out **in order** and reports back (:meth:`acked`).
   runs alone, after everything before it committed and before anything after it.
 - ``None`` items and transactions without DMLs are registered as already done:
   the checkpoint passes them once everything before them is acked.
+
+**Routed input** (exactly-once, :meth:`Dispatcher.add_routed`): the schema keeper
+already routed the rows (:func:`~tidb_binlog.drainer.routing.route_batch`) and sent
+each worker its parts; the dispatcher sees a
+:data:`~tidb_binlog.drainer.routing.RoutedTxn` (workers, row counts, keys) and emits
+the same actions, where a :class:`Send`'s parts are ``(commit_ts, row_count)``: the
+next parts of that worker's payload, in order. A conflict or a DDL emits every
+pending Send and a :class:`Flush` as above; otherwise parts stay pending until
+:meth:`drain` (one worker call per worker and merged batch).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from dataclasses import dataclass, field
 from tidb_binlog.drainer.causality import CONFLICT, Causality, row_keys
 from tidb_binlog.drainer.checkpoint import Advancer
 from tidb_binlog.drainer.dml import DDL, DML, Txn
-from tidb_binlog.drainer.routing import Router
+from tidb_binlog.drainer.routing import RoutedTxn, Router, route_txn
 
 __all__ = ["Part", "Send", "Flush", "RunDDL", "Dispatcher"]
 
@@ -46,11 +55,11 @@ class Send:
     """Hand ``parts`` to ``worker`` (one downstream batch, commit order within it)."""
 
     worker: int
-    parts: tuple[Part, ...]
+    parts: tuple[Part, ...] | tuple[tuple[int, int], ...]
 
     @property
     def dml_count(self) -> int:
-        return sum(len(dmls) for _, dmls in self.parts)
+        return sum(d if type(d) is int else len(d) for _, d in self.parts)
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,37 @@ class Dispatcher:
                 actions.append(self._emit(worker))
         return actions
 
+    def add_routed(self, routed: RoutedTxn) -> list:
+        """Dispatch one transaction the keeper routed; return the actions, in order."""
+        commit_ts, schema_version, ddl, parts = routed
+        if ddl is not None:
+            actions = self._emit_all()
+            actions.append(Flush())
+            self._reset_window()
+            self.advancer.register(commit_ts, 1, ddl=True, schema_version=schema_version)
+            actions.append(RunDDL(ddl, schema_version))
+            return actions
+        if not parts:
+            self.advancer.register_done(commit_ts, schema_version=schema_version)
+            return []
+        router = self._router
+        if router is None:
+            raise ValueError("routed transactions need the exactly-once dispatcher")
+        actions: list = []
+        for worker, _, keys in parts:
+            if router.conflicts_with(keys, worker):
+                actions = self._emit_all()
+                actions.append(Flush())
+                self._reset_window()
+                break
+        for worker, rows, keys in parts:
+            router.hold(keys, worker)
+            pending = self._pending[worker]
+            pending.parts.append((commit_ts, rows))
+            pending.dmls += rows
+        self.advancer.register(commit_ts, len(parts), schema_version=schema_version)
+        return actions
+
     def drain(self) -> list[Send]:
         """Emit every pending batch (the input is momentarily empty)."""
         return self._emit_all()
@@ -149,17 +189,7 @@ class Dispatcher:
         A key held by another worker in the window means a flush before the txn.
         """
         router = self._router
-        keys = [row_keys(d) for d in txn.dmls]
-        workers = [router.worker_for_key(k[0]) for k in keys]
-        owner: dict[str, int] = {}
-        for row_keys_, w in zip(keys, workers, strict=True):
-            for key in row_keys_:
-                if owner.setdefault(key, w) != w:
-                    workers = [workers[0]] * len(workers)
-                    break
-            else:
-                continue
-            break
+        workers, keys = route_txn(txn.dmls, self.worker_count)
         flush = False
         for row_keys_, w in zip(keys, workers, strict=True):
             if router.conflicts_with(row_keys_, w):

@@ -25,6 +25,18 @@ never run concurrently on two workers, and the worker of each row never depends 
 the window, so a restarted task routes every row exactly as before (the flush
 points may differ; the assignment does not).
 
+**In the keeper** (:func:`route_txn`, :func:`route_batch`).  Since the worker of a
+row is a function of its transaction, the schema keeper routes rows as it translates
+them and hands each worker its rows directly (one payload per worker and merged
+batch), while the coordinator receives only a :data:`RoutedTxn` summary per
+transaction: which workers it touches, how many rows each, and the keys each holds,
+which is all the coordinator needs for conflicts, flushes, DDL order and the
+checkpoint.  :func:`route_txn` is the same rule the coordinator's
+:class:`~tidb_binlog.drainer.dispatch.Dispatcher` applies to whole DMLs: each row to
+its routing key's worker, unless two rows of the transaction share a key across two
+workers; then the whole transaction goes to its first row's worker (one worker
+commits it, in order; a replay routes it the same way).
+
 Changing ``worker_count`` changes the assignment, so progress rows written under the
 old count no longer say what each new worker committed: ``Drainer.start`` reconciles
 them first (``MySQLCheckpointStore.check_workers``: after a clean stop the old rows are
@@ -34,11 +46,69 @@ dropped; after a crash they are dropped and the replay window runs in safe mode)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from tidb_binlog.drainer.causality import CONFLICT, Conflict, row_keys, stable_hash
-from tidb_binlog.drainer.dml import DML
+from tidb_binlog.drainer.dml import DDL, DML, Txn
 
-__all__ = ["Router", "CONFLICT"]
+__all__ = ["Router", "CONFLICT", "RoutedTxn", "route_txn", "route_batch"]
+
+RoutedTxn = tuple[int, int, DDL | None, tuple[tuple[int, int, tuple[str, ...]], ...]]
+"""The coordinator's view of one translated transaction: ``(commit_ts, schema_version,
+ddl, parts)`` where ``parts`` holds ``(worker, row_count, keys)`` per worker the
+transaction touches, in worker order (empty for a DDL or nothing to apply)."""
+
+
+def route_txn(dmls: Sequence[DML], worker_count: int) -> tuple[list[int], list[list[str]]]:
+    """``(worker per row, keys per row)`` of one transaction (see the module docstring)."""
+    keys = [row_keys(d) for d in dmls]
+    workers = [stable_hash(k[0]) % worker_count for k in keys]
+    if len(workers) > 1 and len(set(workers)) > 1:
+        owner: dict[str, int] = {}
+        for row_keys_, w in zip(keys, workers, strict=True):
+            if any(owner.setdefault(key, w) != w for key in row_keys_):
+                workers = [workers[0]] * len(workers)
+                break
+    return workers, keys
+
+
+def route_batch(translated: Sequence[tuple[int, Txn | None, int]], worker_count: int
+                ) -> tuple[list[RoutedTxn], list[list[tuple[int, tuple[DML, ...]]]]]:
+    """Split the keeper's output over the workers: ``(summary, payloads)``.
+
+    ``translated`` is :meth:`SchemaKeeperActor.translate`'s ``(commit_ts, txn | None,
+    schema_version)`` in commit order; ``summary`` has one :data:`RoutedTxn` per item;
+    ``payloads[w]`` is worker ``w``'s parts ``(commit_ts, dmls)`` in commit order, one
+    per summary entry whose parts name ``w`` (so the coordinator addresses a run of
+    them by index).
+    """
+    if worker_count < 1:
+        raise ValueError(f"worker_count must be >= 1, got {worker_count}")
+    summary: list[RoutedTxn] = []
+    payloads: list[list[tuple[int, tuple[DML, ...]]]] = [[] for _ in range(worker_count)]
+    for commit_ts, txn, version in translated:
+        if txn is None or not txn.dmls:
+            summary.append((commit_ts, version, txn.ddl if txn is not None else None, ()))
+            continue
+        dmls = txn.dmls
+        if len(dmls) == 1:  # the common shape: no grouping to do
+            keys = row_keys(dmls[0])
+            w = stable_hash(keys[0]) % worker_count
+            payloads[w].append((commit_ts, dmls))
+            summary.append((commit_ts, version, None, ((w, 1, tuple(keys)),)))
+            continue
+        workers, keys = route_txn(dmls, worker_count)
+        rows: dict[int, list[DML]] = {}
+        held: dict[int, list[str]] = {}
+        for dml, w, row_keys_ in zip(dmls, workers, keys, strict=True):
+            rows.setdefault(w, []).append(dml)
+            held.setdefault(w, []).extend(row_keys_)
+        parts: list[Any] = []
+        for w in sorted(rows):
+            payloads[w].append((commit_ts, tuple(rows[w])))
+            parts.append((w, len(rows[w]), tuple(held[w])))
+        summary.append((commit_ts, version, None, tuple(parts)))
+    return summary, payloads
 
 
 class Router:

@@ -41,17 +41,18 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import NamedTuple
 
 from tidb_binlog import binlog as bl
-from tidb_binlog.codec import (
-    decode_insert_row,
-    decode_old_and_new_row,
-    decode_row,
-    sql_arg_formatter,
-    unflatten,
-)
 from tidb_binlog.codec import mysql as m
+from tidb_binlog.codec import sql_arg_formatter, unflatten
 from tidb_binlog.codec.mytime import format_time, from_utc, parse_time_text
+from tidb_binlog.codec.row_args import (
+    ArgPlan,
+    decode_insert_args,
+    decode_old_and_new_args,
+    decode_row_args,
+)
 from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, Txn, UniqueKey
 from tidb_binlog.drainer.schema import SchemaKeeper
 from tidb_binlog.errors import CodecError, SchemaError
@@ -63,6 +64,17 @@ log = logging.getLogger(__name__)
 
 UTC = datetime.UTC
 HIDDEN_HANDLE = "_tidb_rowid"
+_INSERT = bl.MutationType.INSERT
+_UPDATE = bl.MutationType.UPDATE
+_DELETE_ROW = bl.MutationType.DELETE_ROW
+
+
+class _ViewCodec(NamedTuple):
+    """How rows of one TableView become SQL arguments (built once per view)."""
+
+    columns: tuple  # (column id, name, formatter) over view.writable
+    all_plan: ArgPlan  # every column (inserts, deletes); only writable ones formatted
+    writable_plan: ArgPlan  # writable columns (updates)
 
 
 @dataclass(frozen=True)
@@ -119,7 +131,7 @@ class Translator:
         self.job_of = job_of
         self.tz = tz
         self._views: dict[tuple[int, int], TableView] = {}
-        # id(view) -> (view, ((column id, name, formatter), ...) over view.writable)
+        # id(view) -> (view, _ViewCodec)
         self._formatters: dict[int, tuple[TableView, tuple]] = {}
 
     # -- entry point ----------------------------------------------------------------
@@ -191,59 +203,82 @@ class Translator:
         return view
 
     def _mutation(self, commit_ts: int, version: int, mut, out: list[DML]) -> None:
-        if self.keeper.is_truncated(mut.table_id):
+        table_id = mut.table_id
+        if self.keeper.is_truncated(table_id):
             return
-        view = self.view(mut.table_id)
-        old_info = self.keeper.table_at(mut.table_id, version) or view.info
-        cursors = {bl.MutationType.INSERT: 0, bl.MutationType.UPDATE: 0,
-                   bl.MutationType.DELETE_ROW: 0}
-        lists = {bl.MutationType.INSERT: mut.inserted_rows,
-                 bl.MutationType.UPDATE: mut.updated_rows,
-                 bl.MutationType.DELETE_ROW: mut.deleted_rows}
-        for tp in mut.sequence:
-            rows = lists.get(tp)
-            if rows is None:
-                raise SchemaError(f"unknown mutation type {tp} in the transaction at commit_ts "
-                                  f"{commit_ts}, table id {mut.table_id}")
-            i = cursors[tp]
-            if i >= len(rows):
-                raise SchemaError(f"mutation sequence of table id {mut.table_id} at commit_ts "
-                                  f"{commit_ts} names more rows of type {tp} than it carries")
-            cursors[tp] = i + 1
-            if tp == bl.MutationType.INSERT:
-                out.append(self._insert(view, old_info, rows[i]))
-            elif tp == bl.MutationType.UPDATE:
-                out.append(self._update(view, old_info, version, rows[i]))
+        view = self.view(table_id)
+        old_info = self.keeper.table_at(table_id, version) or view.info
+        inserted, updated, deleted = mut.inserted_rows, mut.updated_rows, mut.deleted_rows
+        seq = mut.sequence
+        n = len(seq)
+        if n == len(inserted) and not updated and not deleted and (
+                (n == 1 and seq[0] == _INSERT) or all(tp == _INSERT for tp in seq)):
+            # the common shape: inserts only
+            insert = self._insert
+            out.extend([insert(view, old_info, row) for row in inserted])
+            return
+        ii = ui = di = 0
+        for tp in seq:
+            if tp == _INSERT:
+                if ii >= len(inserted):
+                    self._overrun(commit_ts, table_id, tp)
+                out.append(self._insert(view, old_info, inserted[ii]))
+                ii += 1
+            elif tp == _UPDATE:
+                if ui >= len(updated):
+                    self._overrun(commit_ts, table_id, tp)
+                out.append(self._update(view, old_info, version, updated[ui]))
+                ui += 1
+            elif tp == _DELETE_ROW:
+                if di >= len(deleted):
+                    self._overrun(commit_ts, table_id, tp)
+                out.append(self._delete(view, deleted[di]))
+                di += 1
             else:
-                out.append(self._delete(view, rows[i]))
+                raise SchemaError(f"unknown mutation type {tp} in the transaction at commit_ts "
+                                  f"{commit_ts}, table id {table_id}")
 
-    def _columns(self, view: TableView) -> tuple:
-        """``(column id, name, formatter)`` of the view's writable columns, built once per
-        view: the per-value type dispatch of ``format_sql_arg`` is paid per column."""
+    @staticmethod
+    def _overrun(commit_ts: int, table_id: int, tp: int):
+        raise SchemaError(f"mutation sequence of table id {table_id} at commit_ts "
+                          f"{commit_ts} names more rows of type {tp} than it carries")
+
+    def _codec(self, view: TableView) -> _ViewCodec:
+        """The view's column formatters and row plans, built once per view: the per-value
+        type dispatch is paid per column, and common values are read straight from the
+        row bytes (:mod:`tidb_binlog.codec.row_args`)."""
         entry = self._formatters.get(id(view))
         if entry is None or entry[0] is not view:
+            writable_ids = [c.id for c in view.writable]
             cols = tuple((c.id, c.name.O, sql_arg_formatter(view.all_types[c.id], self.tz))
                          for c in view.writable)
+            codec = _ViewCodec(cols, ArgPlan(view.all_types, self.tz, writable_ids),
+                               ArgPlan(view.writable_types, self.tz))
             if len(self._formatters) > 4 * len(self._views) + 64:
                 self._formatters.clear()  # views of old versions are gone
-            entry = self._formatters[id(view)] = (view, cols)
+            entry = self._formatters[id(view)] = (view, codec)
         return entry[1]
 
     def _insert(self, view: TableView, old_info: TableInfo, row: bytes) -> DML:
-        handles, datums = decode_insert_row(row, view.all_types, view.pk_len, self.tz)
+        codec = self._codec(view)
+        handles, args = decode_insert_args(row, codec.all_plan, view.pk_len, self.tz)
         for i, col in view.handle_targets:
-            if col.id not in datums:
-                datums[col.id] = unflatten(handles[i], view.all_types[col.id], self.tz)
+            if col.id not in args:
+                ft = view.all_types[col.id]
+                args[col.id] = codec.all_plan.columns[col.id][3](
+                    unflatten(handles[i], ft, self.tz))
         values = {}
-        for col_id, name, fmt in self._columns(view):
-            d = datums.get(col_id)
-            values[name] = (fmt(d) if d is not None
-                            else self._default(old_info, view.info.column_by_id(col_id)))
+        for col_id, name, _ in codec.columns:
+            if col_id in args:
+                values[name] = args[col_id]
+            else:
+                values[name] = self._default(old_info, view.info.column_by_id(col_id))
         return DML.unchecked(view.schema.database, view.schema.table, DMLType.INSERT, values,
                              schema=view.schema)
 
     def _update(self, view: TableView, old_info: TableInfo, version: int, row: bytes) -> DML:
-        old, new = decode_old_and_new_row(row, view.writable_types, self.tz)
+        codec = self._codec(view)
+        old, new = decode_old_and_new_args(row, codec.writable_plan, self.tz)
         if len(new) < len(view.writable):
             if not self.keeper.can_append_default(view.info.id, version):
                 missing = [c.name.O for c in view.writable if c.id not in new]
@@ -252,10 +287,10 @@ class Translator:
                     f"DDL is in flight (row schema version {version}, table last changed at "
                     f"{self.keeper.table_version.get(view.info.id)})")
         values, old_values = {}, {}
-        for col_id, name, fmt in self._columns(view):
+        for col_id, name, _ in codec.columns:
             if col_id in new:
-                values[name] = fmt(new[col_id])
-                old_values[name] = fmt(old[col_id])
+                values[name] = new[col_id]
+                old_values[name] = old[col_id]
             else:
                 values[name] = old_values[name] = self._default(
                     old_info, view.info.column_by_id(col_id))
@@ -263,9 +298,9 @@ class Translator:
                              old_values, schema=view.schema)
 
     def _delete(self, view: TableView, row: bytes) -> DML:
-        datums = decode_row(row, view.all_types, self.tz)
-        values = {name: fmt(datums[col_id])
-                  for col_id, name, fmt in self._columns(view) if col_id in datums}
+        codec = self._codec(view)
+        args = decode_row_args(row, codec.all_plan, self.tz)
+        values = {name: args[col_id] for col_id, name, _ in codec.columns if col_id in args}
         if not values:
             raise SchemaError(f"deleted row of {view.schema.qualified_name} holds none of its "
                               f"columns {list(view.schema.columns)}; the row does not match the "
