@@ -351,10 +351,15 @@ class CoordinatorActor:
         return self.advancer.commit_ts
 
     def close(self) -> Checkpoint:
-        """Wait for every worker, then save the final (consistent) checkpoint."""
-        for action in self.dispatcher.drain():
-            self._perform(action)
-        self._send_queued()
+        """Wait for every worker, then save the final (consistent) checkpoint.
+
+        After a batch failed half-dispatched nothing more is handed out (its rest
+        is replayed from the checkpoint by the next run), so the checkpoint saved
+        is not consistent."""
+        if self._expected_seq is not None:  # apply/apply_routed leave nothing pending
+            for action in self.dispatcher.drain():
+                self._perform(action)
+            self._send_queued()
         self._collect(block=True)
         cp = self.advancer.final()
         self.store.save(cp)

@@ -399,12 +399,15 @@ class MergerActor:
     def _saved_checkpoint_ts(self) -> int:
         """The durable checkpoint (what a restarted drainer would start from); called by
         each heartbeat, which also samples the apply counter for ``Synced``."""
+        st = None
         try:
-            self._coordinator_status()
+            st = self._coordinator_status()
         except Exception as exc:  # restarting: Synced is sampled at the next beat
             log.debug("coordinator status unavailable: %s", exc)
         saved = 0
-        if self.settings.downstream is not None:
+        if self.settings.downstream is None:  # a file sink: its savepoint, from its status
+            saved = st.get("saved_commit_ts", 0) if st is not None else 0
+        else:
             if self._store is None:
                 from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
 

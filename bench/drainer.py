@@ -144,8 +144,9 @@ def cpu_split(before: dict[str, float], after: dict[str, float], rows: int) -> s
     return "CPU us/row: " + " ".join(parts)
 
 
-def time_drainer(cluster, down_db, args, target_ts: int) -> tuple[float, dict]:
-    """Start a task, time it from "running" to checkpoint >= target_ts, stop it."""
+def time_drainer(cluster, down_db, args, target_ts: int, rows: int) -> tuple[float, dict]:
+    """Start a task, time it from "running" to checkpoint >= target_ts, stop it; the
+    status gets ``cpu_split``: CPU per row of each process kind over that window."""
     from cluster.drainer import Drainer
 
     drainer = Drainer.start(drainer_config(down_db, args), registry=cluster.registry,
@@ -159,7 +160,9 @@ def time_drainer(cluster, down_db, args, target_ts: int) -> tuple[float, dict]:
             now = time.perf_counter()
             if start is None and st["state"] == "running":
                 start = now
+                cpu_start = cpu_by_process()  # the actors exist: their start-up is not counted
             if start is not None and st["checkpoint_commit_ts"] >= target_ts:
+                st["cpu_split"] = cpu_split(cpu_start, cpu_by_process(), rows)
                 return now - start, st
             time.sleep(0.05)
     finally:
@@ -285,12 +288,11 @@ def main(argv=None) -> int:
             print(f"upstream {kind}: {stats.txns} txns, {stats.rows} rows in "
                   f"{time.perf_counter() - t0:.1f} s ({stats.rows_per_s:.0f} rows/s)",
                   flush=True)
-            cpu0 = cpu_by_process()
-            seconds, st = time_drainer(cluster, down_db, args, target)
+            seconds, st = time_drainer(cluster, down_db, args, target, stats.rows)
             phases[kind] = (stats.rows, seconds)
             print(f"drainer {kind}: {stats.rows} rows in {seconds:.2f} s "
                   f"({stats.rows / seconds:.0f} rows/s; flushes {st['flushes']}); "
-                  + cpu_split(cpu0, cpu_by_process(), stats.rows), flush=True)
+                  + st["cpu_split"], flush=True)
             if kind == "insert":
                 c_rows, c_seconds = ceiling(up_db, down_db)
                 ceiling_rate = c_rows / c_seconds

@@ -137,3 +137,4 @@ def test_routed_batch_hands_each_worker_its_payload_slice(ray_calls):
     assert coord.idle() == 21 and coord.status()["applied_rows"] == 40
     with pytest.raises(Exception, match="routed over 3 workers"):
         coord.apply_routed(1, summary, refs + ["payload-2"])
+
