@@ -58,11 +58,10 @@ from dataclasses import dataclass, field
 
 from actors.ray_calls import PipelineReset
 from actors.ray_calls import RayCalls as _Ray
-from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.checkpoint import Advancer, Checkpoint
 from tidb_binlog.drainer.dispatch import Dispatcher, Flush, RunDDL, Send
 from tidb_binlog.drainer.dml import Txn
-from tidb_binlog.drainer.routing import RoutedTxn, route_batch
+from tidb_binlog.drainer.routing import RoutedTxn
 from tidb_binlog.errors import (
     BinlogError,  # noqa: F401 (re-exported errors live here)
     ConfigError,
@@ -134,92 +133,6 @@ class TaskSettings:
         from zoneinfo import ZoneInfo
 
         return ZoneInfo(text)
-
-
-# -- schema keeper ------------------------------------------------------------------------
-class SchemaKeeperActor:
-    """Decodes merged binlogs into :class:`Txn` lists with the right schema version."""
-
-    def __init__(self, settings: TaskSettings, schema_version: int = 0, meta=None):
-        from tidb_binlog.upstream.meta import UpstreamMeta
-
-        self.settings = settings
-        self.meta = meta if meta is not None else UpstreamMeta(settings.upstream_meta)
-        self._ignored_ts = frozenset(settings.ignore_txn_commit_ts)
-        self._ignored_dbs = frozenset(s.lower() for s in settings.ignore_schemas)
-        self._rebuild(schema_version)
-        # A fresh process (first start, or Ray restarted it mid-pipeline) holds the
-        # schema at ``schema_version``, not where the stream is: it translates only
-        # after the merger's reset() has placed it at the checkpoint.
-        self._placed = False
-
-    def reset(self, schema_version: int) -> int:
-        """Rebuild the schema from the upstream's DDL history at ``schema_version``."""
-        version = self._rebuild(schema_version)
-        self._placed = True
-        return version
-
-    def _rebuild(self, schema_version: int) -> int:
-        from tidb_binlog.drainer.schema import SchemaKeeper
-        from tidb_binlog.drainer.translate import Translator
-
-        keeper = SchemaKeeper.from_history(self.meta.history_jobs(), schema_version)
-        self.translator = Translator(keeper, self._job, tz=self.settings.tzinfo())
-        return keeper.schema_version
-
-    def _job(self, job_id: int, wait_s: float = 60.0):
-        """The history job, waiting for it like TiDB's drainer: the binlog of a job's
-        intermediate state (DROP COLUMN's DeleteOnly) can arrive before the upstream
-        has finished the job and written it to the history."""
-        deadline = time.monotonic() + wait_s
-        delay = 0.05
-        while True:
-            job = self.meta.job(job_id)
-            if job is not None or time.monotonic() >= deadline:
-                return job
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-    def translate(self, items: list[tuple[int, bytes]]) -> list[tuple[int, Txn | None, int]]:
-        """``(commit_ts, payload)`` in commit order → ``(commit_ts, txn | None, schema_version)``.
-
-        Raises PipelineReset when this keeper was restarted since the merger's
-        last reset(): its schema is not at the stream's position.
-        """
-        if not self._placed:
-            raise PipelineReset("the schema keeper restarted: its schema must be rebuilt at "
-                                "the checkpoint before it translates")
-        out = []
-        for commit_ts, payload in items:
-            if commit_ts in self._ignored_ts:
-                log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
-                            commit_ts)
-                out.append((commit_ts, None, 0))
-                continue
-            binlog = bl.decode(payload)
-            txn = self.translator.translate(binlog)
-            version = self.translator.keeper.schema_version
-            out.append((commit_ts, self._filter(txn), version))
-        return out
-
-    def translate_routed(self, items: list[tuple[int, bytes]], worker_count: int) -> tuple:
-        """:meth:`translate`, routed over ``worker_count`` workers (exactly-once mode):
-        ``(summary, payload_0, ..., payload_{W-1})``, called with ``num_returns = W + 1``
-        so each payload is its own object the coordinator hands to its worker unread
-        (:func:`~tidb_binlog.drainer.routing.route_batch`)."""
-        summary, payloads = route_batch(self.translate(items), worker_count)
-        return (summary, *payloads)
-
-    def _filter(self, txn: Txn | None) -> Txn | None:
-        if txn is None or not self._ignored_dbs:
-            return txn
-        if txn.ddl is not None:
-            return None if txn.ddl.database.lower() in self._ignored_dbs else txn
-        dmls = tuple(d for d in txn.dmls if d.database.lower() not in self._ignored_dbs)
-        return txn if len(dmls) == len(txn.dmls) else Txn(txn.commit_ts, dmls)
-
-    def schema_version(self) -> int:
-        return self.translator.keeper.schema_version
 
 
 # -- coordinator ------------------------------------------------------------------------
@@ -449,3 +362,4 @@ class CoordinatorActor:
 
 
 from actors.merger import MergerActor  # noqa: E402  (re-export: the pipeline's driver)
+from actors.schema_keeper import SchemaKeeperActor  # noqa: E402  (re-export)
