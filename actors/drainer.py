@@ -67,6 +67,7 @@ from tidb_binlog.errors import (
     ConfigError,
     TransientDownstreamError,
 )
+from tidb_binlog.packed import unpack
 
 __all__ = ["TaskSettings", "SchemaKeeperActor", "CoordinatorActor", "MergerActor", "PipelineReset"]
 
@@ -153,9 +154,12 @@ class CoordinatorActor:
         self.ddl_jobs = 0  # DDLs applied (binlog_drainer_ddl_jobs_total)
         self.routed_batches = 0  # batches the keeper routed (apply_routed)
         self.last_apply_s = 0.0
-        # (commit_ts, wall time the part was committed downstream), newest last: the
-        # apply lag is the second minus the commit_ts's physical time (apply_samples).
-        self._samples: deque[tuple[int, float]] = deque(maxlen=APPLY_SAMPLES)
+        # Per acknowledged Send, newest last: (its parts, wall time they were committed
+        # downstream); apply_samples() expands them to (commit_ts, committed_at_s), the
+        # lag being the second minus the commit_ts's physical time. Kept per Send (not
+        # per part) so the ack path does no per-row work; _sampled counts the parts held.
+        self._samples: deque[tuple[list, float]] = deque()
+        self._sampled = 0
         self.reset()
 
     def reset(self) -> Checkpoint:
@@ -193,7 +197,7 @@ class CoordinatorActor:
         checkpoint commit_ts after the batch was handed out."""
         self._check_seq(seq)
         try:
-            for commit_ts, txn, version in translated:
+            for commit_ts, txn, version in unpack(translated):
                 for action in self.dispatcher.add(commit_ts, txn, version):
                     self._perform(action)
                 if txn is not None:
@@ -221,6 +225,7 @@ class CoordinatorActor:
                               key="worker-count")
         self._check_seq(seq)
         try:
+            summary = unpack(summary)
             self._payloads = payloads
             self._cursor = [0] * len(self.workers)
             add = self.dispatcher.add_routed
@@ -290,10 +295,9 @@ class CoordinatorActor:
     def apply_samples(self) -> list[tuple[int, float]]:
         """Take the ``(commit_ts, committed_at_s)`` samples recorded since the last call
         (one per transaction part a worker acknowledged; at most APPLY_SAMPLES kept)."""
-        out = []
-        while self._samples:
-            out.append(self._samples.popleft())
-        return out
+        samples, self._samples, self._sampled = self._samples, deque(), 0
+        out = [(commit_ts, at_s) for parts, at_s in samples for commit_ts, _ in parts]
+        return out[-APPLY_SAMPLES:]
 
     # -- actions --------------------------------------------------------------------------
     def _perform(self, action) -> None:
@@ -340,10 +344,16 @@ class CoordinatorActor:
                 finished_at_s = getattr(ack, "finished_at_s", 0.0)
                 for send in sends:
                     self.dispatcher.acked(send)
-                    self._samples.extend((commit_ts, finished_at_s)
-                                         for commit_ts, _ in send.parts)
+                    self._sample(send.parts, finished_at_s)
             if not block or len(self._outstanding) <= until:
                 return
+
+    def _sample(self, parts: list, finished_at_s: float) -> None:
+        samples = self._samples
+        samples.append((parts, finished_at_s))
+        self._sampled += len(parts)
+        while self._sampled - len(samples[0][0]) >= APPLY_SAMPLES:  # keep the newest
+            self._sampled -= len(samples.popleft()[0])
 
     def _maybe_save(self, force: bool = False) -> None:
         """Save when due. A downstream that is down (transient error after the store's

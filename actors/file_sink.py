@@ -38,6 +38,7 @@ from actors.drainer import SchemaKeeperActor, TaskSettings
 from actors.ray_calls import PipelineReset
 from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.checkpoint import Checkpoint
+from tidb_binlog.packed import unpack
 
 __all__ = ["PbKeeperActor", "FileSinkActor", "start_file_sink_actors", "absolute_dirs"]
 
@@ -49,15 +50,16 @@ class PbKeeperActor(SchemaKeeperActor):
 
     _pb = None
 
-    def translate(self, items: list[tuple[int, bytes]]) -> list[tuple[int, bytes | None, int]]:
-        """``(commit_ts, payload)`` in commit order → ``(commit_ts, record | None,
+    def translate(self, items) -> list[tuple[int, bytes | None, int]]:
+        """``(commit_ts, payload)`` in commit order (possibly packed,
+        :mod:`tidb_binlog.packed`) → ``(commit_ts, record | None,
         schema_version)``. PipelineReset when restarted since the last reset()."""
         if not self._placed:
             raise PipelineReset("the pb keeper restarted: its schema must be rebuilt at the "
                                 "checkpoint before it translates")
         pb = self._pb_translator()
         out = []
-        for commit_ts, payload in items:
+        for commit_ts, payload in unpack(items):
             if commit_ts in self._ignored_ts:
                 log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
                             commit_ts)

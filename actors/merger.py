@@ -55,6 +55,7 @@ from tidb_binlog.drainer.merge import Merger
 from tidb_binlog.drainer.metrics import build_drainer_metrics
 from tidb_binlog.errors import BinlogError, UnavailableError
 from tidb_binlog.node import OFFLINE, ONLINE, PAUSED, PUMP, NodeStatus
+from tidb_binlog.packed import pack
 
 if TYPE_CHECKING:
     from actors.drainer import TaskSettings
@@ -335,7 +336,7 @@ class MergerActor:
                 self.positions = merger.positions()
             ready = merger.pop_ready(self._batch_limit(merger))
             if ready:
-                items = [(it.commit_ts, it.payload) for it in ready]
+                items = pack([(it.commit_ts, it.payload) for it in ready])
                 if routed:  # rows go keeper -> workers; the coordinator sees a summary
                     refs = _Calls.call_n(self.keeper, "translate_routed", workers + 1,
                                          items, workers)

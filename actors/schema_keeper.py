@@ -19,6 +19,7 @@ from actors.ray_calls import PipelineReset
 from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.dml import Txn
 from tidb_binlog.drainer.routing import route_batch
+from tidb_binlog.packed import pack, unpack
 
 if TYPE_CHECKING:
     from actors.drainer import TaskSettings
@@ -71,8 +72,9 @@ class SchemaKeeperActor:
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def translate(self, items: list[tuple[int, bytes]]) -> list[tuple[int, Txn | None, int]]:
+    def translate(self, items) -> list[tuple[int, Txn | None, int]]:
         """``(commit_ts, payload)`` in commit order → ``(commit_ts, txn | None, schema_version)``.
+        ``items`` may come packed (:mod:`tidb_binlog.packed`).
 
         Raises PipelineReset when this keeper was restarted since the merger's
         last reset(): its schema is not at the stream's position.
@@ -81,7 +83,7 @@ class SchemaKeeperActor:
             raise PipelineReset("the schema keeper restarted: its schema must be rebuilt at "
                                 "the checkpoint before it translates")
         out = []
-        for commit_ts, payload in items:
+        for commit_ts, payload in unpack(items):
             if commit_ts in self._ignored_ts:
                 log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
                             commit_ts)
@@ -93,13 +95,14 @@ class SchemaKeeperActor:
             out.append((commit_ts, self._filter(txn), version))
         return out
 
-    def translate_routed(self, items: list[tuple[int, bytes]], worker_count: int) -> tuple:
+    def translate_routed(self, items, worker_count: int) -> tuple:
         """:meth:`translate`, routed over ``worker_count`` workers (exactly-once mode):
-        ``(summary, payload_0, ..., payload_{W-1})``, called with ``num_returns = W + 1``
+        ``(summary, payload_0, ..., payload_{W-1})``, each packed
+        (:func:`~tidb_binlog.packed.pack`), called with ``num_returns = W + 1``
         so each payload is its own object the coordinator hands to its worker unread
         (:func:`~tidb_binlog.drainer.routing.route_batch`)."""
         summary, payloads = route_batch(self.translate(items), worker_count)
-        return (summary, *payloads)
+        return (pack(summary), *[pack(p) for p in payloads])
 
     def _filter(self, txn: Txn | None) -> Txn | None:
         if txn is None or not self._ignored_dbs:

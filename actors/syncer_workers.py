@@ -40,6 +40,7 @@ import threading
 from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig
 from tidb_binlog.drainer.loader import Ack, Loader, LoaderConfig
 from tidb_binlog.drainer.loader_metrics import LoaderMetrics
+from tidb_binlog.packed import unpack
 
 __all__ = ["SqlWorkerActor", "start_sql_worker", "start_sql_workers", "process_metrics",
            "worker_actor_name"]
@@ -77,7 +78,7 @@ class SqlWorkerActor:
         return self.loader.execute_batch(_Ray.resolve(batch))
 
     def execute_slice(self, parts, lo: int, hi: int) -> Ack:
-        parts = _Ray.resolve(parts)
+        parts = unpack(_Ray.resolve(parts))
         return self.loader.execute_batch(parts if lo == 0 and hi == len(parts)
                                          else parts[lo:hi])
 

@@ -142,6 +142,72 @@ def cpu_by_process() -> dict[str, float]:
     return out
 
 
+def actor_pids() -> dict[int, str]:
+    """pid -> kind of this benchmark's Ray actor processes (see :func:`cpu_by_process`)."""
+    import os
+
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0", 1)[0].decode("utf-8", "replace")
+        except OSError:
+            continue
+        if argv0.startswith("ray::") and "Actor" in argv0:
+            out[int(pid)] = argv0[5:].split(".", 1)[0].split(":", 1)[0]
+    return out
+
+
+class Profiler:
+    """``py-spy record`` on every actor process while the timed window runs (``--profile``);
+    :meth:`stop` writes one raw (collapsed-stack) file per process into ``out_dir`` and
+    prints, per actor kind, the functions holding the most samples (self time, GIL held)."""
+
+    def __init__(self, out_dir: Path, label: str, rate: int = 500):
+        import shutil
+        import subprocess
+
+        spy = shutil.which("py-spy") or str(Path(__file__).resolve().parents[1] / ".venv/bin/py-spy")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.files: dict[str, list[Path]] = {}
+        self.procs = []
+        for pid, kind in actor_pids().items():
+            out = out_dir / f"{label}-{kind}-{pid}.txt"
+            self.files.setdefault(kind, []).append(out)
+            self.procs.append(subprocess.Popen(
+                [spy, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
+                 "--gil", "--nonblocking", "-o", str(out)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def stop(self, top: int = 12) -> None:
+        import signal
+
+        for proc in self.procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in self.procs:
+            proc.wait(timeout=30)
+        for kind, files in sorted(self.files.items()):
+            own: dict[str, int] = {}
+            total = 0
+            for path in files:
+                if not path.exists():
+                    continue
+                for line in path.read_text().splitlines():
+                    stack, _, count = line.rpartition(" ")
+                    if not stack:
+                        continue
+                    frame = stack.rsplit(";", 1)[-1]
+                    own[frame] = own.get(frame, 0) + int(count)
+                    total += int(count)
+            if not total:
+                continue
+            print(f"profile {kind}: {total} samples (GIL held)")
+            for frame, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+                print(f"  {100 * n / total:5.1f}%  {frame}")
+
+
 def cpu_split(before: dict[str, float], after: dict[str, float], rows: int) -> str:
     """``kind=µs/row`` of CPU between two cpu_by_process() samples, largest first."""
     diff = {k: after[k] - before.get(k, 0.0) for k in after}
@@ -150,13 +216,22 @@ def cpu_split(before: dict[str, float], after: dict[str, float], rows: int) -> s
     return "CPU us/row: " + " ".join(parts)
 
 
-def time_drainer(cluster, down_db, args, target_ts: int, rows: int) -> tuple[float, dict]:
+def reset_downstream(down_db) -> None:
+    """Drop what a drainer wrote downstream (tables and checkpoint), for ``--repeat``."""
+    with down_db.connect(autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute("DROP DATABASE IF EXISTS tidb_binlog")
+
+
+def time_drainer(cluster, down_db, args, target_ts: int, rows: int,
+                 label: str = "drainer") -> tuple[float, dict]:
     """Start a task, time it from "running" to checkpoint >= target_ts, stop it; the
     status gets ``cpu_split``: CPU per row of each process kind over that window."""
     from cluster.drainer import Drainer
 
     drainer = Drainer.start(drainer_config(down_db, args), registry=cluster.registry,
                             **task_overrides(args))
+    profiler = None
     try:
         start = None
         while True:
@@ -167,8 +242,12 @@ def time_drainer(cluster, down_db, args, target_ts: int, rows: int) -> tuple[flo
             if start is None and st["state"] == "running":
                 start = now
                 cpu_start = cpu_by_process()  # the actors exist: their start-up is not counted
+                if args.profile:
+                    profiler = Profiler(Path(args.profile), label)
             if start is not None and st["checkpoint_commit_ts"] >= target_ts:
                 st["cpu_split"] = cpu_split(cpu_start, cpu_by_process(), rows)
+                if profiler is not None:
+                    profiler.stop()
                 return now - start, st
             time.sleep(0.05)
     finally:
@@ -261,8 +340,18 @@ def main(argv=None) -> int:
     p.add_argument("--phases", default="insert,update_index,mixed,insert_txn100,lag",
                    help="comma-separated subset of the phases to run (the ceiling runs "
                         "with insert)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run the drainer on each phase's stored binlogs this many times "
+                        "(downstream emptied in between; the median counts); only with a "
+                        "single phase")
     p.add_argument("--work-dir", default=None)
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="py-spy every actor process during each timed window; raw stacks "
+                        "go to DIR, the top functions per actor kind are printed")
     args = p.parse_args(argv)
+    if args.repeat > 1 and len([x for x in args.phases.split(",") if x != "lag"]) != 1:
+        p.error("--repeat needs exactly one of insert, update_index, mixed, insert_txn100 "
+                "in --phases")
     logging.basicConfig(level=logging.WARNING)
 
     base = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-drainer-"))
@@ -295,11 +384,17 @@ def main(argv=None) -> int:
             print(f"upstream {kind}: {stats.txns} txns, {stats.rows} rows in "
                   f"{time.perf_counter() - t0:.1f} s ({stats.rows_per_s:.0f} rows/s)",
                   flush=True)
-            seconds, st = time_drainer(cluster, down_db, args, target, stats.rows)
-            phases[kind] = (stats.rows, seconds)
-            print(f"drainer {kind}: {stats.rows} rows in {seconds:.2f} s "
-                  f"({stats.rows / seconds:.0f} rows/s; flushes {st['flushes']}); "
-                  + st["cpu_split"], flush=True)
+            runs = []
+            for r in range(args.repeat):
+                if r:  # the same stored binlogs again, into an empty downstream
+                    reset_downstream(down_db)
+                seconds, st = time_drainer(cluster, down_db, args, target, stats.rows, kind)
+                runs.append(seconds)
+                print(f"drainer {kind}: {stats.rows} rows in {seconds:.2f} s "
+                      f"({stats.rows / seconds:.0f} rows/s; flushes {st['flushes']}, "
+                      f"{st['merged'] / max(st['routed_batches'], 1):.0f} items per batch); "
+                      + st["cpu_split"], flush=True)
+            phases[kind] = (stats.rows, statistics.median(runs))
             if kind == "insert":
                 c_rows, c_seconds = ceiling(up_db, down_db)
                 ceiling_rate = c_rows / c_seconds

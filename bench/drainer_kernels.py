@@ -15,6 +15,9 @@ so it is per core even on a shared machine.  Sysbench-shaped rows
     RESULT drainer_keeper_update value=<rows/s>   1-row txns: decode + translate +
                                                   route_batch + pickle (the Ray hop)
     RESULT drainer_worker_unpickle value=<rows/s> a worker loading its routed payload
+    RESULT drainer_hop_ray value=<rows/s>         Ray's own serialisation of a routed
+    RESULT drainer_hop_packed value=<rows/s>      batch vs tidb_binlog.packed (one pickle),
+                                                  both ways (starts a local Ray)
 
 The per-row figures are the kernel's own cost; the drainer's ceiling is the
 downstream (bench/drainer.py compares against a multi-row INSERT client).
@@ -244,6 +247,36 @@ def bench_worker_unpickle(n: int, workers: int = 4, batch: int = 512) -> float:
     return _timed(run)
 
 
+def bench_hop(n: int, packed: bool, workers: int = 4, batch: int = 1024) -> float:
+    """One merged batch through the object store (``ray.put`` + ``ray.get``, in this
+    process): items to the keeper, the summary and each worker's payload out of it; as
+    Ray serialises the lists, or packed."""
+    import ray
+
+    from tidb_binlog import binlog as bl
+    from tidb_binlog.drainer.routing import route_batch
+    from tidb_binlog.packed import pack, unpack
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    tr = _sbtest_translator()
+    items = _sbtest_payloads(batch, False)
+    summary, payloads = route_batch([(ts, tr.translate(bl.decode(p)), 2) for ts, p in items],
+                                    workers)
+    objects = [items, summary, *payloads]
+
+    def run() -> int:
+        for _ in range(n // batch):
+            for obj in objects:
+                if packed:
+                    unpack(ray.get(ray.put(pack(obj))))
+                else:
+                    ray.get(ray.put(obj))
+        return (n // batch) * batch
+
+    return _timed(run)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
@@ -260,7 +293,9 @@ def main(argv=None) -> None:
                 ("drainer_checkpoint", lambda: bench_checkpoint(n), "items/s"),
                 ("drainer_keeper_insert", lambda: bench_keeper(n // 5, False), "rows/s"),
                 ("drainer_keeper_update", lambda: bench_keeper(n // 5, True), "rows/s"),
-                ("drainer_worker_unpickle", lambda: bench_worker_unpickle(n // 5), "rows/s")]
+                ("drainer_worker_unpickle", lambda: bench_worker_unpickle(n // 5), "rows/s"),
+                ("drainer_hop_ray", lambda: bench_hop(n // 5, False), "rows/s"),
+                ("drainer_hop_packed", lambda: bench_hop(n // 5, True), "rows/s")]
     only = [x for x in args.only.split(",") if x]
     for name, fn, unit in benches:
         if not only or any(name.startswith(o) for o in only):

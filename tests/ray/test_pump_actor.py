@@ -5,6 +5,7 @@ from __future__ import annotations
 from actors.pump import start_pump_actor
 from tidb_binlog import binlog as bl
 from tidb_binlog.config import load_pump_config
+from tidb_binlog.packed import unpack
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.server import open_channel
 from tidb_binlog.testing.memory_storage import memory_storage_factory
@@ -54,6 +55,12 @@ def test_pull_batches_with_watermark(ray_local, tmp_path):
         assert [ts for ts, _ in got] == [1001 + 2 * i for i in range(50)]
         assert watermark == 1099
         assert bl.decode(got[0][1]).prewrite_value == b"v1000"
+        # packed (what the drainer's feeds ask for): the same batch as one bytes
+        packed_ref, wm_ref = actor.pull.options(num_returns=2).remote(0, 4 << 20, 0,
+                                                                       packed=True)
+        packed = ray.get(packed_ref)
+        assert type(packed) is bytes and unpack(packed) == got
+        assert ray.get(wm_ref) == 1099
         assert ray.get(actor.status.remote()).state == "online"
         assert ray.get(actor.pause.remote()) == "apply action pause success!"
     finally:

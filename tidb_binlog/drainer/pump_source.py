@@ -62,6 +62,7 @@ from tidb_binlog.errors import (
     PurgedError,
     UnavailableError,
 )
+from tidb_binlog.packed import unpack
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 
 __all__ = [
@@ -112,8 +113,10 @@ class RayCalls:
         self._ray = ray
 
     def pull(self, actor, since_commit_ts: int, max_bytes: int, timeout_s: float):
-        """``(batch_ref, watermark_ref)`` of one ``PumpActor.pull``."""
-        return actor.pull.options(num_returns=2).remote(since_commit_ts, max_bytes, timeout_s)
+        """``(batch_ref, watermark_ref)`` of one ``PumpActor.pull``; the batch comes packed
+        (:mod:`tidb_binlog.packed`), :meth:`get` of it unpacks."""
+        return actor.pull.options(num_returns=2).remote(since_commit_ts, max_bytes, timeout_s,
+                                                        packed=True)
 
     def ready(self, refs: Sequence, timeout_s: float) -> set:
         """The refs already resolved, waiting up to ``timeout_s`` for the first one."""
@@ -127,7 +130,7 @@ class RayCalls:
 
     def get(self, ref, what: str):
         try:
-            return self._ray.get(ref)
+            return unpack(self._ray.get(ref))
         except BinlogError:
             raise
         except self._ray.exceptions.RayActorError as exc:
