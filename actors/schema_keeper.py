@@ -39,6 +39,7 @@ class SchemaKeeperActor:
         self.meta = meta if meta is not None else UpstreamMeta(settings.upstream_meta)
         self._ignored_ts = frozenset(settings.ignore_txn_commit_ts)
         self._ignored_dbs = frozenset(s.lower() for s in settings.ignore_schemas)
+        self._ignored_cache: dict[str, bool] = {}
         self._rebuild(schema_version)
         # A fresh process (first start, or Ray restarted it mid-pipeline) holds the
         # schema at ``schema_version``, not where the stream is: it translates only
@@ -104,13 +105,25 @@ class SchemaKeeperActor:
         summary, payloads = route_batch(self.translate(items), worker_count)
         return (pack(summary), *[pack(p) for p in payloads])
 
+    def _ignored(self, database: str) -> bool:
+        """Whether ``database`` is in ``ignore-schemas`` (case-insensitively; cached)."""
+        known = self._ignored_cache
+        ignored = known.get(database)
+        if ignored is None:
+            if len(known) >= 4096:
+                known.clear()
+            ignored = known[database] = database.lower() in self._ignored_dbs
+        return ignored
+
     def _filter(self, txn: Txn | None) -> Txn | None:
         if txn is None or not self._ignored_dbs:
             return txn
         if txn.ddl is not None:
-            return None if txn.ddl.database.lower() in self._ignored_dbs else txn
-        dmls = tuple(d for d in txn.dmls if d.database.lower() not in self._ignored_dbs)
-        return txn if len(dmls) == len(txn.dmls) else Txn(txn.commit_ts, dmls)
+            return None if self._ignored(txn.ddl.database) else txn
+        ignored = self._ignored
+        if not any([ignored(d.database) for d in txn.dmls]):
+            return txn
+        return Txn(txn.commit_ts, tuple(d for d in txn.dmls if not ignored(d.database)))
 
     def schema_version(self) -> int:
         return self.translator.keeper.schema_version

@@ -252,3 +252,27 @@ def test_default_values_follow_tidb_rules():
     notnull = col(4, "d", m.TYPE_NEWDECIMAL, m.NOT_NULL_FLAG, 10, 2)
     assert default_value(notnull) == "0.00"
     assert default_value(col(5, "n", m.TYPE_LONG)) is None
+
+
+def test_table_lookups_cached_per_version_follow_ddl_and_queued_jobs():
+    """The per-(table, version) lookup cache never outlives a schema change: a DDL binlog
+    and a queued job applied by a DML's schema version both drop it."""
+    ts = pack_time(2024, 1, 1)
+    insert = encode_value([Datum.int64(1)]) + users_row("a", "1", ts, 1)
+    ins = bl.new_table_mutation(10, inserted_rows=[insert], sequence=[bl.MutationType.INSERT])
+    extra = col(6, "note", m.TYPE_VARCHAR, 0, 10, origin_default="n/a", offset=5)
+    add = job(9, ActionType.ADD_COLUMN, 4, table=users_table(extra_cols=[extra]),
+              query="ALTER TABLE users ADD COLUMN note varchar(10) DEFAULT 'n/a'")
+    tr = translator()
+    assert "note" not in tr.translate(commit_with([ins], 3, 100)).dmls[0].values
+    tr.job_of = {9: add}.get
+    tr.translate(bl.commit(200, 201, ddl_query=add.query.encode(), ddl_job_id=9))
+    # the same (table, version 3) again: now the table has the column (default filled)
+    assert tr.translate(commit_with([ins], 3, 300)).dmls[0].values["note"] == "n/a"
+
+    # a truncate queued in the keeper, applied by the first DML written at its version
+    tr = translator()
+    assert len(tr.translate(commit_with([ins], 3, 100)).dmls) == 1
+    tr.keeper.add_job(job(5, ActionType.TRUNCATE_TABLE, 4, table=users_table(table_id=11),
+                          table_id=10))
+    assert tr.translate(commit_with([ins], 4, 200)).dmls == ()

@@ -53,7 +53,7 @@ from tidb_binlog.codec.row_args import (
     decode_old_and_new_args,
     decode_row_args,
 )
-from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, Txn, UniqueKey
+from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, Txn, UniqueKey, _dml_unchecked
 from tidb_binlog.drainer.schema import SchemaKeeper
 from tidb_binlog.errors import CodecError, SchemaError
 from tidb_binlog.model import ActionType, ColumnInfo, Job, SchemaState, TableInfo
@@ -67,6 +67,7 @@ HIDDEN_HANDLE = "_tidb_rowid"
 _INSERT = bl.MutationType.INSERT
 _UPDATE = bl.MutationType.UPDATE
 _DELETE_ROW = bl.MutationType.DELETE_ROW
+_INSERT_DML = DMLType.INSERT
 
 
 class _ViewCodec(NamedTuple):
@@ -133,20 +134,29 @@ class Translator:
         self._views: dict[tuple[int, int], TableView] = {}
         # id(view) -> (view, _ViewCodec)
         self._formatters: dict[int, tuple[TableView, tuple]] = {}
+        # (table id, row schema version) -> (view, old info, codec), or None for a
+        # truncated table id: what every row of a mutation needs, looked up once. Valid
+        # while the keeper does not change: cleared by every DDL binlog and every job
+        # apply_until applies.
+        self._tables: dict[tuple[int, int], tuple | None] = {}
 
     # -- entry point ----------------------------------------------------------------
     def translate(self, binlog: bl.Binlog) -> Txn | None:
         """The Txn of one served Commit binlog, or None when there is nothing to apply."""
-        if bl.is_fake(binlog):
+        start_ts, commit_ts = binlog.start_ts, binlog.commit_ts
+        if start_ts == commit_ts and start_ts > 0:  # bl.is_fake
             return None
-        if bl.is_ddl(binlog):
+        if binlog.ddl_job_id > 0:  # bl.is_ddl
+            self._tables.clear()
             return self._ddl(binlog)
         pv = bl.decode_prewrite_value(binlog.prewrite_value)
-        self.keeper.apply_until(pv.schema_version)
+        version = pv.schema_version
+        if self.keeper.apply_until(version):
+            self._tables.clear()
         dmls: list[DML] = []
         for mut in pv.mutations:
             try:
-                self._mutation(binlog.commit_ts, pv.schema_version, mut, dmls)
+                self._mutation(commit_ts, version, mut, dmls)
             except CodecError as exc:
                 raise CodecError(
                     f"cannot decode a row of table id {mut.table_id} in the transaction at "
@@ -202,27 +212,48 @@ class Translator:
             self._views[key] = view
         return view
 
+    def _table(self, table_id: int, version: int) -> tuple | None:
+        """``(view, old info, codec)`` for rows of ``table_id`` written at ``version``;
+        None when the table id was truncated (its rows are dropped)."""
+        key = (table_id, version)
+        try:
+            return self._tables[key]
+        except KeyError:
+            pass
+        if self.keeper.is_truncated(table_id):
+            entry = None
+        else:
+            view = self.view(table_id)
+            old_info = self.keeper.table_at(table_id, version) or view.info
+            entry = (view, old_info, self._codec(view))
+        if len(self._tables) >= 4096:
+            self._tables.clear()
+        self._tables[key] = entry
+        return entry
+
     def _mutation(self, commit_ts: int, version: int, mut, out: list[DML]) -> None:
         table_id = mut.table_id
-        if self.keeper.is_truncated(table_id):
+        entry = self._table(table_id, version)
+        if entry is None:
             return
-        view = self.view(table_id)
-        old_info = self.keeper.table_at(table_id, version) or view.info
-        inserted, updated, deleted = mut.inserted_rows, mut.updated_rows, mut.deleted_rows
+        view, old_info, codec = entry
         seq = mut.sequence
+        inserted = mut.inserted_rows
         n = len(seq)
-        if n == len(inserted) and not updated and not deleted and (
-                (n == 1 and seq[0] == _INSERT) or all(tp == _INSERT for tp in seq)):
-            # the common shape: inserts only
-            insert = self._insert
-            out.extend([insert(view, old_info, row) for row in inserted])
+        if n == len(inserted) and ((n == 1 and seq[0] == _INSERT)
+                                   or all(tp == _INSERT for tp in seq)):
+            # the common shape: inserts only (rows of other kinds that the sequence does
+            # not name are ignored, as the general walk below ignores them)
+            insert = self._insert_row
+            out.extend([insert(view, old_info, codec, row) for row in inserted])
             return
+        updated, deleted = mut.updated_rows, mut.deleted_rows
         ii = ui = di = 0
         for tp in seq:
             if tp == _INSERT:
                 if ii >= len(inserted):
                     self._overrun(commit_ts, table_id, tp)
-                out.append(self._insert(view, old_info, inserted[ii]))
+                out.append(self._insert_row(view, old_info, codec, inserted[ii]))
                 ii += 1
             elif tp == _UPDATE:
                 if ui >= len(updated):
@@ -260,21 +291,27 @@ class Translator:
         return entry[1]
 
     def _insert(self, view: TableView, old_info: TableInfo, row: bytes) -> DML:
-        codec = self._codec(view)
+        return self._insert_row(view, old_info, self._codec(view), row)
+
+    def _insert_row(self, view: TableView, old_info: TableInfo, codec: _ViewCodec,
+                    row: bytes) -> DML:
         handles, args = decode_insert_args(row, codec.all_plan, view.pk_len, self.tz)
         for i, col in view.handle_targets:
             if col.id not in args:
                 ft = view.all_types[col.id]
                 args[col.id] = codec.all_plan.columns[col.id][3](
                     unflatten(handles[i], ft, self.tz))
-        values = {}
-        for col_id, name, _ in codec.columns:
-            if col_id in args:
-                values[name] = args[col_id]
-            else:
-                values[name] = self._default(old_info, view.info.column_by_id(col_id))
-        return DML.unchecked(view.schema.database, view.schema.table, DMLType.INSERT, values,
-                             schema=view.schema)
+        try:  # every column present: the common case
+            values = {name: args[col_id] for col_id, name, _ in codec.columns}
+        except KeyError:
+            values = {}
+            for col_id, name, _ in codec.columns:
+                if col_id in args:
+                    values[name] = args[col_id]
+                else:
+                    values[name] = self._default(old_info, view.info.column_by_id(col_id))
+        schema = view.schema
+        return _dml_unchecked(schema.database, schema.table, _INSERT_DML, values, None, schema)
 
     def _update(self, view: TableView, old_info: TableInfo, version: int, row: bytes) -> DML:
         codec = self._codec(view)
