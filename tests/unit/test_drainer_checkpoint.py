@@ -231,6 +231,29 @@ def test_property_checkpoint_is_the_acked_prefix(parts_list, rnd):
     assert a.commit_ts == len(parts_list) and a.final().consistent
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=30), st.randoms(use_true_random=False),
+       st.integers(1, 5))
+def test_property_ack_parts_equals_one_ack_per_part(parts_list, rnd, chunk):
+    """ack_parts (a worker's Send at once) leaves what ack per part leaves, after every Send."""
+    one, bulk = Advancer(Checkpoint(0)), Advancer(Checkpoint(0))
+    acks = []
+    for i, parts in enumerate(parts_list, start=1):
+        one.register(i, parts)
+        bulk.register(i, parts)
+        acks += [(i, ())] * parts
+    rnd.shuffle(acks)
+    for lo in range(0, len(acks), chunk):
+        send = acks[lo:lo + chunk]
+        for ts, _ in send:
+            one.ack(ts)
+        bulk.ack_parts(send)
+        assert (bulk.commit_ts, bulk.pending) == (one.commit_ts, one.pending)
+    assert bulk.final() == one.final()
+    with pytest.raises(ProtocolError, match="which has no pending"):
+        bulk.ack_parts([(1, ())])
+
+
 # -- worker-count across a crash (checkpoint_store.decide_worker_layout) ------------------
 def _layout(count, recorded, safe_until, progress, cp):
     from tidb_binlog.drainer.checkpoint_store import decide_worker_layout

@@ -269,6 +269,23 @@ class Advancer:
             del self._by_ts[commit_ts]
             self._advance()
 
+    def ack_parts(self, parts) -> None:
+        """One part acknowledged for each ``(commit_ts, _)`` of ``parts`` (a worker's
+        Send): :meth:`ack` per part, the checkpoint advanced once at the end."""
+        by_ts = self._by_ts
+        done = False
+        for commit_ts, _ in parts:
+            item = by_ts.get(commit_ts)
+            if item is None or item.remaining < 1:
+                raise ProtocolError(f"ack of 1 part(s) at commit_ts {commit_ts}, which has "
+                                    f"{item.remaining if item else 'no'} pending part(s)")
+            item.remaining -= 1
+            if not item.remaining:
+                del by_ts[commit_ts]
+                done = True
+        if done:
+            self._advance()
+
     def _advance(self) -> None:
         pending = self._pending
         while pending and pending[0].remaining == 0:

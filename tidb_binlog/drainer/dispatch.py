@@ -173,8 +173,7 @@ class Dispatcher:
     # -- feedback ----------------------------------------------------------------------
     def acked(self, send: Send) -> None:
         """The worker committed ``send``: every part of it counts for the checkpoint."""
-        for commit_ts, _ in send.parts:
-            self.advancer.ack(commit_ts)
+        self.advancer.ack_parts(send.parts)
 
     def acked_ddl(self, ddl: DDL) -> None:
         self.advancer.ack(ddl.commit_ts)
