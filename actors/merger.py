@@ -334,9 +334,9 @@ class MergerActor:
                     progressed = True
             if progressed:
                 self.positions = merger.positions()
-            ready = merger.pop_ready(self._batch_limit(merger))
+            ready = merger.pop_ready_pairs(self._batch_limit(merger))
             if ready:
-                items = pack([(it.commit_ts, it.payload) for it in ready])
+                items = pack(ready)
                 if routed:  # rows go keeper -> workers; the coordinator sees a summary
                     refs = _Calls.call_n(self.keeper, "translate_routed", workers + 1,
                                          items, workers)

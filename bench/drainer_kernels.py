@@ -4,8 +4,9 @@ Each figure is operations per CPU-second of this process (``time.process_time``)
 so it is per core even on a shared machine.  Sysbench-shaped rows
 (``id INT PK, k INT, c CHAR(120), pad CHAR(60)``) feed the row kernels.
 
-    RESULT drainer_merge_heap value=<items/s>     4 sources, batches of 256
-    RESULT drainer_merge_linear value=<items/s>
+    RESULT drainer_merge_heap value=<items/s>     2 sources, batches of 2000 pushed, popped
+    RESULT drainer_merge_linear value=<items/s>   2048 at a time (pop_ready; runs:
+    RESULT drainer_merge_runs value=<items/s>     pop_ready_pairs, what the actor calls)
     RESULT drainer_causality value=<rows/s>       row_keys + Causality.assign
     RESULT drainer_routing value=<rows/s>         row_keys + Router.route_keys
     RESULT drainer_sql_render value=<rows/s>      dml_statements (UPDATE)
@@ -59,20 +60,30 @@ def _timed(fn) -> float:
     return count / max(time.process_time() - start, 1e-9)
 
 
-def bench_merge(strategy: str, n: int) -> float:
-    sources = 4
-    streams = [list(range(s + 1, n * sources + 1, sources)) for s in range(sources)]
+def bench_merge(strategy: str, n: int, sources: int = 2, batch: int = 2000,
+                limit: int = 2048) -> float:
+    """The merger actor's loop: each pump's pulled batch (``n`` items per pump, TSO-sized
+    commit_ts interleaved across pumps) pushed whole, then ``limit``-item batches popped
+    until what is left must wait; ``runs`` pops the pairs as the actor does."""
+    base = 446_000_000_000_000_000
+    streams = [[(base + s + 1 + i * sources, b"") for i in range(n)] for s in range(sources)]
+    names = [f"pump{s}" for s in range(sources)]
 
     def run() -> int:
         m = Merger(0, strategy)
-        for s in range(sources):
-            m.add_source(f"pump{s}")
+        for name in names:
+            m.add_source(name)
+        pop = m.pop_ready_pairs if strategy == "runs" else m.pop_ready
         emitted = 0
-        for i in range(0, n, 256):
-            for s in range(sources):
-                batch = streams[s][i:i + 256]
-                m.push(f"pump{s}", [(t, None) for t in batch], batch[-1] if batch else None)
-            emitted += len(m.pop_ready())
+        for i in range(0, n, batch):
+            for name, stream in zip(names, streams, strict=True):
+                items = stream[i:i + batch]
+                m.push(name, items, items[-1][0] if items else None)
+            while True:
+                got = len(pop(limit))
+                emitted += got
+                if got < limit:
+                    break
         return emitted
 
     return _timed(run)
@@ -284,7 +295,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     dmls = _rows(args.rows)
     n = args.rows
-    benches = [(f"drainer_merge_{s}", lambda s=s: bench_merge(s, n // 4), "items/s")
+    benches = [(f"drainer_merge_{s}", lambda s=s: bench_merge(s, n // 2), "items/s")
                for s in STRATEGIES]
     benches += [("drainer_causality", lambda: bench_causality(dmls), "rows/s"),
                 ("drainer_routing", lambda: bench_routing(dmls), "rows/s"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -254,4 +256,192 @@ def test_property_sorted_dedup_union_and_strategies_agree(scenario):
         assert m.counters["out_of_order"] == 0 and m.counters["stale"] == 0
         assert m.buffered() == 0
         outputs.append(out)
-    assert outputs[0] == outputs[1]
+    assert all(out == outputs[0] for out in outputs)
+
+
+# -- pairs, limits, the push fast path and the runs strategy -------------------
+
+def test_strategies_and_default():
+    assert STRATEGIES == ("heap", "linear", "runs")
+    assert Merger().strategy == "runs"
+
+
+def test_pop_ready_pairs_returns_the_pushed_pairs(strategy):
+    m = Merger(0, strategy)
+    m.add_source("b")
+    m.add_source("a")
+    a = [(1, "a1"), (4, "a4")]
+    b = [(2, "b2"), (4, "b4"), (5, "b5")]
+    m.push("a", a, watermark=9)
+    m.push("b", b, watermark=9)
+    out = m.pop_ready_pairs()
+    assert out == [(1, "a1"), (2, "b2"), (4, "a4"), (5, "b5")]
+    assert out[0] is a[0] and out[2] is a[1] and out[3] is b[2]  # no copies
+    assert m.counters == {"emitted": 4, "duplicates": 1, "out_of_order": 0, "stale": 0}
+    assert m.buffered() == 0
+
+
+def test_limit_caps_emitted_items_not_dropped_ones(strategy):
+    m = Merger(0, strategy)
+    for name in ("a", "b", "c"):
+        m.add_source(name)
+    m.push("a", [(t, f"a{t}") for t in range(1, 30, 2)], watermark=40)
+    m.push("b", [(t, f"b{t}") for t in range(1, 30, 3)], watermark=40)
+    m.push("c", [(t, f"c{t}") for t in range(2, 30, 2)], watermark=40)
+    expected = sorted({t for t in range(1, 30, 2)} | set(range(1, 30, 3)) | set(range(2, 30, 2)))
+    got = []
+    while True:
+        out = m.pop_ready_pairs(limit=4)
+        assert len(out) <= 4
+        if not out:
+            break
+        got += [t for t, _ in out]
+    assert got == expected
+    assert m.buffered() == 0
+    assert m.counters["duplicates"] == 15 + 10 + 14 - len(expected)
+
+
+def test_duplicate_split_across_two_pops_is_still_dropped(strategy):
+    m = Merger(0, strategy)
+    m.add_source("a")
+    m.add_source("b")
+    m.push("a", [(1, "a1"), (2, "a2"), (3, "a3")], watermark=9)
+    m.push("b", [(2, "b2"), (3, "b3")], watermark=9)
+    # the limit ends the first pop at a2; b2 is still buffered and a duplicate of it
+    assert m.pop_ready(limit=2) == [MergedItem(1, "a", "a1"), MergedItem(2, "a", "a2")]
+    assert m.counters["duplicates"] == 0 and m.buffered() == 3
+    assert m.pop_ready_pairs(limit=1) == [(3, "a3")]
+    assert m.counters["duplicates"] == 1 and m.buffered("b") == 1  # b3 waits: 1 emitted
+    assert m.pop_ready() == []
+    assert m.counters == {"emitted": 3, "duplicates": 2, "out_of_order": 0, "stale": 0}
+
+
+def test_duplicate_pushed_after_its_pop_by_an_offline_source(strategy):
+    m = Merger(0, strategy)
+    m.add_source("a")
+    m.add_source("b")
+    m.push("a", [(5, "a5")], watermark=9)
+    m.mark_offline("b")
+    assert ts_of(m.pop_ready()) == [5]
+    m.push("b", [(4, "late"), (5, "retried"), (6, "b6")])
+    assert m.pop_ready_pairs() == [(6, "b6")]
+    assert m.counters == {"emitted": 2, "duplicates": 1, "out_of_order": 1, "stale": 0}
+
+
+def test_non_ascending_batch_falls_back_and_counts_stale(strategy):
+    m = Merger(0, strategy)
+    m.add_source("a")
+    assert m.push("a", [(3, "x"), (5, "y"), (4, "back"), (5, "again"), (7, "z")]) == 3
+    assert m.counters["stale"] == 2
+    assert m.push("a", iter([(7, "resent"), (8, "w")]), watermark=6) == 1  # any iterable
+    assert m.push("a", [(9, "v"), (10, "u")]) == 2  # ascending above shown: the fast path
+    assert m.counters["stale"] == 3 and m.positions() == {"a": 10}
+    assert m.pop_ready_pairs() == [(3, "x"), (5, "y"), (7, "z"), (8, "w"), (9, "v"), (10, "u")]
+    with pytest.raises(ValueError):
+        m.push("a", [(11, "a", "triple")])
+
+
+def test_consumed_items_are_compacted(strategy):
+    m = Merger(0, strategy)
+    m.add_source("a")
+    for start in range(1, 10_001, 1000):
+        m.push("a", [(t, None) for t in range(start, start + 1000)], watermark=start + 999)
+        assert len(m.pop_ready_pairs(limit=700)) == 700
+    assert m.buffered("a") == 3000
+    assert len(m._sources["a"].items) < 2 * 3000 + 1000  # the head does not keep them all
+    assert [t for t, _ in m.pop_ready_pairs()] == list(range(7001, 10_001))
+
+
+# -- property: every strategy, both pop flavours, identical after every step ---
+
+def build_ops(rnd: random.Random, steps: int, max_batch: int, max_ts: int):
+    """A random run of the merger: pushes (ascending or not, overlapping other sources,
+    some stale), watermarks, pops with and without limits, sources added (sometimes
+    below the merge position), marked offline and removed."""
+    ops = []
+    for _ in range(steps):
+        r = rnd.random()
+        if r < 0.55:
+            k = rnd.randrange(max_batch + 1)
+            ts = [rnd.randrange(1, max_ts) for _ in range(k)]
+            if rnd.random() < 0.8:
+                ts = sorted(set(ts))
+            wm = rnd.choice([None, rnd.randrange(1, max_ts)])
+            ops.append(("push", rnd.randrange(6), ts, wm))
+        elif r < 0.85:
+            ops.append(("pop", rnd.choice([None, 0, 1, 2, 3, 7, rnd.randrange(1, 3 * max_batch + 2)])))
+        elif r < 0.93:
+            ops.append(("add", rnd.randrange(6), rnd.choice([None, rnd.randrange(0, max_ts)])))
+        elif r < 0.97:
+            ops.append(("offline", rnd.randrange(6)))
+        else:
+            ops.append(("remove", rnd.randrange(6)))
+    ops.append(("offline_all",))
+    ops.append(("pop", None))
+    return ops
+
+
+def replay(ops, strategy: str, pairs: bool):
+    """Apply ``ops``; return the observable state after every step."""
+    m = Merger(0, strategy)
+    for name in ("s0", "s1"):
+        m.add_source(name)
+    trace = []
+    serial = 0
+    for op in ops:
+        kind = op[0]
+        result = None
+        if kind == "push":
+            name = f"s{op[1]}"
+            if name in m.sources():
+                serial += 1
+                result = m.push(name, [(t, (name, t, serial)) for t in op[2]], op[3])
+        elif kind == "pop":
+            if pairs:
+                result = m.pop_ready_pairs(op[1])
+            else:
+                items = m.pop_ready(op[1])
+                assert all(i.source == i.payload[0] for i in items)
+                result = [(i.commit_ts, i.payload) for i in items]
+            if op[1] is not None:
+                assert len(result) <= op[1]
+            ts = [t for t, _ in result]
+            assert ts == sorted(set(ts))
+        elif kind == "add":
+            name = f"s{op[1]}"
+            if name not in m.sources():
+                result = m.add_source(name, op[2])
+        elif kind == "offline":
+            name = f"s{op[1]}"
+            if name in m.sources():
+                m.mark_offline(name)
+        elif kind == "remove":
+            name = f"s{op[1]}"
+            if name in m.sources():
+                result = m.remove_source(name)
+        elif kind == "offline_all":
+            for name in m.sources():
+                m.mark_offline(name)
+        trace.append((result, dict(m.counters), m.latest_ts, m.safe_ts, m.positions(),
+                      {name: m.buffered(name) for name in m.sources()}))
+    return trace
+
+
+def check_replays_agree(ops):
+    reference = replay(ops, "heap", pairs=False)
+    for strategy in STRATEGIES:
+        for pairs in (False, True):
+            trace = replay(ops, strategy, pairs)
+            for step, (got, want) in enumerate(zip(trace, reference, strict=True)):
+                assert got == want, (strategy, pairs, step, ops[step])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32))
+def test_property_strategies_and_pop_flavours_agree_small(seed):
+    check_replays_agree(build_ops(random.Random(seed), steps=40, max_batch=8, max_ts=40))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_strategies_and_pop_flavours_agree_big_batches(seed):
+    check_replays_agree(build_ops(random.Random(seed), steps=60, max_batch=400, max_ts=3000))
