@@ -2,7 +2,7 @@
 
 One replication task is a pipeline of actors passing batches as object refs::
 
-    PumpActor ×N ──pull──▶ MergerActor ──items──▶ SchemaKeeperActor ──summary──▶ CoordinatorActor
+    PumpActor ×N ──pull──▶ MergerActor ──items──▶ SchemaKeeperActor ──plan──▶ CoordinatorActor
                                                         │ rows, one object per worker    │ Flush/DDL,
                                                         ▼                                ▼ slices
                                                   SqlWorkerActor ×W (syncer_workers) ◀───┘
@@ -16,17 +16,18 @@ One replication task is a pipeline of actors passing batches as object refs::
   and :class:`~tidb_binlog.drainer.translate.Translator` (decoding rows, DDL jobs
   from the upstream meta, filters). In exactly-once mode it also routes the rows
   (:meth:`SchemaKeeperActor.translate_routed`: the worker of a row is a function
-  of its transaction, :mod:`tidb_binlog.drainer.routing`) and returns one object
-  per worker plus a summary (workers, row counts and keys per transaction).
-- :class:`CoordinatorActor` owns the :class:`~tidb_binlog.drainer.dispatch.Dispatcher`
-  and the checkpoint: conflicts (a key held by another worker since the last
-  flush) and DDL barriers become flushes; it carries out the Send/Flush/RunDDL
-  actions on the workers and saves the checkpoint in the downstream every 3 s and
-  after each DDL. Routed (:meth:`CoordinatorActor.apply_routed`): it reads only the
-  summary and hands each worker its object unread, one call per run of parts
-  between flushes (one per worker and batch without conflicts). Otherwise
-  (:meth:`CoordinatorActor.apply`, the causality mode) it splits the Txns itself
-  and makes one call per worker and batch as well.
+  of its transaction, :mod:`tidb_binlog.drainer.routing`), keeps the conflict
+  window and returns one object per worker plus a short plan: runs of parts
+  between flush points, FLUSH where keys conflict, each DDL.
+- :class:`CoordinatorActor` issues the flushes and owns the checkpoint. Routed
+  (:meth:`CoordinatorActor.apply_routed`, exactly-once): it carries out the plan,
+  handing each worker its object unread, one call per worker and run (one per
+  worker and batch without conflicts), waiting for every worker at a FLUSH, running
+  each DDL alone, one checkpoint item per run. Otherwise
+  (:meth:`CoordinatorActor.apply`, the causality mode) its
+  :class:`~tidb_binlog.drainer.dispatch.Dispatcher` splits the Txns, detects
+  conflicts and emits Send/Flush/RunDDL actions, one call per worker and batch as
+  well. It saves the checkpoint in the downstream every 3 s and after each DDL.
 
 **Failure model.** Every actor has ``max_restarts=-1``. Durable state is the
 downstream checkpoint (and, in exactly-once mode, each worker's progress row);
@@ -61,7 +62,7 @@ from actors.ray_calls import RayCalls as _Ray
 from tidb_binlog.drainer.checkpoint import Advancer, Checkpoint
 from tidb_binlog.drainer.dispatch import Dispatcher, Flush, RunDDL, Send
 from tidb_binlog.drainer.dml import Txn
-from tidb_binlog.drainer.routing import RoutedTxn
+from tidb_binlog.drainer.routing import FLUSH, ROWS, PlanStep
 from tidb_binlog.errors import (
     BinlogError,  # noqa: F401 (re-exported errors live here)
     ConfigError,
@@ -154,10 +155,11 @@ class CoordinatorActor:
         self.ddl_jobs = 0  # DDLs applied (binlog_drainer_ddl_jobs_total)
         self.routed_batches = 0  # batches the keeper routed (apply_routed)
         self.last_apply_s = 0.0
-        # Per acknowledged Send, newest last: (its parts, wall time they were committed
-        # downstream); apply_samples() expands them to (commit_ts, committed_at_s), the
-        # lag being the second minus the commit_ts's physical time. Kept per Send (not
-        # per part) so the ack path does no per-row work; _sampled counts the parts held.
+        # Per acknowledged worker call, newest last: (its parts' commit_ts, wall time they
+        # were committed downstream); apply_samples() expands them to (commit_ts,
+        # committed_at_s), the lag being the second minus the commit_ts's physical time.
+        # Kept per call (not per part) so the ack path does no per-row work; _sampled
+        # counts the commit_ts held.
         self._samples: deque[tuple[list, float]] = deque()
         self._sampled = 0
         self.reset()
@@ -183,8 +185,6 @@ class CoordinatorActor:
                                          exactly_once=self.settings.exactly_once)
             self._outstanding: dict = {}  # worker call ref -> the Sends it carries
             self._queued: dict[int, list[Send]] = {}  # Sends not yet handed to a worker
-            self._payloads: list | None = None  # the routed batch being dispatched
-            self._cursor: list[int] = []  # per worker: parts of its payload handed out
             self._expected_seq = 0
             self.start_checkpoint = cp
         return cp
@@ -213,37 +213,48 @@ class CoordinatorActor:
             raise
         return self._batch_done()
 
-    def apply_routed(self, seq: int, summary: list[RoutedTxn], payloads: list) -> int:
-        """Dispatch one merged batch the keeper routed (exactly-once mode): ``summary``
-        from :meth:`SchemaKeeperActor.translate_routed`, ``payloads`` the refs of its
-        per-worker payloads (nested in a list, so Ray passes them on unresolved); each
-        worker gets one call per run of its parts between flushes. Returns what
-        :meth:`apply` returns; the same sequencing and failure rules."""
+    def apply_routed(self, seq: int, plan: list[PlanStep], payloads: list) -> int:
+        """Carry out one merged batch the keeper routed (exactly-once mode): ``plan``
+        from :meth:`SchemaKeeperActor.translate_routed` (steps of
+        :class:`~tidb_binlog.drainer.routing.BatchPlanner`, possibly packed),
+        ``payloads`` the refs of its per-worker payloads (nested in a list, so Ray
+        passes them on unresolved). Each run of parts is one call per worker it names
+        (``execute_slice``) and one checkpoint item; ``FLUSH`` waits for every worker;
+        a DDL runs alone. Returns what :meth:`apply` returns; the same sequencing and
+        failure rules."""
         if len(payloads) != len(self.workers):
             raise ConfigError(f"the keeper routed over {len(payloads)} workers but the "
                               f"coordinator drives {len(self.workers)}; restart the task",
                               key="worker-count")
         self._check_seq(seq)
         try:
-            summary = unpack(summary)
-            self._payloads = payloads
-            self._cursor = [0] * len(self.workers)
-            add = self.dispatcher.add_routed
-            for routed in summary:
-                actions = add(routed)
-                if actions:
-                    for action in actions:
-                        self._perform(action)
-                for part in routed[3]:
-                    self.applied_rows += part[1]
-            for action in self.dispatcher.drain():
-                self._perform(action)
-            self._send_queued()
+            cursor = [0] * len(self.workers)
+            advancer = self.advancer
+            for step in unpack(plan):
+                kind = step[0]
+                if kind == ROWS:
+                    _, end_ts, version, counts, rows = step
+                    runs = [(w, n) for w, n in enumerate(counts) if n]
+                    # registered before any call: an ack may be collected at once
+                    advancer.register(end_ts, len(runs), schema_version=version)
+                    for w, n in runs:
+                        lo = cursor[w]
+                        hi = cursor[w] = lo + n
+                        self._track(_Ray.call(self.workers[w], "execute_slice", payloads[w],
+                                              lo, hi), end_ts)
+                    self.applied_rows += rows
+                elif kind == FLUSH:
+                    self._collect(block=True)
+                    self.dispatcher.flushes += 1
+                else:  # RUN_DDL: a barrier, then the DDL alone
+                    _, commit_ts, version, ddl = step
+                    self._collect(block=True)
+                    self.dispatcher.flushes += 1
+                    advancer.register(commit_ts, 1, ddl=True, schema_version=version)
+                    self._perform(RunDDL(ddl, version))
         except BaseException:
             self._expected_seq = None  # see apply()
             raise
-        finally:
-            self._payloads = None
         self.routed_batches += 1
         return self._batch_done()
 
@@ -296,20 +307,13 @@ class CoordinatorActor:
         """Take the ``(commit_ts, committed_at_s)`` samples recorded since the last call
         (one per transaction part a worker acknowledged; at most APPLY_SAMPLES kept)."""
         samples, self._samples, self._sampled = self._samples, deque(), 0
-        out = [(commit_ts, at_s) for parts, at_s in samples for commit_ts, _ in parts]
+        out = [(commit_ts, at_s) for batch, at_s in samples for commit_ts in batch]
         return out[-APPLY_SAMPLES:]
 
     # -- actions --------------------------------------------------------------------------
     def _perform(self, action) -> None:
-        if isinstance(action, Send):
-            if self._payloads is not None:  # routed: the next run of the worker's payload
-                lo = self._cursor[action.worker]
-                hi = self._cursor[action.worker] = lo + len(action.parts)
-                ref = _Ray.call(self.workers[action.worker], "execute_slice",
-                                self._payloads[action.worker], lo, hi)
-                self._track(ref, [action])
-            else:  # one worker call per worker and batch: queued until the batch ends
-                self._queued.setdefault(action.worker, []).append(action)
+        if isinstance(action, Send):  # one worker call per worker and batch: queued
+            self._queued.setdefault(action.worker, []).append(action)
         elif isinstance(action, Flush):
             self._send_queued()
             self._collect(block=True)
@@ -329,7 +333,9 @@ class CoordinatorActor:
             parts = [part for send in sends for part in send.parts]
             self._track(_Ray.call(self.workers[worker], "execute", parts), sends)
 
-    def _track(self, ref, sends: list[Send]) -> None:
+    def _track(self, ref, sends: list[Send] | int) -> None:
+        """Remember a worker call: its Sends (apply), or the checkpoint item of its run
+        (apply_routed: the run's end_ts, acked once per worker call)."""
         self._outstanding[ref] = sends
         if len(self._outstanding) > 2 * len(self.workers):
             self._collect(block=True, until=len(self.workers))
@@ -341,17 +347,22 @@ class CoordinatorActor:
             for ref in done:
                 sends = self._outstanding.pop(ref)
                 ack = _Ray.get(ref)  # raises the worker's error, or PipelineReset if it died
-                finished_at_s = getattr(ack, "finished_at_s", 0.0)
-                for send in sends:
-                    self.dispatcher.acked(send)
-                    self._sample(send.parts, finished_at_s)
+                if type(sends) is int:
+                    self.advancer.ack(sends)
+                else:
+                    for send in sends:
+                        self.dispatcher.acked(send)
+                self._sample(getattr(ack, "commit_ts", ()), getattr(ack, "finished_at_s", 0.0))
             if not block or len(self._outstanding) <= until:
                 return
 
-    def _sample(self, parts: list, finished_at_s: float) -> None:
+    def _sample(self, commit_ts: tuple, finished_at_s: float) -> None:
+        """One worker call acknowledged: its parts' commit_ts, committed at ``finished_at_s``."""
+        if not commit_ts:
+            return
         samples = self._samples
-        samples.append((parts, finished_at_s))
-        self._sampled += len(parts)
+        samples.append((commit_ts, finished_at_s))
+        self._sampled += len(commit_ts)
         while self._sampled - len(samples[0][0]) >= APPLY_SAMPLES:  # keep the newest
             self._sampled -= len(samples.popleft()[0])
 

@@ -5,9 +5,9 @@ It pulls every pump, merges by commit_ts
 (``merge_batch`` items, up to 4x that while the input is backed up) to the
 schema keeper; the keeper's result *refs* go straight to the coordinator, so
 translated rows never pass through the merger. In exactly-once mode the keeper
-also routes the rows (``translate_routed``: one returned object per worker) and
-the coordinator, which receives only a summary (``apply_routed``), hands each
-worker its own object: rows travel keeper → worker. A keeper/coordinator pair
+also routes the rows and plans the flushes (``translate_routed``: one returned
+object per worker and a plan) and the coordinator, which receives only the plan
+(``apply_routed``), hands each worker its own object: rows travel keeper → worker. A keeper/coordinator pair
 without those methods (the file sink's) is driven with ``translate`` →
 ``apply``. At most ``max_inflight`` batches are outstanding
 (backpressure). On a :class:`~actors.ray_calls.PipelineReset`
@@ -337,7 +337,7 @@ class MergerActor:
             ready = merger.pop_ready_pairs(self._batch_limit(merger))
             if ready:
                 items = pack(ready)
-                if routed:  # rows go keeper -> workers; the coordinator sees a summary
+                if routed:  # rows go keeper -> workers; the coordinator sees the plan
                     refs = _Calls.call_n(self.keeper, "translate_routed", workers + 1,
                                          items, workers)
                     inflight.append(_Calls.call(self.coordinator, "apply_routed", seq,

@@ -5,8 +5,9 @@ It owns the :class:`~tidb_binlog.drainer.schema.SchemaKeeper` and the
 :class:`~tidb_binlog.drainer.translate.Translator` (rows decoded, DDL jobs from the
 upstream meta, filters). In exactly-once mode it also routes the rows
 (:meth:`SchemaKeeperActor.translate_routed`: the worker of a row is a function of its
-transaction, :mod:`tidb_binlog.drainer.routing`) and returns one object per worker
-plus a summary for the coordinator.
+transaction, :mod:`tidb_binlog.drainer.routing`), keeps the conflict window, and
+returns one object per worker plus a plan for the coordinator (runs between flush
+points, DDLs).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from actors.ray_calls import PipelineReset
 from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.dml import Txn
-from tidb_binlog.drainer.routing import route_batch
+from tidb_binlog.drainer.routing import BatchPlanner
 from tidb_binlog.packed import pack, unpack
 
 if TYPE_CHECKING:
@@ -45,10 +46,13 @@ class SchemaKeeperActor:
         # schema at ``schema_version``, not where the stream is: it translates only
         # after the merger's reset() has placed it at the checkpoint.
         self._placed = False
+        self._planner: BatchPlanner | None = None  # exactly-once routing and flush points
 
     def reset(self, schema_version: int) -> int:
-        """Rebuild the schema from the upstream's DDL history at ``schema_version``."""
+        """Rebuild the schema from the upstream's DDL history at ``schema_version``; the
+        routing window starts empty (the coordinator was reset too)."""
         version = self._rebuild(schema_version)
+        self._planner = None
         self._placed = True
         return version
 
@@ -98,12 +102,18 @@ class SchemaKeeperActor:
 
     def translate_routed(self, items, worker_count: int) -> tuple:
         """:meth:`translate`, routed over ``worker_count`` workers (exactly-once mode):
-        ``(summary, payload_0, ..., payload_{W-1})``, each packed
+        ``(plan, payload_0, ..., payload_{W-1})``, each packed
         (:func:`~tidb_binlog.packed.pack`), called with ``num_returns = W + 1``
-        so each payload is its own object the coordinator hands to its worker unread
-        (:func:`~tidb_binlog.drainer.routing.route_batch`)."""
-        summary, payloads = route_batch(self.translate(items), worker_count)
-        return (pack(summary), *[pack(p) for p in payloads])
+        so each payload is its own object the coordinator hands to its worker unread;
+        the plan says which runs of parts go out between flushes
+        (:class:`~tidb_binlog.drainer.routing.BatchPlanner`, whose conflict window
+        lives across batches until :meth:`reset`)."""
+        translated = self.translate(items)
+        planner = self._planner
+        if planner is None or planner.worker_count != worker_count:
+            planner = self._planner = BatchPlanner(worker_count)
+        plan, payloads = planner.plan(translated)
+        return (pack(plan), *[pack(p) for p in payloads])
 
     def _ignored(self, database: str) -> bool:
         """Whether ``database`` is in ``ignore-schemas`` (case-insensitively; cached)."""

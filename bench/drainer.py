@@ -108,9 +108,9 @@ def ceiling(up_db, down_db, rounds: int = CEILING_ROUNDS) -> tuple[int, float]:
 
 
 def cpu_by_process() -> dict[str, float]:
-    """CPU seconds (user + system) so far of this benchmark's Ray actor processes and
-    MariaDB servers (descendants of this process), summed per kind (``MergerActor``,
-    ``SqlWorkerActor``, ``mariadbd``...)."""
+    """CPU seconds (user + system) so far of this benchmark's Ray actor processes, Ray's
+    raylet and GCS, and the MariaDB servers (descendants of this process), summed per
+    kind (``MergerActor``, ``SqlWorkerActor``, ``raylet``, ``mariadbd``...)."""
     import os
 
     tick = os.sysconf("SC_CLK_TCK")
@@ -131,8 +131,8 @@ def cpu_by_process() -> dict[str, float]:
     for ppid, argv0, cpu_s in procs.values():
         if argv0.startswith("ray::"):
             kind = argv0[5:].split(".", 1)[0].split(":", 1)[0] or "ray-idle"
-        elif argv0.endswith("mariadbd"):
-            kind = "mariadbd"
+        elif argv0.endswith(("mariadbd", "raylet", "gcs_server")):
+            kind = argv0.rsplit("/", 1)[-1]  # Ray's own daemons count too: they share the cores
         else:
             continue
         while ppid not in (me, 0, 1) and ppid in procs:

@@ -14,7 +14,7 @@ so it is per core even on a shared machine.  Sysbench-shaped rows
     RESULT drainer_checkpoint value=<items/s>     Advancer register + ack
     RESULT drainer_keeper_insert value=<rows/s>   the keeper's work per merged batch of
     RESULT drainer_keeper_update value=<rows/s>   1-row txns: decode + translate +
-                                                  route_batch + pickle (the Ray hop)
+                                                  BatchPlanner.plan + pack (the Ray hop)
     RESULT drainer_worker_unpickle value=<rows/s> a worker loading its routed payload
     RESULT drainer_hop_ray value=<rows/s>         Ray's own serialisation of a routed
     RESULT drainer_hop_packed value=<rows/s>      batch vs tidb_binlog.packed (one pickle),
@@ -219,7 +219,7 @@ def bench_keeper(n: int, update: bool, workers: int = 4, batch: int = 512) -> fl
     import pickle
 
     from tidb_binlog import binlog as bl
-    from tidb_binlog.drainer.routing import route_batch
+    from tidb_binlog.drainer.routing import BatchPlanner
 
     tr = _sbtest_translator()
     items = _sbtest_payloads(n, update)
@@ -228,7 +228,7 @@ def bench_keeper(n: int, update: bool, workers: int = 4, batch: int = 512) -> fl
         for i in range(0, n, batch):
             translated = [(ts, tr.translate(bl.decode(payload)), 2)
                           for ts, payload in items[i:i + batch]]
-            summary, payloads = route_batch(translated, workers)
+            summary, payloads = BatchPlanner(workers).plan(translated)
             pickle.dumps(summary, 5)
             for payload in payloads:
                 pickle.dumps(payload, 5)
@@ -241,14 +241,14 @@ def bench_worker_unpickle(n: int, workers: int = 4, batch: int = 512) -> float:
     import pickle
 
     from tidb_binlog import binlog as bl
-    from tidb_binlog.drainer.routing import route_batch
+    from tidb_binlog.drainer.routing import BatchPlanner
 
     tr = _sbtest_translator()
     items = _sbtest_payloads(n, False)
     blobs = []
     for i in range(0, n, batch):
         translated = [(ts, tr.translate(bl.decode(p)), 2) for ts, p in items[i:i + batch]]
-        blobs += [pickle.dumps(p, 5) for p in route_batch(translated, workers)[1]]
+        blobs += [pickle.dumps(p, 5) for p in BatchPlanner(workers).plan(translated)[1]]
 
     def run() -> int:
         for blob in blobs:
@@ -265,15 +265,15 @@ def bench_hop(n: int, packed: bool, workers: int = 4, batch: int = 1024) -> floa
     import ray
 
     from tidb_binlog import binlog as bl
-    from tidb_binlog.drainer.routing import route_batch
+    from tidb_binlog.drainer.routing import BatchPlanner
     from tidb_binlog.packed import pack, unpack
 
     if not ray.is_initialized():
         ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     tr = _sbtest_translator()
     items = _sbtest_payloads(batch, False)
-    summary, payloads = route_batch([(ts, tr.translate(bl.decode(p)), 2) for ts, p in items],
-                                    workers)
+    summary, payloads = BatchPlanner(workers).plan(
+        [(ts, tr.translate(bl.decode(p)), 2) for ts, p in items])
     objects = [items, summary, *payloads]
 
     def run() -> int:

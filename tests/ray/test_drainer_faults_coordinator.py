@@ -123,18 +123,36 @@ def test_one_worker_call_per_worker_and_batch(ray_calls):
 
 
 def test_routed_batch_hands_each_worker_its_payload_slice(ray_calls):
-    from tidb_binlog.drainer.routing import route_batch
+    from tidb_binlog.drainer.routing import BatchPlanner
+    from tidb_binlog.packed import pack
 
     coord = coordinator(Store(), workers=2)
     items = [(ts, txn(ts, ts, ts + 100), 0) for ts in range(1, 21)] + [(21, None, 0)]
-    summary, payloads = route_batch(items, 2)
+    plan, payloads = BatchPlanner(2).plan(items)
     refs = [f"payload-{w}" for w in range(2)]
-    assert coord.apply_routed(0, summary, refs) <= 21
+    assert coord.apply_routed(0, pack(plan), refs) <= 21
     calls = {w: args for w, args in ray_calls.calls}
     assert set(calls) == {"w0", "w1"} and len(ray_calls.calls) == 2
     for w in range(2):
         assert calls[f"w{w}"] == (refs[w], 0, len(payloads[w]))
     assert coord.idle() == 21 and coord.status()["applied_rows"] == 40
     with pytest.raises(Exception, match="routed over 3 workers"):
-        coord.apply_routed(1, summary, refs + ["payload-2"])
+        coord.apply_routed(1, plan, refs + ["payload-2"])
+
+
+def test_routed_plan_flushes_runs_ddl_alone_and_advances_per_run(ray_calls):
+    from tidb_binlog.drainer.dml import DDL
+    from tidb_binlog.drainer.routing import FLUSH, ROWS, RUN_DDL
+
+    coord = coordinator(Store(), workers=2)
+    ddl = DDL("db", "t", "ALTER TABLE t ADD c INT", 30)
+    plan = [(ROWS, 10, 0, (2, 1), 3), (FLUSH,), (ROWS, 20, 0, (0, 1), 1),
+            (RUN_DDL, 30, 5, ddl), (ROWS, 40, 5, (0, 0), 0)]
+    refs = ["payload-0", "payload-1"]
+    assert coord.apply_routed(0, plan, refs) == 40
+    assert ray_calls.calls == [("w0", (refs[0], 0, 2)), ("w1", (refs[1], 0, 1)),
+                               ("w1", (refs[1], 1, 2)), ("w0", (ddl,))]
+    st = coord.status()
+    assert st["applied_rows"] == 4 and st["flushes"] == 2 and st["ddl_jobs"] == 1
+    assert st["schema_version"] == 5 and st["pending"] == 0
 

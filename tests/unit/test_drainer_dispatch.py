@@ -6,11 +6,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidb_binlog.drainer.causality import row_keys
+from tidb_binlog.drainer.causality import row_keys, stable_hash
 from tidb_binlog.drainer.checkpoint import Advancer, Checkpoint
 from tidb_binlog.drainer.dispatch import Dispatcher, Flush, RunDDL, Send
 from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, Txn
-from tidb_binlog.drainer.routing import route_batch
+from tidb_binlog.drainer.routing import FLUSH, ROWS, RUN_DDL, BatchPlanner
 
 SCHEMA = TableSchema.build("db", "t", ["id", "uk", "v"], primary_key=["id"],
                            unique_keys={"uk": ["uk"]})
@@ -151,89 +151,139 @@ def test_no_key_runs_on_two_workers_between_flushes(txns, workers, batch, exactl
                     per[(ts, a.worker)] = True
 
 
-def routed_stream(d: Dispatcher, items, workers: int):
-    """The keeper-routed path: route_batch + add_routed; Sends resolved to their DMLs
-    through the payload slices (what each worker would execute), acked as they go."""
-    summary, payloads = route_batch([(ts, txn, 0) for ts, txn in items], workers)
-    cursor = [0] * workers
-    stream = []
-
-    def resolve(actions):
-        for a in actions:
-            if isinstance(a, Send):
-                lo = cursor[a.worker]
-                cursor[a.worker] = hi = lo + len(a.parts)
-                parts = tuple(payloads[a.worker][lo:hi])
-                assert [ts for ts, _ in parts] == [ts for ts, _ in a.parts]
-                assert [len(dmls) for _, dmls in parts] == [n for _, n in a.parts]
-                d.acked(a)
-                stream.append(Send(a.worker, parts))
+def planned(planner: BatchPlanner, items, cuts=()):
+    """The keeper-routed path: items planned in batches cut at ``cuts`` (the window lives
+    across them); every run resolved to the parts it hands each worker."""
+    out_steps, parts, cursor = [], [], []
+    bounds = [0, *sorted(set(cuts)), len(items)]
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        if lo >= hi:
+            continue
+        steps, payloads = planner.plan([(ts, txn, v) for ts, txn, v in items[lo:hi]])
+        cursor = [0] * planner.worker_count
+        for step in steps:
+            if step[0] == ROWS:
+                run = {}
+                for w, n in enumerate(step[3]):
+                    run[w] = payloads[w][cursor[w]:cursor[w] + n]
+                    cursor[w] += n
+                out_steps.append(step)
+                parts.append(run)
             else:
-                if isinstance(a, RunDDL):
-                    d.acked_ddl(a.ddl)
-                stream.append(a)
-
-    for routed in summary:
-        resolve(d.add_routed(routed))
-    resolve(d.drain())
-    assert cursor == [len(p) for p in payloads]  # every part handed out exactly once
-    return stream
+                out_steps.append(step)
+                parts.append(None)
+        assert cursor == [len(p) for p in payloads]  # every part handed out exactly once
+    return out_steps, parts
 
 
-def worker_parts(stream):
-    """{(commit_ts, worker): dmls} and the commit_ts each Flush came before."""
-    parts, flushed_before, pending_flush = {}, [], False
+def runs_between_flushes(kinds_and_parts):
+    """{(commit_ts, worker): dmls} and, per flush, the lowest commit_ts after it."""
+    got, flushed_before, pending = {}, [], False
+    for kind, per_worker in kinds_and_parts:
+        if kind == "flush":
+            pending = True
+            continue
+        for w, parts in per_worker.items():
+            for ts, dmls in parts:
+                got[(ts, w)] = tuple(dmls)
+        if pending:
+            low = min((ts for parts in per_worker.values() for ts, _ in parts), default=None)
+            if low is not None:
+                flushed_before.append(low)
+                pending = False
+    return got, flushed_before
+
+
+def direct_runs(stream):
+    out = []
     for a in stream:
         if isinstance(a, Flush):
-            pending_flush = True
+            out.append(("flush", None))
         elif isinstance(a, Send):
-            for ts, dmls in a.parts:
-                parts[(ts, a.worker)] = dmls
-                if pending_flush:
-                    flushed_before.append(ts)
-                    pending_flush = False
-    return parts, flushed_before
+            out.append(("rows", {a.worker: list(a.parts)}))
+    merged, run = [], {}
+    for kind, per_worker in out:  # sends between two flushes form one run
+        if kind == "flush":
+            merged += [("rows", run), ("flush", None)]
+            run = {}
+        else:
+            for w, parts in per_worker.items():
+                run.setdefault(w, []).extend(parts)
+    return [*merged, ("rows", run)]
+
+
+def plan_runs(steps, parts):
+    out = []
+    for step, run in zip(steps, parts, strict=True):
+        if step[0] == FLUSH:
+            out.append(("flush", None))
+        elif step[0] == ROWS:
+            out.append(("rows", run))
+    return out
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(rows, min_size=1, max_size=4), min_size=1, max_size=25),
-       st.integers(1, 5))
-def test_keeper_routing_sends_every_row_where_the_coordinator_would(txns, workers):
-    """route_batch + add_routed == add: same rows on the same workers, and a flush
-    before the same transactions; the checkpoint passes everything."""
-    items = [(ts, Txn(ts, tuple(upd(pk, uk, old_uk=old) for pk, uk, old in rows_)))
+       st.integers(1, 5), st.lists(st.integers(0, 26), max_size=4))
+def test_keeper_plan_sends_every_row_where_the_coordinator_would(txns, workers, cuts):
+    """BatchPlanner (the keeper, batches cut anywhere) == Dispatcher.add: the same rows on
+    the same workers, a flush before the same transactions, the same flush count."""
+    items = [(ts, Txn(ts, tuple(upd(pk, uk, old_uk=old) for pk, uk, old in rows_)), 0)
              for ts, rows_ in enumerate(txns, start=1)]
-    items.insert(len(items) // 2, (len(txns) + 1, None))
+    items.insert(len(items) // 2, (len(txns) + 1, None, 0))
     items.sort(key=lambda item: item[0])
     direct = dispatcher(workers=workers, batch=10_000)
-    routed = dispatcher(workers=workers, batch=10_000)
-    expected = worker_parts(run(direct, items))
-    got = worker_parts(routed_stream(routed, items, workers))
-    assert got == expected
-    assert routed.flushes == direct.flushes
-    assert routed.advancer.commit_ts == direct.advancer.commit_ts == len(txns) + 1
+    expected = runs_between_flushes(direct_runs(run(direct, [(ts, t) for ts, t, _ in items])))
+    planner = BatchPlanner(workers)
+    steps, parts = planned(planner, items, cuts)
+    assert runs_between_flushes(plan_runs(steps, parts)) == expected
+    assert planner.flushes == direct.flushes
+    rows_steps = [s for s in steps if s[0] == ROWS]
+    assert [s[1] for s in rows_steps] == sorted({s[1] for s in rows_steps})  # ascending runs
+    assert rows_steps[-1][1] == len(txns) + 1  # the last run covers every commit_ts
+    assert sum(s[4] for s in rows_steps) == sum(len(r) for r in txns)
 
 
-def test_routed_ddl_is_a_barrier_after_every_pending_part():
-    d = dispatcher(workers=3)
-    items = [(1, Txn(1, (ins(1, "a"), ins(2, "b")))),
-             (2, Txn(2, ddl=DDL("db", "t", "ALTER TABLE t ADD c INT", 2))),
-             (3, Txn(3, (ins(3, "c"),)))]
-    stream = routed_stream(d, items, 3)
-    kinds = [type(a) for a in stream]
-    first_flush = kinds.index(Flush)
-    assert set(kinds[:first_flush]) == {Send} and kinds[first_flush + 1] is RunDDL
-    assert kinds[-1] is Send and d.advancer.commit_ts == 3
+def test_plan_ddl_is_a_barrier_and_runs_cover_fakes_and_versions():
+    planner = BatchPlanner(3)
+    ddl = DDL("db", "t", "ALTER TABLE t ADD c INT", 2)
+    items = [(1, Txn(1, (ins(1, "a"), ins(2, "b"))), 5), (2, Txn(2, ddl=ddl), 6),
+             (3, Txn(3, (ins(3, "c"),)), 6), (4, None, 7), (5, None, 0)]
+    steps, payloads = planner.plan(items)
+    assert [s[0] for s in steps] == [ROWS, RUN_DDL, ROWS]
+    first, ddl_step, last = steps
+    assert first[1] == 1 and first[2] == 5 and sum(first[3]) == 2 and first[4] == 2
+    assert ddl_step == (RUN_DDL, 2, 6, ddl)
+    assert last[1] == 5 and last[2] == 7 and sum(last[3]) == 1 and last[4] == 1
+    assert sum(len(p) for p in payloads) == 3
+    assert planner.plan([(6, None, 0)])[0] == [(ROWS, 6, 0, (0, 0, 0), 0)]  # fakes only
 
 
-def test_route_batch_keeps_commit_order_per_worker_and_one_part_per_worker():
+def test_plan_window_lives_across_batches_until_reset():
+    planner = BatchPlanner(2)
+    a = upd(1, "x")
+    # find a second row whose PK routes elsewhere and which takes over uk "x"
+    other = next(pk for pk in range(2, 100)
+                 if stable_hash(row_keys(upd(pk, "x"))[0]) % 2
+                 != stable_hash(row_keys(a)[0]) % 2)
+    b = upd(other, "x")
+    planner.plan([(1, Txn(1, (a,)), 0)])
+    steps, _ = planner.plan([(2, Txn(2, (b,)), 0)])
+    assert [s[0] for s in steps] == [FLUSH, ROWS] and planner.flushes == 1
+    planner.plan([(3, Txn(3, (a,)), 0)])  # conflicts again: flush
+    assert planner.flushes == 2
+    planner.reset()
+    steps, _ = planner.plan([(4, Txn(4, (b,)), 0)])
+    assert [s[0] for s in steps] == [ROWS]
+
+
+def test_plan_keeps_commit_order_per_worker_and_one_part_per_worker():
     items = [(ts, Txn(ts, tuple(ins(ts * 10 + i, f"u{ts}{i}") for i in range(5))), 0)
              for ts in range(1, 30)]
-    summary, payloads = route_batch(items, 4)
+    steps, payloads = BatchPlanner(4).plan(items)
     for payload in payloads:
         assert [ts for ts, _ in payload] == sorted({ts for ts, _ in payload})
-    for (ts, _, ddl, parts), (item_ts, txn, _) in zip(summary, items, strict=True):
-        assert ts == item_ts and ddl is None and sum(n for _, n, _ in parts) == len(txn.dmls)
-        assert [w for w, _, _ in parts] == sorted({w for w, _, _ in parts})
+    assert sum(len(dmls) for p in payloads for _, dmls in p) == 29 * 5
+    assert sum(sum(s[3]) for s in steps if s[0] == ROWS) == sum(len(p) for p in payloads)
     with pytest.raises(ValueError, match="worker_count"):
-        route_batch(items, 0)
+        BatchPlanner(0)

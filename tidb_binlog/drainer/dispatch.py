@@ -25,14 +25,10 @@ carries out **in order** and reports back (:meth:`acked`).
 - ``None`` items and transactions without DMLs are registered as already done:
   the checkpoint passes them once everything before them is acked.
 
-**Routed input** (exactly-once, :meth:`Dispatcher.add_routed`): the schema keeper
-already routed the rows (:func:`~tidb_binlog.drainer.routing.route_batch`) and sent
-each worker its parts; the dispatcher sees a
-:data:`~tidb_binlog.drainer.routing.RoutedTxn` (workers, row counts, keys) and emits
-the same actions, where a :class:`Send`'s parts are ``(commit_ts, row_count)``: the
-next parts of that worker's payload, in order. A conflict or a DDL emits every
-pending Send and a :class:`Flush` as above; otherwise parts stay pending until
-:meth:`drain` (one worker call per worker and merged batch).
+The keeper-routed path of exactly-once mode does not come through here: the schema
+keeper routes the rows and plans the flushes itself
+(:class:`~tidb_binlog.drainer.routing.BatchPlanner`, the same rules per
+transaction), and the coordinator carries out the plan.
 """
 
 from __future__ import annotations
@@ -42,7 +38,7 @@ from dataclasses import dataclass, field
 from tidb_binlog.drainer.causality import CONFLICT, Causality, row_keys
 from tidb_binlog.drainer.checkpoint import Advancer
 from tidb_binlog.drainer.dml import DDL, DML, Txn
-from tidb_binlog.drainer.routing import RoutedTxn, Router, route_txn
+from tidb_binlog.drainer.routing import Router, route_txn
 
 __all__ = ["Part", "Send", "Flush", "RunDDL", "Dispatcher"]
 
@@ -133,37 +129,6 @@ class Dispatcher:
         for worker in sorted({w for seg in segments for w in seg.by_worker}):
             if self._pending[worker].dmls >= self.batch_dmls:
                 actions.append(self._emit(worker))
-        return actions
-
-    def add_routed(self, routed: RoutedTxn) -> list:
-        """Dispatch one transaction the keeper routed; return the actions, in order."""
-        commit_ts, schema_version, ddl, parts = routed
-        if ddl is not None:
-            actions = self._emit_all()
-            actions.append(Flush())
-            self._reset_window()
-            self.advancer.register(commit_ts, 1, ddl=True, schema_version=schema_version)
-            actions.append(RunDDL(ddl, schema_version))
-            return actions
-        if not parts:
-            self.advancer.register_done(commit_ts, schema_version=schema_version)
-            return []
-        router = self._router
-        if router is None:
-            raise ValueError("routed transactions need the exactly-once dispatcher")
-        actions: list = []
-        for worker, _, keys in parts:
-            if router.conflicts_with(keys, worker):
-                actions = self._emit_all()
-                actions.append(Flush())
-                self._reset_window()
-                break
-        for worker, rows, keys in parts:
-            router.hold(keys, worker)
-            pending = self._pending[worker]
-            pending.parts.append((commit_ts, rows))
-            pending.dmls += rows
-        self.advancer.register(commit_ts, len(parts), schema_version=schema_version)
         return actions
 
     def drain(self) -> list[Send]:

@@ -25,13 +25,20 @@ never run concurrently on two workers, and the worker of each row never depends 
 the window, so a restarted task routes every row exactly as before (the flush
 points may differ; the assignment does not).
 
-**In the keeper** (:func:`route_txn`, :func:`route_batch`).  Since the worker of a
-row is a function of its transaction, the schema keeper routes rows as it translates
-them and hands each worker its rows directly (one payload per worker and merged
-batch), while the coordinator receives only a :data:`RoutedTxn` summary per
-transaction: which workers it touches, how many rows each, and the keys each holds,
-which is all the coordinator needs for conflicts, flushes, DDL order and the
-checkpoint.  :func:`route_txn` is the same rule the coordinator's
+**In the keeper** (:class:`BatchPlanner`).  Since the worker of a row is a function
+of its transaction, the schema keeper routes rows as it translates them, keeps the
+window itself and decides the flush points: :meth:`BatchPlanner.plan` turns a merged
+batch into one payload per worker (its parts ``(commit_ts, dmls)`` in commit order)
+and a short *plan* of :data:`PlanStep` for the coordinator: runs of parts between
+flush points (how many parts each worker has in the run, the run's last commit_ts,
+its highest schema version and row count), ``FLUSH`` where a transaction's keys sit
+with another worker in the window, and each DDL (a barrier too).  The coordinator
+carries the plan out step by step (one call per worker and run, a flush = wait for
+every worker) and tracks the checkpoint per run, so nothing on its side is per row
+or per transaction.  The window lives across batches and is reset exactly where the
+coordinator waits for every worker (a ``FLUSH`` or a DDL) and when the pipeline
+resets; extra waits on the coordinator's side only make it more conservative.
+:func:`route_txn` is the same rule the coordinator's
 :class:`~tidb_binlog.drainer.dispatch.Dispatcher` applies to whole DMLs: each row to
 its routing key's worker, unless two rows of the transaction share a key across two
 workers; then the whole transaction goes to its first row's worker (one worker
@@ -46,17 +53,26 @@ dropped; after a crash they are dropped and the replay window runs in safe mode)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from tidb_binlog.drainer.causality import CONFLICT, Conflict, row_keys, stable_hash
-from tidb_binlog.drainer.dml import DDL, DML, Txn
+from tidb_binlog.drainer.dml import DML, Txn
 
-__all__ = ["Router", "CONFLICT", "RoutedTxn", "route_txn", "route_batch"]
+__all__ = ["Router", "CONFLICT", "route_txn", "BatchPlanner", "PlanStep", "ROWS", "FLUSH",
+           "RUN_DDL"]
 
-RoutedTxn = tuple[int, int, DDL | None, tuple[tuple[int, int, tuple[str, ...]], ...]]
-"""The coordinator's view of one translated transaction: ``(commit_ts, schema_version,
-ddl, parts)`` where ``parts`` holds ``(worker, row_count, keys)`` per worker the
-transaction touches, in worker order (empty for a DDL or nothing to apply)."""
+ROWS, FLUSH, RUN_DDL = 0, 1, 2
+PlanStep = tuple
+"""One step of a :meth:`BatchPlanner.plan`, carried out in order by the coordinator:
+
+- ``(ROWS, end_ts, schema_version, counts, rows)``: hand each worker ``w`` the next
+  ``counts[w]`` parts of its payload; the run covers every commit_ts up to ``end_ts``
+  (fake binlogs and filtered transactions included: they have no parts), its
+  transactions hold ``rows`` row changes, and ``schema_version`` is the highest of
+  them. All counts may be 0 (only fakes): the checkpoint still passes ``end_ts``.
+- ``(FLUSH,)``: wait until every worker committed what it was handed (a conflict).
+- ``(RUN_DDL, commit_ts, schema_version, ddl)``: wait for every worker, then run the
+  DDL alone.
+"""
 
 
 def route_txn(dmls: Sequence[DML], worker_count: int) -> tuple[list[int], list[list[str]]]:
@@ -72,43 +88,86 @@ def route_txn(dmls: Sequence[DML], worker_count: int) -> tuple[list[int], list[l
     return workers, keys
 
 
-def route_batch(translated: Sequence[tuple[int, Txn | None, int]], worker_count: int
-                ) -> tuple[list[RoutedTxn], list[list[tuple[int, tuple[DML, ...]]]]]:
-    """Split the keeper's output over the workers: ``(summary, payloads)``.
+class BatchPlanner:
+    """Routes merged batches in the schema keeper and plans the flushes (see the module
+    docstring, *In the keeper*). One per replication task and worker count; the window
+    lives across :meth:`plan` calls until :meth:`reset`."""
 
-    ``translated`` is :meth:`SchemaKeeperActor.translate`'s ``(commit_ts, txn | None,
-    schema_version)`` in commit order; ``summary`` has one :data:`RoutedTxn` per item;
-    ``payloads[w]`` is worker ``w``'s parts ``(commit_ts, dmls)`` in commit order, one
-    per summary entry whose parts name ``w`` (so the coordinator addresses a run of
-    them by index).
-    """
-    if worker_count < 1:
-        raise ValueError(f"worker_count must be >= 1, got {worker_count}")
-    summary: list[RoutedTxn] = []
-    payloads: list[list[tuple[int, tuple[DML, ...]]]] = [[] for _ in range(worker_count)]
-    for commit_ts, txn, version in translated:
-        if txn is None or not txn.dmls:
-            summary.append((commit_ts, version, txn.ddl if txn is not None else None, ()))
-            continue
-        dmls = txn.dmls
-        if len(dmls) == 1:  # the common shape: no grouping to do
-            keys = row_keys(dmls[0])
-            w = stable_hash(keys[0]) % worker_count
-            payloads[w].append((commit_ts, dmls))
-            summary.append((commit_ts, version, None, ((w, 1, tuple(keys)),)))
-            continue
-        workers, keys = route_txn(dmls, worker_count)
-        rows: dict[int, list[DML]] = {}
-        held: dict[int, list[str]] = {}
-        for dml, w, row_keys_ in zip(dmls, workers, keys, strict=True):
-            rows.setdefault(w, []).append(dml)
-            held.setdefault(w, []).extend(row_keys_)
-        parts: list[Any] = []
-        for w in sorted(rows):
-            payloads[w].append((commit_ts, tuple(rows[w])))
-            parts.append((w, len(rows[w]), tuple(held[w])))
-        summary.append((commit_ts, version, None, tuple(parts)))
-    return summary, payloads
+    def __init__(self, worker_count: int):
+        if worker_count < 1:
+            raise ValueError(f"worker_count must be >= 1, got {worker_count}")
+        self.worker_count = worker_count
+        self._window = Router(worker_count)
+        self.flushes = 0  # FLUSH steps planned (conflicts), DDLs not counted
+
+    def reset(self) -> None:
+        """The pipeline restarts: nothing is held by any worker."""
+        self._window.flushed()
+
+    def plan(self, translated: Sequence[tuple[int, Txn | None, int]]
+             ) -> tuple[list[PlanStep], list[list[tuple[int, tuple[DML, ...]]]]]:
+        """``(steps, payloads)`` of the keeper's output ``(commit_ts, txn | None,
+        schema_version)`` in commit order: ``payloads[w]`` is worker ``w``'s parts in
+        commit order, handed out run by run as ``steps`` say."""
+        workers = self.worker_count
+        window = self._window
+        payloads: list[list[tuple[int, tuple[DML, ...]]]] = [[] for _ in range(workers)]
+        steps: list[PlanStep] = []
+        counts = [0] * workers
+        rows = 0
+        end_ts = None
+        version = 0
+
+        def close_run() -> None:
+            nonlocal counts, rows, end_ts, version
+            if end_ts is not None:
+                steps.append((ROWS, end_ts, version, tuple(counts), rows))
+                counts, rows, end_ts, version = [0] * workers, 0, None, 0
+
+        for commit_ts, txn, txn_version in translated:
+            if txn is None or (txn.ddl is None and not txn.dmls):
+                end_ts = commit_ts
+                version = max(version, txn_version)
+                continue
+            if txn.ddl is not None:
+                close_run()
+                steps.append((RUN_DDL, commit_ts, txn_version, txn.ddl))
+                window.flushed()
+                continue
+            dmls = txn.dmls
+            if len(dmls) == 1:  # the common shape: no grouping to do
+                keys = row_keys(dmls[0])
+                w = stable_hash(keys[0]) % workers
+                if window.conflicts_with(keys, w):
+                    close_run()
+                    steps.append((FLUSH,))
+                    self.flushes += 1
+                    window.flushed()
+                window.hold(keys, w)
+                payloads[w].append((commit_ts, dmls))
+                counts[w] += 1
+                rows += 1
+            else:
+                owners, keys = route_txn(dmls, workers)
+                for row_keys_, w in zip(keys, owners, strict=True):
+                    if window.conflicts_with(row_keys_, w):
+                        close_run()
+                        steps.append((FLUSH,))
+                        self.flushes += 1
+                        window.flushed()
+                        break
+                by_worker: dict[int, list[DML]] = {}
+                for dml, w, row_keys_ in zip(dmls, owners, keys, strict=True):
+                    by_worker.setdefault(w, []).append(dml)
+                    window.hold(row_keys_, w)
+                for w in sorted(by_worker):
+                    payloads[w].append((commit_ts, tuple(by_worker[w])))
+                    counts[w] += 1
+                rows += len(dmls)
+            end_ts = commit_ts
+            version = max(version, txn_version)
+        close_run()
+        return steps, payloads
 
 
 class Router:
