@@ -226,3 +226,44 @@ def test_read_unless_prefix_skips_matching_payloads_only(tmp_path):
     assert vl.read(ptrs[1], unless_prefix=b"1:") == _payload(22)
     assert vl.read(ptrs[0], unless_prefix=b"1:x") == _payload(1)  # a partial match is read
     vl.close()
+
+
+@pytest.mark.parametrize("block", [64, 200, 1 << 18])
+def test_block_reader_reads_what_read_first_reads(tmp_path, block):
+    """Every record (small, bigger than the block, across files), in log order, in
+    reverse, and after records were appended behind a block read earlier."""
+    vl = _open(tmp_path, size=2000)
+    sizes = [40, 300, 40, 5000, 40, 41, 700, 40]
+    ptrs = [vl.append(encode_record(_payload(ts, size)), ts)
+            for ts, size in enumerate(sizes, start=1)]
+    reader = vl.block_reader(block)
+    for order in (ptrs, list(reversed(ptrs))):
+        for p in order:
+            payload, complete = reader.read_first(p, 4096)
+            if complete:  # a record wholly inside the block comes whole, whatever its size
+                assert payload == vl.read(p)
+            else:
+                assert (payload, complete) == vl.read_first(p, 4096)
+    last = reader.read_first(ptrs[-1], 4096)  # the block now ends at the log's end
+    assert last == (_payload(len(sizes), 40), True)
+    more = _write(vl, [100, 101], size=50)  # appended after that block was read
+    assert [reader.read_first(p, 4096) for p in more] == [(_payload(100, 50), True),
+                                                          (_payload(101, 50), True)]
+    vl.close()
+
+
+def test_block_reader_raises_on_a_bad_crc_like_read_first(tmp_path):
+    vl = _open(tmp_path)
+    ptrs = _write(vl, [1, 2, 3])
+    vl.close()
+    path = tmp_path / "000001.vlog"
+    raw = bytearray(path.read_bytes())
+    raw[ptrs[1].offset + HEADER_SIZE + 30] ^= 0x01
+    path.write_bytes(bytes(raw))
+    vl = _open(tmp_path)
+    reader = vl.block_reader()
+    assert reader.read_first(ptrs[0], 4096) == (_payload(1), True)
+    with pytest.raises(CorruptRecord, match="checksum"):
+        reader.read_first(ptrs[1], 4096)
+    assert reader.read_first(ptrs[2], 4096) == (_payload(3), True)
+    vl.close()

@@ -10,7 +10,9 @@ paired) and returns ``(commit_ts, payload)`` for
 - each fake binlog (Rollback with ``start_ts == commit_ts``), unchanged.
 
 Prewrites share the key space (indexed by start_ts) and are not served: every
-key is read with one ``pread`` of header + 4 KiB; a payload starting ``08 00``
+key is read through a :class:`~tidb_binlog.pump.vlog.BlockReader` (one ``pread`` of
+256 KiB serves the records of a pass that lie near each other; a record outside it
+costs one ``pread`` of header + 4 KiB); a payload starting ``08 00``
 (tp = Prewrite) that fits whole is kept for its Commit later in the same pass
 (it comes first: start_ts < commit_ts), so a Commit is filled without another
 index lookup or read; a bigger Prewrite is not read further, and its Commit
@@ -60,9 +62,10 @@ class CommitReader:
         out: list[tuple[int, bytes]] = []
         size = 0
         seen: dict[int, bytes] = {}  # start_ts -> Prewrite payload read during this pass
+        read_first = self._vlog.block_reader().read_first
         for ts, ptr in self._index.iter_range(since_commit_ts, upto_ts):
             try:
-                payload, complete = self._vlog.read_first(ptr, _FIRST_READ_BYTES)
+                payload, complete = read_first(ptr, _FIRST_READ_BYTES)
                 if payload.startswith(_PREWRITE_PREFIX):
                     if complete and len(seen) < _MAX_SEEN_PREWRITES:
                         seen[ts] = payload
