@@ -57,6 +57,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from actors.process import tune_gc
 from actors.ray_calls import PipelineReset
 from actors.ray_calls import RayCalls as _Ray
 from tidb_binlog.drainer.checkpoint import Advancer, Checkpoint
@@ -163,6 +164,7 @@ class CoordinatorActor:
         self._samples: deque[tuple[list, float]] = deque()
         self._sampled = 0
         self.reset()
+        tune_gc()
 
     def reset(self) -> Checkpoint:
         """Forget everything in flight; restart from the durable checkpoint."""

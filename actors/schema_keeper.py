@@ -16,6 +16,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from actors.process import tune_gc
 from actors.ray_calls import PipelineReset
 from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.dml import Txn
@@ -47,6 +48,7 @@ class SchemaKeeperActor:
         # after the merger's reset() has placed it at the checkpoint.
         self._placed = False
         self._planner: BatchPlanner | None = None  # exactly-once routing and flush points
+        tune_gc()
 
     def reset(self, schema_version: int) -> int:
         """Rebuild the schema from the upstream's DDL history at ``schema_version``; the
@@ -61,7 +63,10 @@ class SchemaKeeperActor:
         from tidb_binlog.drainer.translate import Translator
 
         keeper = SchemaKeeper.from_history(self.meta.history_jobs(), schema_version)
-        self.translator = Translator(keeper, self._job, tz=self.settings.tzinfo())
+        # ignore-schemas: the translator drops those databases' rows before decoding them;
+        # _filter drops their DDLs
+        self.translator = Translator(keeper, self._job, tz=self.settings.tzinfo(),
+                                     ignore_schemas=self._ignored_dbs)
         return keeper.schema_version
 
     def _job(self, job_id: int, wait_s: float = 60.0):
@@ -126,14 +131,10 @@ class SchemaKeeperActor:
         return ignored
 
     def _filter(self, txn: Txn | None) -> Txn | None:
-        if txn is None or not self._ignored_dbs:
+        """A DDL of an ignored database is dropped (its rows never left the translator)."""
+        if txn is None or txn.ddl is None or not self._ignored_dbs:
             return txn
-        if txn.ddl is not None:
-            return None if self._ignored(txn.ddl.database) else txn
-        ignored = self._ignored
-        if not any([ignored(d.database) for d in txn.dmls]):
-            return txn
-        return Txn(txn.commit_ts, tuple(d for d in txn.dmls if not ignored(d.database)))
+        return None if self._ignored(txn.ddl.database) else txn
 
     def schema_version(self) -> int:
         return self.translator.keeper.schema_version

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import threading
 
+from actors.process import tune_gc
 from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig
 from tidb_binlog.drainer.loader import Ack, Loader, LoaderConfig
 from tidb_binlog.drainer.loader_metrics import LoaderMetrics
@@ -73,6 +74,7 @@ class SqlWorkerActor:
             # Read the row now, so a restarted worker knows what it committed; retried
             # on transient errors like any downstream call.
             self.loader.reload_progress()
+        tune_gc()
 
     def execute(self, batch) -> Ack:
         return self.loader.execute_batch(_Ray.resolve(batch))

@@ -54,3 +54,35 @@ def test_without_apply_side_names_the_savepoints_are_not_counted_here():
     s = samples(m.exposition())
     assert s[("binlog_drainer_ddl_jobs_total", ())] == 1
     assert not any(name.startswith("binlog_drainer_event") for name, _ in s)
+
+
+def test_batch_histogram_exposes_what_a_histogram_does():
+    """observe_many of a batch == Histogram.observe of each value: every bucket, count
+    and sum, per label; values on a bucket bound count in it (le)."""
+    import random
+
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from tidb_binlog.drainer.metrics import BatchHistogram
+
+    bounds = (16.0, 64.0, 256.0, 1024.0)
+    ours_reg, ref_reg = CollectorRegistry(), CollectorRegistry()
+    ours = BatchHistogram("x_size", "doc", ["nodeID"], bounds, ours_reg)
+    ref = Histogram("x_size", "doc", ["nodeID"], buckets=bounds, registry=ref_reg)
+    rnd = random.Random(5)
+    for node in ("a", "b"):
+        for _ in range(20):
+            batch = [rnd.choice([0, 16, 17, 64, 65, 300, 1024, 5000]) for _ in range(rnd.randrange(0, 9))]
+            ours.labels(node).observe_many(batch)
+            for v in batch:
+                ref.labels(node).observe(v)
+        ours.labels(node).observe(64)
+        ref.labels(node).observe(64)
+    for node in ("a", "b"):
+        for le in ("16.0", "64.0", "256.0", "1024.0", "+Inf"):
+            labels = {"nodeID": node, "le": le}
+            assert (ours_reg.get_sample_value("x_size_bucket", labels)
+                    == ref_reg.get_sample_value("x_size_bucket", labels)), labels
+        for suffix in ("_count", "_sum"):
+            assert (ours_reg.get_sample_value("x_size" + suffix, {"nodeID": node})
+                    == ref_reg.get_sample_value("x_size" + suffix, {"nodeID": node}))

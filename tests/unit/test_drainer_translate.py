@@ -276,3 +276,16 @@ def test_table_lookups_cached_per_version_follow_ddl_and_queued_jobs():
     tr.keeper.add_job(job(5, ActionType.TRUNCATE_TABLE, 4, table=users_table(table_id=11),
                           table_id=10))
     assert tr.translate(commit_with([ins], 4, 200)).dmls == ()
+
+
+def test_rows_of_ignored_schemas_are_dropped_before_decoding():
+    """ignore-schemas (any case) drops a database's rows in the translator: the row bytes
+    are not even decoded (garbage would raise otherwise)."""
+    garbage = bl.new_table_mutation(10, inserted_rows=[b"\xff\xfe"],
+                                    sequence=[bl.MutationType.INSERT])
+    jobs = history()
+    tr = Translator(SchemaKeeper.from_history(jobs, 3), {j.id: j for j in jobs}.get,
+                    ignore_schemas=["SHOP"])
+    assert tr.translate(commit_with([garbage])).dmls == ()
+    with pytest.raises(Exception, match="cannot decode a row of table id 10"):
+        translator().translate(commit_with([garbage]))

@@ -212,6 +212,20 @@ class Txn:
             raise SchemaError(f"txn at commit_ts {self.commit_ts} has both a DDL and "
                               f"{len(self.dmls)} DMLs; a DDL travels alone")
 
+    @staticmethod
+    def of_dmls(commit_ts: int, dmls: tuple[DML, ...]) -> Txn:
+        """A DML transaction built without the constructor's checks, for the translator
+        (``dmls`` is a tuple of DMLs by construction there). Saves ~1 µs per txn."""
+        txn = _new_txn(Txn)
+        _set(txn, "commit_ts", commit_ts)
+        _set(txn, "dmls", dmls)
+        _set(txn, "ddl", None)
+        return txn
+
     @property
     def is_ddl(self) -> bool:
         return self.ddl is not None
+
+
+_new_txn = object.__new__
+_set = object.__setattr__

@@ -44,14 +44,19 @@ growing across that.
 
 from __future__ import annotations
 
+import threading
+from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from tidb_binlog.tso import extract_physical
 
-__all__ = ["DrainerMetrics", "build_drainer_metrics", "CONTENT_TYPE_LATEST", "METRIC_NAMES"]
+__all__ = ["DrainerMetrics", "BatchHistogram", "build_drainer_metrics", "CONTENT_TYPE_LATEST",
+           "METRIC_NAMES"]
 
 _DURATION_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
                        5, 10, 30)
@@ -66,6 +71,84 @@ METRIC_NAMES = (
     "binlog_drainer_execute_duration_time", "binlog_drainer_query_duration_time",
     "binlog_drainer_event", "binlog_drainer_error_count",
 )
+
+
+class BatchHistogram:
+    """A labelled Prometheus histogram fed whole batches: ``labels(v).observe_many(values)``
+    costs a sort and one ``bisect`` per bucket instead of a locked update per value
+    (``read_binlog_size`` sees every binlog the merger pulls, thousands per batch).
+    Exposed through the registry's custom-collector interface with the series a
+    ``prometheus_client.Histogram`` has (``_bucket{le}``, ``_count``, ``_sum``)."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Iterable[str],
+                 buckets: Iterable[float], registry: CollectorRegistry):
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.bounds = tuple(float(b) for b in buckets)
+        self._lock = threading.Lock()
+        self._children: dict[tuple[str, ...], _BatchChild] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> _BatchChild:
+        key = tuple(str(v) for v in values)
+        if len(key) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+        with self._lock:
+            child = self._children.get(key)
+            if child is None:
+                child = self._children[key] = _BatchChild(self.bounds)
+            return child
+
+    def collect(self):
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        with self._lock:
+            children = list(self._children.items())
+        for key, child in children:
+            counts, total = child.snapshot()
+            cumulative, buckets = 0, []
+            for bound, n in zip((*self.bounds, float("inf")), counts, strict=True):
+                cumulative += n
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            family.add_metric(list(key), buckets, total)
+        yield family
+
+    def describe(self):
+        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+
+class _BatchChild:
+    __slots__ = ("_bounds", "_counts", "_sum", "_lock")
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self._bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)  # per bucket (not cumulative); last = +Inf
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        self.observe_many((value,))
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        ordered = sorted(values)
+        if not ordered:
+            return
+        per_bucket, lo = [], 0
+        for bound in self._bounds:  # values <= bound fall in the bucket (le semantics)
+            hi = bisect_right(ordered, bound, lo)
+            per_bucket.append(hi - lo)
+            lo = hi
+        per_bucket.append(len(ordered) - lo)
+        total = sum(ordered)
+        with self._lock:
+            counts = self._counts
+            for i, n in enumerate(per_bucket):
+                counts[i] += n
+            self._sum += total
+
+    def snapshot(self) -> tuple[list[int], float]:
+        with self._lock:
+            return list(self._counts), self._sum
 
 
 class _Follower:
@@ -91,7 +174,7 @@ class DrainerMetrics:
     registry: CollectorRegistry
     pump_position: Gauge
     binlog_reach_duration_s: Histogram
-    read_binlog_size_bytes: Histogram
+    read_binlog_size_bytes: BatchHistogram
     checkpoint_tso: Gauge
     checkpoint_delay_s: Gauge
     disorder_binlog_count: Counter
@@ -150,7 +233,7 @@ def build_drainer_metrics(registry: CollectorRegistry | None = None, *,
             "binlog_drainer_binlog_reach_duration_time",
             "Seconds from a binlog's commit to its arrival in the drainer", ["nodeID"],
             buckets=_REACH_BUCKETS_S, registry=r),
-        read_binlog_size_bytes=Histogram(
+        read_binlog_size_bytes=BatchHistogram(
             "binlog_drainer_read_binlog_size", "Bytes of each binlog read from a pump",
             ["nodeID"], buckets=_SIZE_BUCKETS_BYTES, registry=r),
         checkpoint_tso=Gauge("binlog_drainer_checkpoint_tso",

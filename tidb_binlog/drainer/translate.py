@@ -38,7 +38,7 @@ from __future__ import annotations
 import base64
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import NamedTuple
@@ -127,18 +127,21 @@ class Translator:
     """
 
     def __init__(self, keeper: SchemaKeeper, job_of: Callable[[int], Job | None], *,
-                 tz: datetime.tzinfo = UTC):
+                 tz: datetime.tzinfo = UTC, ignore_schemas: Iterable[str] = ()):
         self.keeper = keeper
         self.job_of = job_of
         self.tz = tz
+        # ``ignore-schemas``: rows of these databases are dropped before they are decoded
+        self.ignored_schemas = frozenset(s.lower() for s in ignore_schemas)
         self._views: dict[tuple[int, int], TableView] = {}
         # id(view) -> (view, _ViewCodec)
         self._formatters: dict[int, tuple[TableView, tuple]] = {}
-        # (table id, row schema version) -> (view, old info, codec), or None for a
-        # truncated table id: what every row of a mutation needs, looked up once. Valid
-        # while the keeper does not change: cleared by every DDL binlog and every job
-        # apply_until applies.
+        # (table id, row schema version) -> (view, old info, codec), or None for rows
+        # dropped: what every row of a mutation needs, looked up once. Valid while the
+        # keeper's schema_version stays (every change of its tables moves it forward,
+        # whoever applies the job); cleared by every DDL binlog too.
         self._tables: dict[tuple[int, int], tuple | None] = {}
+        self._tables_version = keeper.schema_version
 
     # -- entry point ----------------------------------------------------------------
     def translate(self, binlog: bl.Binlog) -> Txn | None:
@@ -151,8 +154,11 @@ class Translator:
             return self._ddl(binlog)
         pv = bl.decode_prewrite_value(binlog.prewrite_value)
         version = pv.schema_version
-        if self.keeper.apply_until(version):
+        keeper = self.keeper
+        keeper.apply_until(version)
+        if keeper.schema_version != self._tables_version:
             self._tables.clear()
+            self._tables_version = keeper.schema_version
         dmls: list[DML] = []
         for mut in pv.mutations:
             try:
@@ -162,7 +168,7 @@ class Translator:
                     f"cannot decode a row of table id {mut.table_id} in the transaction at "
                     f"commit_ts {binlog.commit_ts} (start_ts {binlog.start_ts}): {exc}",
                     offset=exc.offset, flag=exc.flag) from exc
-        return Txn(binlog.commit_ts, tuple(dmls))
+        return Txn.of_dmls(commit_ts, tuple(dmls))
 
     # -- DDL ------------------------------------------------------------------------------
     def _ddl(self, binlog: bl.Binlog) -> Txn | None:
@@ -214,18 +220,19 @@ class Translator:
 
     def _table(self, table_id: int, version: int) -> tuple | None:
         """``(view, old info, codec)`` for rows of ``table_id`` written at ``version``;
-        None when the table id was truncated (its rows are dropped)."""
+        None when its rows are dropped: the table id was truncated, or its database is in
+        ``ignore_schemas``."""
         key = (table_id, version)
         try:
             return self._tables[key]
         except KeyError:
             pass
-        if self.keeper.is_truncated(table_id):
-            entry = None
-        else:
+        entry = None
+        if not self.keeper.is_truncated(table_id):
             view = self.view(table_id)
-            old_info = self.keeper.table_at(table_id, version) or view.info
-            entry = (view, old_info, self._codec(view))
+            if view.schema.database.lower() not in self.ignored_schemas:
+                old_info = self.keeper.table_at(table_id, version) or view.info
+                entry = (view, old_info, self._codec(view))
         if len(self._tables) >= 4096:
             self._tables.clear()
         self._tables[key] = entry
