@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 
 _IDLE_WAIT_S = 0.05       # longest wait for a pull when idle (bounds the Notify latency)
 _BIND_WAIT_S = 10.0       # how long a (re)started merger tries to bind its addresses
-_BACKLOG_BATCHES = 4      # a merged batch grows up to this many merge_batch when backed up
+_BACKLOG_BATCHES = 16     # a merged batch grows up to this many merge_batch when backed up
 
 
 class _Ray:
