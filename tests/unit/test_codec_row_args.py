@@ -25,6 +25,7 @@ from tidb_binlog.codec import mysql as m
 from tidb_binlog.codec.row_args import (
     ArgPlan,
     decode_insert_args,
+    decode_int_handle_args,
     decode_old_and_new_args,
     decode_row_args,
 )
@@ -106,6 +107,26 @@ def test_insert_args_keep_the_handle_and_format_only_the_wanted_columns(row, han
     exp_handles, typed = decode_insert_row(buf, TYPES)
     assert handles == exp_handles
     assert args == formatted(typed, wanted)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows(), st.integers(-(2**63), 2**63 - 1))
+def test_int_handle_args_read_the_handle_as_the_general_path_does(row, handle):
+    ids, datums = row
+    buf = encode_value([Datum.int64(handle)]) + encode_old_row(ids, datums)
+    plan = ArgPlan(TYPES)
+    got_handle, args = decode_int_handle_args(buf, plan)
+    handles, exp_args = decode_insert_args(buf, plan)
+    assert got_handle == handles[0][1] == handle and args == exp_args
+
+
+def test_int_handle_args_leave_other_handles_to_the_general_path():
+    row = encode_old_row([1], [Datum.int64(5)])
+    assert decode_int_handle_args(encode_value([Datum.string("k")]) + row, ArgPlan(TYPES)) \
+        == (None, {})
+    assert decode_int_handle_args(b"\x08\xff\xff", ArgPlan(TYPES)) == (None, {})  # cut varint
+    assert decode_int_handle_args(b"", ArgPlan(TYPES)) == (None, {})
+    assert ArgPlan(TYPES).signed_int(1) and not ArgPlan(TYPES).signed_int(3)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -45,7 +45,8 @@ from tidb_binlog.codec.row import _EMPTY_ROW, CODEC_VER_V2, _col_id, _read_handl
 from tidb_binlog.codec.typed import _UNFLATTEN, _same, sql_arg_formatter
 from tidb_binlog.errors import CodecError
 
-__all__ = ["ArgPlan", "decode_row_args", "decode_insert_args", "decode_old_and_new_args"]
+__all__ = ["ArgPlan", "decode_row_args", "decode_insert_args", "decode_int_handle_args",
+           "decode_old_and_new_args"]
 
 UTC = datetime.UTC
 _OTHER, _TEXT, _BINARY, _SINT = 0, 1, 2, 3
@@ -83,6 +84,12 @@ class ArgPlan:
             else:
                 code = _OTHER
             self.columns[cid] = (code, ft, unflatten_fn, sql_arg_formatter(ft, tz))
+
+
+    def signed_int(self, cid: int) -> bool:
+        """Whether column ``cid``'s argument is a varint read as a plain ``int``."""
+        entry = self.columns.get(cid)
+        return entry is not None and entry[0] == _SINT
 
 
 def _datum(d: Datum) -> Datum:
@@ -191,6 +198,27 @@ def decode_insert_args(buf: bytes, plan: ArgPlan, pk_len: int = 1,
         buf = bytes(buf)
     handles, off = _read_handles(buf, pk_len)
     return handles, decode_row_args(buf, plan, tz, off)
+
+
+def decode_int_handle_args(buf: bytes, plan: ArgPlan, tz: datetime.tzinfo = UTC
+                           ) -> tuple[int | None, dict[int, object]]:
+    """An inserted row whose handle is one integer datum stored as a varint (an int PK
+    handle or ``_tidb_rowid``): ``(handle, {cid: SQL argument})``, the handle read
+    straight from the bytes. ``(None, {})`` when the handle is encoded otherwise or
+    malformed: then :func:`decode_insert_args` decides (and names any error)."""
+    if type(buf) is not bytes:
+        buf = bytes(buf)
+    if len(buf) < 2 or buf[0] != _VARINT_FLAG:
+        return None, {}
+    b = buf[1]
+    if b < 0x80:
+        handle, off = (b >> 1) ^ -(b & 1), 2
+    else:
+        try:
+            handle, off = read_varint(buf, 1)
+        except (Malformed, IndexError):
+            return None, {}
+    return handle, decode_row_args(buf, plan, tz, off)
 
 
 def decode_old_and_new_args(buf: bytes, plan: ArgPlan, tz: datetime.tzinfo = UTC

@@ -50,6 +50,7 @@ from tidb_binlog.codec.mytime import format_time, from_utc, parse_time_text
 from tidb_binlog.codec.row_args import (
     ArgPlan,
     decode_insert_args,
+    decode_int_handle_args,
     decode_old_and_new_args,
     decode_row_args,
 )
@@ -76,6 +77,7 @@ class _ViewCodec(NamedTuple):
     columns: tuple  # (column id, name, formatter) over view.writable
     all_plan: ArgPlan  # every column (inserts, deletes); only writable ones formatted
     writable_plan: ArgPlan  # writable columns (updates)
+    int_handle: int | None  # the column id an int handle fills, when it is a signed int
 
 
 @dataclass(frozen=True)
@@ -290,8 +292,11 @@ class Translator:
             writable_ids = [c.id for c in view.writable]
             cols = tuple((c.id, c.name.O, sql_arg_formatter(view.all_types[c.id], self.tz))
                          for c in view.writable)
-            codec = _ViewCodec(cols, ArgPlan(view.all_types, self.tz, writable_ids),
-                               ArgPlan(view.writable_types, self.tz))
+            all_plan = ArgPlan(view.all_types, self.tz, writable_ids)
+            targets = view.handle_targets
+            int_handle = (targets[0][1].id if view.pk_len == 1 and len(targets) == 1
+                          and all_plan.signed_int(targets[0][1].id) else None)
+            codec = _ViewCodec(cols, all_plan, ArgPlan(view.writable_types, self.tz), int_handle)
             if len(self._formatters) > 4 * len(self._views) + 64:
                 self._formatters.clear()  # views of old versions are gone
             entry = self._formatters[id(view)] = (view, codec)
@@ -302,12 +307,23 @@ class Translator:
 
     def _insert_row(self, view: TableView, old_info: TableInfo, codec: _ViewCodec,
                     row: bytes) -> DML:
+        int_handle = codec.int_handle
+        if int_handle is not None:  # the common int PK: the handle is the column's value
+            handle, args = decode_int_handle_args(row, codec.all_plan, self.tz)
+            if handle is not None:
+                if int_handle not in args:
+                    args[int_handle] = handle
+                return self._insert_dml(view, old_info, codec, args)
         handles, args = decode_insert_args(row, codec.all_plan, view.pk_len, self.tz)
         for i, col in view.handle_targets:
             if col.id not in args:
                 ft = view.all_types[col.id]
                 args[col.id] = codec.all_plan.columns[col.id][3](
                     unflatten(handles[i], ft, self.tz))
+        return self._insert_dml(view, old_info, codec, args)
+
+    def _insert_dml(self, view: TableView, old_info: TableInfo, codec: _ViewCodec,
+                    args: dict) -> DML:
         try:  # every column present: the common case
             values = {name: args[col_id] for col_id, name, _ in codec.columns}
         except KeyError:
