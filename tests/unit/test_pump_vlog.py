@@ -267,3 +267,11 @@ def test_block_reader_raises_on_a_bad_crc_like_read_first(tmp_path):
         reader.read_first(ptrs[1], 4096)
     assert reader.read_first(ptrs[2], 4096) == (_payload(3), True)
     vl.close()
+
+
+def test_index_reads_pointers_in_the_value_logs_layout():
+    """pump.index decodes pointers with its own Struct (no constructor call per key)."""
+    from tidb_binlog.pump.index import _POINTER_STRUCT
+
+    ptr = ValuePointer(7, 1 << 40)
+    assert _POINTER_STRUCT.unpack(ptr.encode()) == tuple(ptr)

@@ -24,7 +24,7 @@ from itertools import islice
 import plyvel
 
 from tidb_binlog.errors import StorageError
-from tidb_binlog.pump.vlog import ValuePointer
+from tidb_binlog.pump.vlog import POINTER_SIZE, ValuePointer
 
 __all__ = [
     "TS_KEY_PREFIX",
@@ -56,6 +56,7 @@ HEAD_POINTER_KEY = b"!binlog!headPointer"
 
 _U64 = struct.Struct("<Q")
 _KEY_LEN = len(TS_KEY_PREFIX) + 8
+_POINTER_STRUCT = struct.Struct("<Iq")  # ValuePointer's layout (fid u32, offset i64)
 
 
 @dataclass(frozen=True)
@@ -136,10 +137,15 @@ class Index:
             return
         try:
             it = self._db.iterator(start=ts_key(after_ts + 1), stop=ts_key(upto_ts) + b"\x00")
+            new, unpack, from_bytes = tuple.__new__, _POINTER_STRUCT.unpack, int.from_bytes
             with it:
                 for k, v in it:
                     if len(k) == _KEY_LEN:
-                        yield int.from_bytes(k[3:], "big"), ValuePointer.decode(v)
+                        # ValuePointer.decode without its Python-level constructor (two per
+                        # served txn); a value of the wrong size goes through it and raises
+                        ptr = (new(ValuePointer, unpack(v)) if len(v) == POINTER_SIZE
+                               else ValuePointer.decode(v))
+                        yield from_bytes(k[3:], "big"), ptr
         except (plyvel.Error, OSError) as exc:
             raise StorageError(f"index {self.path}: read failed: {exc}") from exc
 
