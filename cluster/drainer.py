@@ -146,8 +146,10 @@ class Drainer:
             keeper, coordinator = start_file_sink_actors(cfg, settings, **opts)
         else:
             worker_overrides = {}
-            if settings.exactly_once and _check_worker_layout(settings).safe_mode:
-                worker_overrides["safe_mode"] = True  # the replay window of another count
+            if settings.exactly_once:
+                layout = _check_worker_layout(settings)
+                if layout.safe_mode:  # the replay window of another count: up to its end
+                    worker_overrides["safe_mode_until_ts"] = layout.safe_mode_until_ts
             workers = start_sql_workers(cfg, settings.worker_count, **worker_overrides)
             coordinator = ray.remote(concurrency_groups={"status": 1}, **opts)(
                 CoordinatorActor).remote(settings, workers)

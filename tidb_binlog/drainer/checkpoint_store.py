@@ -40,8 +40,10 @@ not consistent (a crash)                    in **safe mode** up to the highest o
 
 ``safeModeUntilTS`` is saved with the new count, so a second crash before the
 checkpoint passes it turns safe mode on again at the next start; once the
-checkpoint is past it the run is normal.  Safe mode stays on for the whole run
-that needs it (the workers' configured ``safe-mode``).
+checkpoint is past it the run is normal.  Within a run, safe mode covers only the
+rows starting at or below ``safeModeUntilTS`` (the workers'
+``LoaderConfig.safe_mode_until_ts``); rows above it were never applied under the
+old routing and run as usual.
 """
 
 from __future__ import annotations

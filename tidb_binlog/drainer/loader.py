@@ -126,6 +126,9 @@ class LoaderConfig:
     progress_schema: str = CHECKPOINT_SCHEMA
     progress_table: str = PROGRESS_TABLE
     safe_mode_window_s: float = SAFE_MODE_WINDOW_S
+    # rows at or below this commit_ts run in safe mode (0: none): the replay window of a
+    # worker-count change after a crash (checkpoint_store.decide_worker_layout)
+    safe_mode_until_ts: int = 0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __post_init__(self) -> None:
@@ -179,7 +182,8 @@ class Loader:
         self._sleep = sleep
         self.guard = ReplayGuard(exactly_once=config.exactly_once, safe_mode=config.safe_mode,
                                  started_at_s=clock(),
-                                 safe_mode_window_s=config.safe_mode_window_s)
+                                 safe_mode_window_s=config.safe_mode_window_s,
+                                 safe_mode_until_ts=config.safe_mode_until_ts)
         self._progress_stale = config.exactly_once
         self._retrying = False  # the next transaction retries one that failed transiently
         self.retries = 0
@@ -283,7 +287,7 @@ class Loader:
             rows = [(ts, dml) for ts, dml in rows if not self.guard.should_skip(ts)]
         if not rows:
             return 0
-        safe = self.guard.safe_mode(self._clock(), retry=self._retrying)
+        safe = self.guard.safe_mode(self._clock(), retry=self._retrying, first_ts=rows[0][0])
         statements = render_unit(rows, merge=c.merge, safe_mode=safe,
                                  rows_per_statement=c.rows_per_statement)
         max_ts = rows[-1][0]

@@ -95,11 +95,14 @@ class ReplayGuard:
     """Which parts to skip and when safe mode is on; see the module docstring."""
 
     def __init__(self, *, exactly_once: bool, safe_mode: bool = False, started_at_s: float = 0.0,
-                 safe_mode_window_s: float = SAFE_MODE_WINDOW_S):
+                 safe_mode_window_s: float = SAFE_MODE_WINDOW_S, safe_mode_until_ts: int = 0):
         if safe_mode_window_s < 0:
             raise ValueError(f"safe_mode_window_s must be >= 0, got {safe_mode_window_s}")
         self.exactly_once = exactly_once
         self.configured_safe_mode = safe_mode
+        # A replay window by commit_ts (the worker-count change after a crash): rows
+        # starting at or below it run in safe mode, whatever the other settings say.
+        self.safe_mode_until_ts = safe_mode_until_ts
         self._forced_until_s = started_at_s + (0.0 if exactly_once else safe_mode_window_s)
         self._applied_ts = 0
         self._loaded = False
@@ -128,9 +131,10 @@ class ReplayGuard:
         """Exactly-once: the part is already committed downstream."""
         return self.exactly_once and commit_ts <= self._applied_ts
 
-    def safe_mode(self, now_s: float, *, retry: bool = False) -> bool:
-        """Whether statements run in safe mode now (for a retry when ``retry``)."""
-        if self.configured_safe_mode:
+    def safe_mode(self, now_s: float, *, retry: bool = False, first_ts: int = 0) -> bool:
+        """Whether statements run in safe mode now (for a retry when ``retry``), for rows
+        whose lowest commit_ts is ``first_ts``."""
+        if self.configured_safe_mode or 0 < first_ts <= self.safe_mode_until_ts:
             return True
         if self.exactly_once:
             return False
