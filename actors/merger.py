@@ -303,12 +303,14 @@ class MergerActor:
             log.warning("pump discovery failed (%s); retrying in %.0f s", exc, _RETRY_S)
             self._collector_retry_at = now + _RETRY_S
 
-    def _batch_limit(self, merger: Merger) -> int:
+    def _batch_limit(self, merger: Merger, inflight: int) -> int:
         """``merge_batch`` items, up to :data:`_BACKLOG_BATCHES` times that while the pumps'
-        input is backed up (catching up: fewer, bigger hops; live: small, prompt ones)."""
+        input is backed up *and* the pipeline is busy with earlier batches (catching up:
+        fewer, bigger hops; live, or the pipeline idle: small, prompt ones, so the keeper
+        and the workers start on the first rows at once instead of after a big batch)."""
         limit = self.settings.merge_batch
         backlog = merger.buffered()
-        if backlog > 2 * limit:
+        if inflight and backlog > 2 * limit:
             return min(backlog, _BACKLOG_BATCHES * limit)
         return limit
 
@@ -334,7 +336,7 @@ class MergerActor:
                     progressed = True
             if progressed:
                 self.positions = merger.positions()
-            ready = merger.pop_ready_pairs(self._batch_limit(merger))
+            ready = merger.pop_ready_pairs(self._batch_limit(merger, len(inflight)))
             if ready:
                 items = pack(ready)
                 if routed:  # rows go keeper -> workers; the coordinator sees the plan

@@ -33,6 +33,7 @@ __all__ = ["ActorFeed", "GrpcFeed", "RETRY_S"]
 log = logging.getLogger(__name__)
 
 RETRY_S = 1.0   # a pump (or the registry) that failed is tried again after this
+FIRST_PULL_BYTES = 64 << 10  # a feed's first pull: the merge starts before the pump read 4 MiB
 
 
 def _ray():
@@ -64,7 +65,7 @@ class ActorFeed:
         self.metrics = metrics
         self.source = ActorPumpSource(actor, _ray(), node_id=node_id,
                                       max_bytes=max_bytes, pull_timeout_s=0.5,
-                                      max_outstanding=2)
+                                      max_outstanding=2, first_max_bytes=FIRST_PULL_BYTES)
         self._retry_at: float | None = None
         self.source.start_fetch(since_ts)
 

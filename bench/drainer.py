@@ -36,7 +36,7 @@ Prints, last::
 
 Goals: ratio >= 0.8 for inserts and >= 0.5 for mixed; lag p99 < 1000 ms.
 
-    .venv/bin/python bench/drainer.py --rows 10000 --workers 4 --txn-batch 200
+    .venv/bin/python bench/drainer.py --rows 30000 --workers 4 --txn-batch 200
 """
 
 from __future__ import annotations
@@ -223,10 +223,28 @@ def reset_downstream(down_db) -> None:
         cur.execute("DROP DATABASE IF EXISTS tidb_binlog")
 
 
+def window_phases(samples: list[tuple[int, float]], start_s: float, end_s: float,
+                  rows: int) -> str:
+    """``first commit after X s, Y rows/s between the first and the last commit, Z s to
+    the checkpoint``, from the coordinator's (commit_ts, committed_at) samples."""
+    if not samples:
+        return "no commits sampled"
+    first = min(at for _, at in samples)
+    last = max(at for _, at in samples)
+    steady = rows / (last - first) if last > first else 0.0
+    return (f"first commit after {first - start_s:.2f} s, {steady:.0f} rows/s from the first "
+            f"to the last commit, then {max(0.0, end_s - last):.2f} s to the checkpoint")
+
+
 def time_drainer(cluster, down_db, args, target_ts: int, rows: int,
                  label: str = "drainer") -> tuple[float, dict]:
     """Start a task, time it from "running" to checkpoint >= target_ts, stop it; the
-    status gets ``cpu_split``: CPU per row of each process kind over that window."""
+    status gets ``cpu_split``: CPU per row of each process kind over that window, and
+    ``phases``: how the window splits into before the first downstream commit, between
+    the first and the last (the steady apply rate), and after it (the checkpoint waiting
+    for every pump's watermark to pass the target)."""
+    import ray
+
     from cluster.drainer import Drainer
 
     drainer = Drainer.start(drainer_config(down_db, args), registry=cluster.registry,
@@ -239,15 +257,24 @@ def time_drainer(cluster, down_db, args, target_ts: int, rows: int,
             if st["state"] == "failed":
                 raise RuntimeError(f"drainer failed: {st['error']}")
             now = time.perf_counter()
+            if args.timeline and start is not None:
+                print(f"  t={now - start:5.2f}s merged={st['merged']} handed_out="
+                      f"{st['applied_rows']} outstanding={st['outstanding']} "
+                      f"batches={st['routed_batches']} checkpoint={st['checkpoint_commit_ts']}",
+                      flush=True)
             if start is None and st["state"] == "running":
-                start = now
+                start, start_wall = now, time.time()
                 cpu_start = cpu_by_process()  # the actors exist: their start-up is not counted
                 if args.profile:
                     profiler = Profiler(Path(args.profile), label)
             if start is not None and st["checkpoint_commit_ts"] >= target_ts:
+                end_wall = time.time()
                 st["cpu_split"] = cpu_split(cpu_start, cpu_by_process(), rows)
                 if profiler is not None:
                     profiler.stop()
+                samples = ray.get(drainer.coordinator.apply_samples.options(
+                    concurrency_group="status").remote())
+                st["phases"] = window_phases(samples, start_wall, end_wall, rows)
                 return now - start, st
             time.sleep(0.05)
     finally:
@@ -322,7 +349,7 @@ def main(argv=None) -> int:
     from tidb_binlog.upstream import Upstream, workload
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", type=int, default=20000, help="txns (= rows) per workload")
+    p.add_argument("--rows", type=int, default=30000, help="txns (= rows) per workload")
     p.add_argument("--sessions", type=int, default=16,
                    help="upstream threads (only how fast the binlogs are produced)")
     p.add_argument("--workers", type=int, default=4, help="syncer.worker-count")
@@ -344,6 +371,8 @@ def main(argv=None) -> int:
                    help="run the drainer on each phase's stored binlogs this many times "
                         "(downstream emptied in between; the median counts); only with a "
                         "single phase")
+    p.add_argument("--timeline", action="store_true",
+                   help="print the task's status at every poll (50 ms) of the timed window")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="py-spy every actor process during each timed window; raw stacks "
@@ -393,7 +422,7 @@ def main(argv=None) -> int:
                 print(f"drainer {kind}: {stats.rows} rows in {seconds:.2f} s "
                       f"({stats.rows / seconds:.0f} rows/s; flushes {st['flushes']}, "
                       f"{st['merged'] / max(st['routed_batches'], 1):.0f} items per batch); "
-                      + st["cpu_split"], flush=True)
+                      + st["cpu_split"] + "; " + st["phases"], flush=True)
             phases[kind] = (stats.rows, statistics.median(runs))
             if kind == "insert":
                 c_rows, c_seconds = ceiling(up_db, down_db)

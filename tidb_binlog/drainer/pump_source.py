@@ -155,7 +155,7 @@ class ActorPumpSource:
     def __init__(self, actor, ray=None, *, node_id: str = "", calls: RayCalls | None = None,
                  max_bytes: int = DEFAULT_MAX_BYTES, pull_timeout_s: float = 1.0,
                  max_outstanding: int = 4, metrics=None,
-                 wall_clock: Callable[[], float] = time.time):
+                 wall_clock: Callable[[], float] = time.time, first_max_bytes: int = 0):
         if calls is None and ray is None:
             raise ConfigError("ActorPumpSource needs the ray module (or calls=RayCalls(ray))",
                               key="ray")
@@ -166,6 +166,10 @@ class ActorPumpSource:
         self.node_id = node_id
         self.calls = calls if calls is not None else RayCalls(ray)
         self.max_bytes = max_bytes
+        # the first pull of a chain asks for this much (0: max_bytes): a small first
+        # batch lets the merge start while the pump reads the next, bigger one
+        self.first_max_bytes = first_max_bytes
+        self._first = True
         self.pull_timeout_s = pull_timeout_s
         self.max_outstanding = max_outstanding
         self.metrics = metrics
@@ -198,7 +202,11 @@ class ActorPumpSource:
             raise BinlogError(f"pump {self.node_id}: {len(self._inflight)} fetches already "
                               f"outstanding (max_outstanding={self.max_outstanding}); poll first")
         self._tokens += 1
-        batch_ref, wm_ref = self.calls.pull(self.actor, since_commit_ts, self.max_bytes,
+        max_bytes = self.max_bytes
+        if self._first and self.first_max_bytes:
+            max_bytes = min(max_bytes, self.first_max_bytes)
+        self._first = False
+        batch_ref, wm_ref = self.calls.pull(self.actor, since_commit_ts, max_bytes,
                                             self.pull_timeout_s)
         self._inflight.append(_InFlight(self._tokens, since_commit_ts, batch_ref, wm_ref))
         self._chaining = True
@@ -255,6 +263,7 @@ class ActorPumpSource:
 
     def _stop_chain(self) -> None:
         self._chaining = False
+        self._first = True  # a chain started again begins small again
         self._inflight.clear()   # a dropped pull ends within pull_timeout_s on the pump
 
     def close(self) -> None:
