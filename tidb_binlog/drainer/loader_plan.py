@@ -62,7 +62,9 @@ def as_part(item) -> Part:
     """A batch item as a Part: a Txn, a ``(commit_ts, dmls)`` part, or a DDL."""
     if type(item) is tuple and len(item) == 2 and type(item[0]) is int:
         dmls = item[1]
-        return Part(item[0], dmls if type(dmls) is tuple else tuple(dmls))
+        # Part(...) without the NamedTuple's Python-level __new__ (one per row change of
+        # a 1-row transaction, the common shape)
+        return _new_part(Part, (item[0], dmls if type(dmls) is tuple else tuple(dmls), None))
     if isinstance(item, Part):
         return item
     if isinstance(item, Txn):
@@ -73,6 +75,9 @@ def as_part(item) -> Part:
         return Part(int(item[0]), tuple(item[1]))
     raise ProtocolError(f"a batch item must be a Txn, a (commit_ts, dmls) part or a DDL, "
                         f"got {type(item).__name__}: {item!r:.200}")
+
+
+_new_part = tuple.__new__
 
 
 def check_batch(parts: Sequence[Part], worker: int) -> None:
