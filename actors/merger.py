@@ -2,14 +2,14 @@
 
 It pulls every pump, merges by commit_ts
 (:class:`~tidb_binlog.drainer.merge.Merger`), and hands each ready batch
-(``merge_batch`` items, up to 4x that while the input is backed up) to the
-schema keeper; the keeper's result *refs* go straight to the coordinator, so
+(``merge_batch`` items, up to 16x that while the input is backed up and earlier
+batches are in flight) to the schema keeper; the keeper's result *refs* go straight to the coordinator, so
 translated rows never pass through the merger. In exactly-once mode the keeper
 also routes the rows and plans the flushes (``translate_routed``: one returned
 object per worker and a plan) and the coordinator, which receives only the plan
-(``apply_routed``), hands each worker its own object: rows travel keeper → worker. A keeper/coordinator pair
-without those methods (the file sink's) is driven with ``translate`` →
-``apply``. At most ``max_inflight`` batches are outstanding
+(``apply_routed``), hands each worker its own object: rows travel keeper → worker.
+A keeper/coordinator pair without those methods (the file sink's) is driven with
+``translate`` → ``apply``. At most ``max_inflight`` batches are outstanding
 (backpressure). On a :class:`~actors.ray_calls.PipelineReset`
 (an actor of the pipeline died and Ray restarted it) it replays from the
 durable checkpoint.

@@ -41,7 +41,6 @@ class SchemaKeeperActor:
         self.meta = meta if meta is not None else UpstreamMeta(settings.upstream_meta)
         self._ignored_ts = frozenset(settings.ignore_txn_commit_ts)
         self._ignored_dbs = frozenset(s.lower() for s in settings.ignore_schemas)
-        self._ignored_cache: dict[str, bool] = {}
         self._rebuild(schema_version)
         # A fresh process (first start, or Ray restarted it mid-pipeline) holds the
         # schema at ``schema_version``, not where the stream is: it translates only
@@ -120,21 +119,11 @@ class SchemaKeeperActor:
         plan, payloads = planner.plan(translated)
         return (pack(plan), *[pack(p) for p in payloads])
 
-    def _ignored(self, database: str) -> bool:
-        """Whether ``database`` is in ``ignore-schemas`` (case-insensitively; cached)."""
-        known = self._ignored_cache
-        ignored = known.get(database)
-        if ignored is None:
-            if len(known) >= 4096:
-                known.clear()
-            ignored = known[database] = database.lower() in self._ignored_dbs
-        return ignored
-
     def _filter(self, txn: Txn | None) -> Txn | None:
         """A DDL of an ignored database is dropped (its rows never left the translator)."""
         if txn is None or txn.ddl is None or not self._ignored_dbs:
             return txn
-        return None if self._ignored(txn.ddl.database) else txn
+        return None if txn.ddl.database.lower() in self._ignored_dbs else txn
 
     def schema_version(self) -> int:
         return self.translator.keeper.schema_version

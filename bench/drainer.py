@@ -107,14 +107,12 @@ def ceiling(up_db, down_db, rounds: int = CEILING_ROUNDS) -> tuple[int, float]:
     return len(rows), statistics.median(times)
 
 
-def cpu_by_process() -> dict[str, float]:
-    """CPU seconds (user + system) so far of this benchmark's Ray actor processes, Ray's
-    raylet and GCS, and the MariaDB servers (descendants of this process), summed per
-    kind (``MergerActor``, ``SqlWorkerActor``, ``raylet``, ``mariadbd``...)."""
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """pid -> (ppid, argv0, CPU seconds so far) of every process on the machine."""
     import os
 
     tick = os.sysconf("SC_CLK_TCK")
-    procs: dict[int, tuple[int, str, float]] = {}  # pid -> (ppid, argv0, cpu_s)
+    procs: dict[int, tuple[int, str, float]] = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -126,38 +124,49 @@ def cpu_by_process() -> dict[str, float]:
         except OSError:
             continue
         procs[int(pid)] = (int(fields[1]), argv0, (int(fields[11]) + int(fields[12])) / tick)
+    return procs
+
+
+def _kind(argv0: str) -> str | None:
+    """``MergerActor``, ``SqlWorkerActor``, ``raylet``, ``mariadbd``...; None: not counted."""
+    if argv0.startswith("ray::"):
+        return argv0[5:].split(".", 1)[0].split(":", 1)[0] or "ray-idle"
+    if argv0.endswith(("mariadbd", "raylet", "gcs_server")):
+        return argv0.rsplit("/", 1)[-1]  # Ray's own daemons count too: they share the cores
+    return None
+
+
+def _ours(procs: dict[int, tuple[int, str, float]]) -> dict[int, str]:
+    """pid -> kind of the counted processes descending from this one."""
+    import os
+
     me = os.getpid()
-    out: dict[str, float] = {}
-    for ppid, argv0, cpu_s in procs.values():
-        if argv0.startswith("ray::"):
-            kind = argv0[5:].split(".", 1)[0].split(":", 1)[0] or "ray-idle"
-        elif argv0.endswith(("mariadbd", "raylet", "gcs_server")):
-            kind = argv0.rsplit("/", 1)[-1]  # Ray's own daemons count too: they share the cores
-        else:
+    out = {}
+    for pid, (ppid, argv0, _) in procs.items():
+        kind = _kind(argv0)
+        if kind is None:
             continue
         while ppid not in (me, 0, 1) and ppid in procs:
             ppid = procs[ppid][0]
         if ppid == me:
-            out[kind] = out.get(kind, 0.0) + cpu_s
+            out[pid] = kind
+    return out
+
+
+def cpu_by_process() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this benchmark's Ray actor processes, Ray's
+    raylet and GCS, and the MariaDB servers (descendants of this process), summed per
+    kind (``MergerActor``, ``SqlWorkerActor``, ``raylet``, ``mariadbd``...)."""
+    procs = _processes()
+    out: dict[str, float] = {}
+    for pid, kind in _ours(procs).items():
+        out[kind] = out.get(kind, 0.0) + procs[pid][2]
     return out
 
 
 def actor_pids() -> dict[int, str]:
     """pid -> kind of this benchmark's Ray actor processes (see :func:`cpu_by_process`)."""
-    import os
-
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv0 = f.read().split(b"\0", 1)[0].decode("utf-8", "replace")
-        except OSError:
-            continue
-        if argv0.startswith("ray::") and "Actor" in argv0:
-            out[int(pid)] = argv0[5:].split(".", 1)[0].split(":", 1)[0]
-    return out
+    return {pid: kind for pid, kind in _ours(_processes()).items() if "Actor" in kind}
 
 
 class Profiler:
@@ -184,9 +193,12 @@ class Profiler:
     def stop(self, top: int = 12) -> None:
         import signal
 
-        for proc in self.procs:
+        procs, self.procs = self.procs, []
+        if not procs:  # stopped already
+            return
+        for proc in procs:
             proc.send_signal(signal.SIGINT)
-        for proc in self.procs:
+        for proc in procs:
             proc.wait(timeout=30)
         for kind, files in sorted(self.files.items()):
             own: dict[str, int] = {}
@@ -278,6 +290,8 @@ def time_drainer(cluster, down_db, args, target_ts: int, rows: int,
                 return now - start, st
             time.sleep(0.05)
     finally:
+        if profiler is not None:
+            profiler.stop()  # no-op once stopped; otherwise py-spy must not outlive the run
         drainer.stop()
 
 

@@ -51,11 +51,11 @@ class Send:
     """Hand ``parts`` to ``worker`` (one downstream batch, commit order within it)."""
 
     worker: int
-    parts: tuple[Part, ...] | tuple[tuple[int, int], ...]
+    parts: tuple[Part, ...]
 
     @property
     def dml_count(self) -> int:
-        return sum(d if type(d) is int else len(d) for _, d in self.parts)
+        return sum(len(dmls) for _, dmls in self.parts)
 
 
 @dataclass(frozen=True)
