@@ -13,6 +13,7 @@ the foreign library, with the original kept as ``__cause__``.
     │   └── ClusterIDMismatch        "cluster ID are mismatch"
     ├── StorageError                 pump storage (vlog, index), binlog files
     │   ├── CorruptRecord            a vlog / binlog-file record failed magic/length/CRC
+    │   │   └── DamagedBinlog        a pull met an acknowledged binlog it cannot serve (names ts)
     │   ├── DiskSpaceError           "no available space" guard
     │   └── PurgedError              a request below gc_ts
     ├── StateError                   an action the node state forbids ("no online: paused")
@@ -41,6 +42,7 @@ __all__ = [
     "ClusterIDMismatch",
     "StorageError",
     "CorruptRecord",
+    "DamagedBinlog",
     "DiskSpaceError",
     "PurgedError",
     "StateError",
@@ -110,6 +112,15 @@ class CorruptRecord(StorageError):
     """A value-log or binlog-file record failed its magic, length or CRC check."""
 
     _fields = ("path", "offset")
+
+
+class DamagedBinlog(CorruptRecord):
+    """A pull reached a stored binlog it cannot serve (checksum mismatch, or the record
+    is not the one the index names): the pull stops there instead of skipping it, so a
+    reader never passes the gap unknowingly. ``ts`` is the index key (the pull can
+    resume after it only by an operator's decision)."""
+
+    _fields = ("path", "offset", "ts")
 
 
 class DiskSpaceError(StorageError):
