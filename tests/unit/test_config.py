@@ -468,3 +468,51 @@ def test_missing_file_and_bad_toml(tmp_path):
     assert info.value.path == str(tmp_path / "nope.toml")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_pump_config(write(tmp_path, "addr = \n"))
+
+
+# -- input checks a user meets first: secrets, bare-number durations -----------------------
+
+@pytest.mark.parametrize(("text", "shown_type"), [
+    ("[syncer.to]\npassword = 987654\n", "an integer"),
+    ("[syncer.to]\npassword = 98.7654\n", "a float"),
+    ("[syncer.to.checkpoint]\npassword = [987654]\n", "an array"),
+    ("[syncer.to]\nencrypted_password = 987654\n", "an integer"),
+])
+def test_a_wrong_type_password_is_reported_without_its_value(tmp_path, text, shown_type):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_drainer_config(path, env={})
+    message = str(info.value)
+    assert "987654" not in message and "98.7654" not in message
+    key = text.split("\n")[1].split(" =")[0]
+    section = text.split("\n")[0].strip("[]")
+    assert message == (f"`{section}.{key}` in {path} is {shown_type} (its value is not shown: "
+                       "it is a secret); expected a string: put it in quotes, "
+                       'password = "..."')
+
+
+@pytest.mark.parametrize("value", ["5", '"5"', "5.0", '" 7 "'])
+def test_a_bare_number_read_timeout_is_refused_with_the_accepted_forms(tmp_path, value):
+    """TiDB Binlog would read ``read-timeout = 5`` as five *days*."""
+    path = write(tmp_path, f"[syncer.to]\nread-timeout = {value}\n")
+    with pytest.raises(ConfigError) as info:
+        load_drainer_config(path, env={})
+    shown = {"5": "5", '"5"': "'5'", "5.0": "5.0", '" 7 "': "' 7 '"}[value]
+    assert str(info.value) == (
+        f"`syncer.to.read-timeout` in {path} is {shown}; expected a duration string like "
+        '"1m", "30s", "1m30s" or "500ms"; a bare number is refused because TiDB Binlog '
+        'would read it as days: write "5s" for five seconds')
+
+
+@pytest.mark.parametrize(("value", "seconds"), [('"5s"', 5.0), ('"1m30s"', 90.0),
+                                                ('"500ms"', 0.5), ('"2h"', 7200.0)])
+def test_read_timeout_takes_go_durations_and_renders_back(tmp_path, value, seconds):
+    cfg = load_drainer_config(write(tmp_path, f"[syncer.to]\nread-timeout = {value}\n"), env={})
+    assert cfg.syncer.to.read_timeout_s == seconds
+    assert load_drainer_config(write(tmp_path, cfg.to_toml(), "r.toml"), env={}) == cfg
+
+
+def test_a_zero_read_timeout_is_refused(tmp_path):
+    path = write(tmp_path, '[syncer.to]\nread-timeout = "0s"\n')
+    with pytest.raises(ConfigError, match=r"is '0s'; expected a duration string .* \(must be > 0\)"):
+        load_drainer_config(path, env={})

@@ -160,6 +160,40 @@ def _duration_kind(allow_zero: bool = False) -> _Kind:
     return _Kind(what, parse, _render_duration)
 
 
+_GO_DURATION_FORMS = 'a duration string like "1m", "30s", "1m30s" or "500ms"'
+
+
+def _render_go_duration(seconds: float) -> str:
+    """Seconds as a Go duration string that :func:`parse_go_duration` reads back."""
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if seconds and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{_plain(seconds * 1000)}ms"
+
+
+def _go_duration_kind() -> _Kind:
+    """A timeout given only as a Go duration string (``read-timeout``).
+
+    TiDB Binlog parses such keys with the same code as ``gc``, so a bare number there
+    means *days*: ``read-timeout = 5`` is a five-day read timeout, which nobody means.
+    We refuse a bare number (an int, a float or a digit string) instead of guessing,
+    and the message shows the accepted forms."""
+    what = f"{_GO_DURATION_FORMS} (must be > 0)"
+    bare = (f"{_GO_DURATION_FORMS}; a bare number is refused because TiDB Binlog would "
+            'read it as days: write "5s" for five seconds')
+
+    def parse(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise _Bad(what)
+        if not isinstance(v, str) or re.fullmatch(r"\s*[+-]?[0-9.]+\s*", v):
+            raise _Bad(bare)
+        seconds = parse_go_duration(v)
+        _check(seconds > 0, what)
+        return seconds
+
+    return _Kind(what, parse, _render_go_duration)
+
+
 _SIZE_UNITS = {"": 1, "b": 1}
 for _i, _p in enumerate("kmgtpe", start=1):
     _SIZE_UNITS.update({_p: 1000**_i, _p + "b": 1000**_i, _p + "i": 1024**_i,

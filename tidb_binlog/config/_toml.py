@@ -89,6 +89,10 @@ def _parse_value(f, value, dotted: str, source: str, *, from_flag: bool = False)
                     raise _Bad(kind.expected) from None
             return kind.parse(value)
         except _Bad as exc:
+            if meta.get("secret"):  # a password: never echo it, even when it is wrong
+                raise ConfigError(f"`{dotted}` in {source} is {_toml_type(value)} (its value "
+                                  f"is not shown: it is a secret); expected {exc}: put it in "
+                                  'quotes, password = "..."', key=dotted, path=source) from None
             raise _bad_value(dotted, source, value, str(exc)) from None
     cls, shape = meta["section"], meta["shape"]
     if shape == "table":
@@ -102,6 +106,15 @@ def _parse_value(f, value, dotted: str, source: str, *, from_flag: bool = False)
         raise _bad_value(dotted, source, value, f"a table of named tables ([{dotted}.<name>])")
     return {name: _build(cls, _parse_table(cls, item, f"{dotted}.{name}.", source))
             for name, item in value.items()}  # fmt: skip
+
+
+def _toml_type(value) -> str:
+    """The TOML type of a parsed value, for messages that must not show the value."""
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
+                       (str, "a string"), (list, "an array"), (dict, "a table")):
+        if isinstance(value, kind):
+            return name
+    return "a date or time" if value is not None else "empty"
 
 
 def _build(cls, values: _Partial):

@@ -31,8 +31,8 @@ from tidb_binlog.config._kinds import (
     _STR,
     _bytes_kind,
     _csv_kind,
-    _duration_kind,
     _float_kind,
+    _go_duration_kind,
     _int_kind,
     _list_kind,
     _opt,
@@ -119,8 +119,8 @@ class CheckpointConfig:
     host: str = _opt("host", _STR, "")
     port: int = _opt("port", _int_kind(0, 65535), 0)
     user: str = _opt("user", _STR, "")
-    password: str = _opt("password", _STR, "")
-    encrypted_password: str = _opt("encrypted_password", _STR, "")
+    password: str = _opt("password", _STR, "", secret=True)
+    encrypted_password: str = _opt("encrypted_password", _STR, "", secret=True)
     security: SecurityConfig = _section("security", SecurityConfig)
 
 
@@ -131,10 +131,10 @@ class ToConfig:
     host: str = _opt("host", _STR, "")
     port: int = _opt("port", _int_kind(0, 65535), 0)
     user: str = _opt("user", _STR, "")
-    password: str = _opt("password", _STR, "")
-    encrypted_password: str = _opt("encrypted_password", _STR, "")
+    password: str = _opt("password", _STR, "", secret=True)
+    encrypted_password: str = _opt("encrypted_password", _STR, "", secret=True)
     sync_mode: int = _opt("sync-mode", _int_kind(1, 2), 1)
-    read_timeout_s: float = _opt("read-timeout", _duration_kind(), 60.0)
+    read_timeout_s: float = _opt("read-timeout", _go_duration_kind(), 60.0)
     params: dict = _opt("params", _str_map_kind(), {})
     merge: bool = _opt("merge", _BOOL, True)
     dir: str = _opt("dir", _STR, "")
