@@ -13,7 +13,16 @@
 6. a full comparison of every upstream table with the downstream.
 
 It prints a summary (rows, rows/s, p50/p99 lag, ``diff: 0`` or the differing
-tables) and returns 1 when the databases differ.
+tables with which side is wrong and sample rows) and returns 1 when the databases
+differ.
+
+**A failure is never hidden.** A workload that fails (any error its retry rules do
+not cover) stops the demo at once: its error is printed first and the demo exits 1
+*without* comparing, because a half-run workload leaves the upstream in a state a
+diff would wrongly blame on replication. The upstream server is killed first so the
+other workloads end quickly. A replication task that fails stops the demo the same
+way. ``upstream_faults`` arms :class:`tidb_binlog.upstream.faults.Faults` knobs
+(``--upstream-fault`` on the command line) to show that path.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["run_demo"]
+__all__ = ["run_demo", "WorkloadFailed", "WORKLOADS", "DATABASE"]
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +51,24 @@ def _percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
+class WorkloadFailed(Exception):
+    """A workload thread died; carries the errors collected so far."""
+
+    def __init__(self, errors: list[str]):
+        super().__init__("; ".join(errors))
+        self.errors = list(errors)
+
+
 def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None = None,
-             keep: bool = False, console=None) -> int:
+             keep: bool = False, console=None, upstream_faults: dict | None = None) -> int:
     """Run the demo; return the process exit code (0 when up- and downstream match)."""
+    from tidb_binlog.errors import ConfigError
+
+    if not duration_s > 0:  # the CLI refuses these first; this guards API callers
+        raise ConfigError(f"duration must be more than 0 seconds, got {duration_s}",
+                          key="duration")
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1, got {workers}", key="workers")
     import ray
     from rich.console import Console
 
@@ -76,6 +100,9 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
         console.print(f"registry and 2 pumps up: {cluster.pump_addresses()}")
         upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
         upstream.ddl(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+        if upstream_faults:
+            upstream.faults.arm(**upstream_faults)
+            console.print(f"[yellow]upstream fault knobs armed[/yellow]: {upstream.faults}")
         cfg = load_drainer_config(None, {
             "syncer.to.host": down_db.host, "syncer.to.port": down_db.port,
             "syncer.to.user": down_db.user, "syncer.to.password": down_db.password,
@@ -84,11 +111,22 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
         drainer = Drainer.start(cfg, registry=cluster.registry, namespace="tidb-binlog-demo")
         stats, errors, threads = _run_workloads(upstream, duration_s, DATABASE)
         try:
-            lags_ms, peak = _follow(drainer, console, threads, stats, extract_physical)
+            lags_ms, peak = _follow(drainer, console, threads, stats, errors, extract_physical)
+        except WorkloadFailed as exc:
+            console.line()  # end the live line
+            for err in exc.errors:
+                console.print(f"[bold red]workload failed[/bold red]: {err}")
+            console.print("[bold red]demo stopped before comparing[/bold red]: a failed "
+                          "workload leaves the upstream half-written, so a diff would not "
+                          "tell a replication fault from it; see the log above")
+            up_db.kill()  # the other workloads fail fast instead of running out their time
+            _join(threads, 30.0)
+            return 1
         except BinlogError as exc:
+            console.line()
             console.print(f"[bold red]{exc}[/bold red]")
-            for th in threads:
-                th.join()
+            up_db.kill()
+            _join(threads, 30.0)
             return 1
         upstream.flush()
         target = cluster.get_ts()
@@ -108,15 +146,18 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
         console.print(f"lag (apply time - commit time): p50 {_percentile(lags_ms, 50):.0f} ms, "
                       f"p99 {_percentile(lags_ms, 99):.0f} ms; final checkpoint "
                       f"{result.get('commit_ts')} consistent={result.get('consistent')}")
-        for err in errors:
-            console.print(f"[yellow]workload error[/yellow]: {err}")
         console.print(f"compared {cmp.tables} tables, {cmp.rows} rows")
-        if cmp.equal and not errors:
+        if cmp.equal:
             console.print("[bold green]diff: 0[/bold green]")
             return 0
         for d in cmp.diffs:
-            console.print(f"[bold red]differs[/bold red] {d}")
-        console.print(f"[bold red]diff: {len(cmp.diffs)}[/bold red]")
+            lines = d.details()
+            console.print(f"[bold red]differs[/bold red] {lines[0]}", markup=True)
+            for line in lines[1:]:
+                console.print(line, markup=False, highlight=False)
+        console.print(f"[bold red]diff: {len(cmp.diffs)}[/bold red] ({cmp.rows_missing} rows "
+                      f"missing downstream, {cmp.rows_extra} extra downstream, "
+                      f"{cmp.rows_changed} with different values)")
         return 1
     finally:
         if drainer is not None:
@@ -147,14 +188,25 @@ def _run_workloads(upstream, duration_s: float, database: str):
             log.exception("workload %s failed", kind)
             errors.append(f"{kind}: {type(exc).__name__}: {exc}")
 
-    threads = [threading.Thread(target=one, args=(k,), name=f"demo-{k}") for k in WORKLOADS]
+    # daemon: a failed demo returns without waiting for workloads it has given up on
+    threads = [threading.Thread(target=one, args=(k,), name=f"demo-{k}", daemon=True)
+               for k in WORKLOADS]
     for th in threads:
         th.start()
     return stats, errors, threads
 
 
-def _follow(drainer, console, threads, stats, extract_physical):
-    """Show a live progress line while the workloads run; return lag samples (ms), peak."""
+def _join(threads, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for th in threads:
+        th.join(max(0.0, deadline - time.monotonic()))
+
+
+def _follow(drainer, console, threads, stats, errors, extract_physical):
+    """Show a live progress line while the workloads run; return lag samples (ms), peak.
+
+    Raises :class:`WorkloadFailed` as soon as a workload thread records an error (and
+    after the last one ends, for an error recorded at the very end)."""
     from rich.live import Live
 
     from tidb_binlog.errors import UnavailableError
@@ -164,6 +216,8 @@ def _follow(drainer, console, threads, stats, extract_physical):
     last_rows, last_t = 0, time.monotonic()
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         while any(th.is_alive() for th in threads):
+            if errors:
+                raise WorkloadFailed(errors)
             time.sleep(0.5)
             st = drainer.status()
             if st["state"] == "failed":
@@ -182,4 +236,6 @@ def _follow(drainer, console, threads, stats, extract_physical):
                         f"pumps {len(st['pump_positions'])}  upstream rows {up_rows}")
     for th in threads:
         th.join()
+    if errors:
+        raise WorkloadFailed(errors)
     return lags_ms, peak
