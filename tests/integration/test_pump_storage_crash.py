@@ -1,5 +1,7 @@
 """kill -9 a process writing to the storage; reopen; every acknowledged binlog is served
-exactly once, in commit order (also after cutting the last record or flipping a byte)."""
+exactly once, in commit order (also after cutting the last record or flipping a byte:
+then the damaged transaction's binlogs stop the pull with DamagedBinlog, never skipped
+silently, unless the resolver could write its lost Commit again)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tidb_binlog import binlog as bl
+from tidb_binlog.errors import DamagedBinlog
 from tidb_binlog.node import TxnStatus
 from tidb_binlog.pump.storage import Storage, StorageOptions
 from tidb_binlog.pump.storage_metrics import StorageMetrics
@@ -23,6 +26,7 @@ pytestmark = pytest.mark.integration
 CHILD = r"""
 import os, sys, threading
 from tidb_binlog import binlog as bl
+from tidb_binlog.errors import DamagedBinlog
 from tidb_binlog.pump.storage import Storage, StorageOptions
 from tidb_binlog.pump.storage_metrics import StorageMetrics
 from tidb_binlog.tso import TimestampOracle
@@ -98,6 +102,23 @@ def _records(path: Path) -> list[tuple[int, int, bl.Binlog]]:
     return [(off, size, bl.decode(p)) for off, size, p in scan_segment(raw, 0, end, _ScanResult())]
 
 
+def _pull_all(s: Storage) -> tuple[list[tuple[int, bytes]], list[int]]:
+    """Everything served, stepping over each DamagedBinlog (as an operator's skip would);
+    returns the served binlogs and the damaged ts met."""
+    served: list[tuple[int, bytes]] = []
+    damaged: list[int] = []
+    since = 0
+    while since < s.max_commit_ts:
+        try:
+            batch, since = s.pull_commits(since, max_bytes=1 << 30, max_count=1 << 30)
+        except DamagedBinlog as exc:
+            damaged.append(exc.ts)
+            since = exc.ts
+            continue
+        served.extend(batch)
+    return served, damaged
+
+
 class TruthResolver:
     """The upstream's answer: committed if the child was told so, otherwise rolled back."""
 
@@ -120,7 +141,8 @@ def test_kill9_every_acknowledged_binlog_served_once_in_order(tmp_path, damage, 
         assert len(files) >= 2, "the load should have rotated the value log"
     # The one transaction whose record we damage may be lost (a single copy is kept): a
     # damaged Prewrite makes its Commit unservable; a damaged Commit is recovered through
-    # the resolver only if its Prewrite still waits. Everything else must be served.
+    # the resolver only if its Prewrite still waits. A pull stops at what is lost with
+    # DamagedBinlog (naming the ts); everything else must be served.
     lost: set[int] = set()
     last = files[-1]
     recs = _records(last)
@@ -146,11 +168,15 @@ def test_kill9_every_acknowledged_binlog_served_once_in_order(tmp_path, damage, 
         while not (s.all_matched() and s.max_commit_ts >= max(commits.values())):
             assert time.monotonic() < deadline, s.stats()
             s.wait_for_commit(s.max_commit_ts, 0.1)
-        served = s.pull_commit_binlogs(0, max_bytes=1 << 30, max_count=1 << 30)
+        served, damaged = _pull_all(s)
         if damage == "flip_middle":
             assert metrics.value("binlog_pump_storage_corruption_skipped_bytes_total") > 0
     finally:
         s.close()
+    if damage == "none":
+        assert damaged == []
+    else:  # the victim's own key, or its commit's (whose prewrite is the victim)
+        assert set(damaged) <= {victim.start_ts, victim.commit_ts, commits.get(victim.start_ts)}
     tss = [ts for ts, _ in served]
     assert tss == sorted(set(tss)), "served out of order or twice"
     by_start = {}

@@ -22,7 +22,10 @@
     hold across batches. The stream ends when the client cancels or the server
     stops. A start below the storage's gc_ts aborts with ``OUT_OF_RANGE`` and the
     purge message (TiDB silently clamps; we refuse so a drainer never skips binlogs
-    unknowingly); a wrong cluster id aborts with ``FAILED_PRECONDITION``.
+    unknowingly); a wrong cluster id aborts with ``FAILED_PRECONDITION``; a damaged
+    acknowledged binlog aborts with ``DATA_LOSS`` and the storage's message naming its
+    ts, after everything before it was sent (TiDB's pump also ends the stream with an
+    error when it cannot read; the drainer stops there instead of skipping it).
 
 Threads: the server runs on its own asyncio event loop thread (``pump-grpc``),
 so the standalone process and the Ray actor (whose own threads stay free) host
@@ -51,7 +54,7 @@ from pathlib import Path
 
 import grpc
 
-from tidb_binlog.errors import BinlogError, ConfigError, PurgedError
+from tidb_binlog.errors import BinlogError, ConfigError, DamagedBinlog, PurgedError
 from tidb_binlog.proto import pump_pb2
 from tidb_binlog.pump.transport import (
     MAX_GRPC_MESSAGE_BYTES,
@@ -118,10 +121,11 @@ class PumpServicer:
     def _read_ahead(self, since_commit_ts: int) -> tuple[int, list[bytes]]:
         """On a prefetch thread: the next batch above ``since_commit_ts`` as serialized
         ``PullBinlogResp`` messages, and the commit_ts of its last one."""
-        batch, _ = self.node.pull(since_commit_ts, self.pull_batch_bytes, self.pull_wait_s)
-        if not batch:
-            return since_commit_ts, []
-        return batch[-1][0], [pull_response_bytes(ts, payload) for ts, payload in batch]
+        batch, position = self.node.pull(since_commit_ts, self.pull_batch_bytes,
+                                         self.pull_wait_s)
+        # the next read starts at the position, past keys that served nothing (an
+        # orphan commit): reading them again at once would spin
+        return position, [pull_response_bytes(ts, payload) for ts, payload in batch]
 
     async def PullBinlogs(self, request, context):
         """Yields serialized responses (see :mod:`.wire`); the read of the next batch
@@ -146,6 +150,9 @@ class PumpServicer:
                     log.error("drainer %s requested a purged binlog ts: %s", context.peer(), exc)
                     ahead = None
                     await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
+                except DamagedBinlog as exc:   # logged by the storage
+                    ahead = None
+                    await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
                 ahead = loop.run_in_executor(prefetch, read, last)
                 for message in messages:
                     yield message

@@ -149,6 +149,15 @@ class Index:
         except (plyvel.Error, OSError) as exc:
             raise StorageError(f"index {self.path}: read failed: {exc}") from exc
 
+    def delete(self, keys: list[bytes]) -> None:
+        """Delete ``keys`` in one synced batch (recovery's drop of stale entries)."""
+        try:
+            with self._db.write_batch(sync=True) as wb:
+                for k in keys:
+                    wb.delete(k)
+        except (plyvel.Error, OSError) as exc:
+            raise StorageError(f"index {self.path}: delete failed: {exc}") from exc
+
     def delete_upto(self, ts: int, batch_size: int = 1024) -> int:
         """Delete ``ts:`` keys at or below ``ts`` in batches; return how many."""
         deleted = 0

@@ -272,18 +272,25 @@ class PumpNode:
         at or below ``since_commit_ts`` or in the returned batch. With nothing new,
         waits up to ``timeout_s`` on the storage (no polling).
         """
-        watermark = self.storage.max_commit_ts
-        batch = self.storage.pull_commit_binlogs(since_commit_ts, max_bytes)
-        if not batch and timeout_s > 0:
+        batch, position = self._pull(since_commit_ts, max_bytes)
+        if not batch and position <= since_commit_ts and timeout_s > 0:
             self.storage.wait_for_commit(since_commit_ts, timeout_s)
-            watermark = self.storage.max_commit_ts
-            batch = self.storage.pull_commit_binlogs(since_commit_ts, max_bytes)
-        if batch:
-            # Everything in (since, last] was returned; beyond `last` the batch may
-            # have been cut by max_bytes, so the watermark is exactly `last`.
-            return batch, batch[-1][0]
-        # Nothing in (since, max_commit_ts as read before the pull].
-        return batch, max(watermark, since_commit_ts)
+            batch, position = self._pull(since_commit_ts, max_bytes)
+        # Everything served in (since, position] was returned: past keys that serve
+        # nothing (an orphan commit) the position still moves, so no caller reads them
+        # again in a loop.
+        return batch, max(position, since_commit_ts)
+
+    def _pull(self, since_commit_ts: int, max_bytes: int) -> tuple[list[tuple[int, bytes]], int]:
+        """``(batch, position)`` from the storage; a storage without ``pull_commits``
+        (the in-memory test storage) gives the position from its max_commit_ts read
+        before the pull."""
+        pull_commits = getattr(self.storage, "pull_commits", None)
+        if pull_commits is not None:
+            return pull_commits(since_commit_ts, max_bytes)
+        upto = self.storage.max_commit_ts
+        batch = self.storage.pull_commit_binlogs(since_commit_ts, max_bytes)
+        return batch, (batch[-1][0] if batch else upto)
 
     # -- periodic duties -----------------------------------------------------------------
     def tick(self) -> float:

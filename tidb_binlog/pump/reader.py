@@ -19,10 +19,22 @@ index lookup or read; a bigger Prewrite is not read further, and its Commit
 looks it up through the index. The batch stops before the item that would take it past ``max_bytes``
 (it always holds at least one item if any is ready) or at ``max_count`` items.
 
-Never served: a record whose CRC does not match (logged, counted in
-``binlog_pump_storage_error_count{type=read_value}``) and a Commit whose
-Prewrite is not on this pump (never written here, or purged by GC; counted
-under ``type=feed_pre_write_value``).
+Damage stops the pull (:class:`~tidb_binlog.errors.DamagedBinlog`, counted in
+``binlog_pump_storage_error_count{type=read_value}``): a record whose magic, length or
+CRC does not check out, or that is not the binlog its index key names (a Prewrite's
+start_ts, a Commit's or fake binlog's commit_ts: a stale index entry pointing at
+another record), and a Commit whose Prewrite record is damaged. It is raised, not
+skipped, because the binlog was acknowledged: serving what comes after it would be a
+silent gap downstream. The error names the ts; nothing after it is served until an
+operator repairs the storage (see the README's "Damaged binlogs").
+
+Skipped: a CRC-valid record that is not a binlog (a writer's bug; logged once, as
+recovery ignores it). Skipped (TiDB's behaviour): a Commit whose Prewrite is not on this pump (never
+written here, or purged by GC), logged once per start_ts and counted under
+``type=feed_pre_write_value``, and Rollbacks. :meth:`CommitReader.pull` returns the
+position it examined up to along with the batch, so a caller moves past skipped
+keys instead of reading them again (a reader connected to a pump holding such a
+Commit idles, it does not spin).
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ import logging
 from google.protobuf.message import DecodeError
 
 from tidb_binlog import binlog as bl
-from tidb_binlog.errors import CorruptRecord
+from tidb_binlog.errors import CorruptRecord, DamagedBinlog
 
 __all__ = ["CommitReader"]
 
@@ -46,68 +58,150 @@ _FIRST_READ_BYTES = 4096
 # Prewrites read whole are kept (by start_ts) for their commit later in the same pass,
 # instead of a second index lookup and pread; at most this many per pass.
 _MAX_SEEN_PREWRITES = 4096
+# Orphan commits already logged (by start_ts); forgotten wholesale past this many.
+_MAX_REPORTED_ORPHANS = 100_000
+_START_TS_TAG = 0x10  # field 2 (start_ts), varint: follows tp in every stored payload
+
+
+def _start_ts_of_prewrite(payload: bytes) -> int:
+    """The start_ts of a payload starting ``08 00`` (tp = Prewrite), from its first
+    bytes (the record may be read only partly); -1 if it is not where protobuf puts it."""
+    if len(payload) < 4 or payload[2] != _START_TS_TAG:
+        return -1
+    value = shift = 0
+    for byte in payload[3:13]:
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value
+        shift += 7
+    return -1
 
 
 class CommitReader:
     """Reads served binlogs from an index and a value log (see the module docstring)."""
 
-    def __init__(self, index, vlog, metrics):
+    def __init__(self, index, vlog, metrics, *, skip_damaged_ts=frozenset()):
         self._index = index
+        self._skip_damaged = frozenset(skip_damaged_ts)
         self._vlog = vlog
         self._metrics = metrics
+        self._reported_orphans: set[int] = set()
+        self._reported_skips: set[int] = set()
+        self._reported_damage: set[int] = set()
 
     def pull(self, since_commit_ts: int, upto_ts: int, max_bytes: int,
-             max_count: int) -> list[tuple[int, bytes]]:
-        """``(commit_ts, payload)`` of commits and fake binlogs in ``(since, upto]``."""
+             max_count: int) -> tuple[list[tuple[int, bytes]], int]:
+        """``(commit_ts, payload)`` of commits and fake binlogs in ``(since, upto]``, and
+        the position examined up to: every served binlog at or below it is in the batch
+        or at or below ``since`` (``upto`` when the range was read to its end, else the
+        last item's ts). Raises :class:`DamagedBinlog` at the first damaged key when it
+        comes first, else returns the items before it (the next pull raises)."""
         out: list[tuple[int, bytes]] = []
         size = 0
+        position = upto_ts
         seen: dict[int, bytes] = {}  # start_ts -> Prewrite payload read during this pass
         read_first = self._vlog.block_reader().read_first
         for ts, ptr in self._index.iter_range(since_commit_ts, upto_ts):
             try:
                 payload, complete = read_first(ptr, _FIRST_READ_BYTES)
                 if payload.startswith(_PREWRITE_PREFIX):
+                    start_ts = _start_ts_of_prewrite(payload)
+                    if start_ts != ts:
+                        raise CorruptRecord(f"the record at {ptr.fid:06d}.vlog offset "
+                                            f"{ptr.offset} is a prewrite with start_ts "
+                                            f"{start_ts}, not the binlog the index names")
                     if complete and len(seen) < _MAX_SEEN_PREWRITES:
                         seen[ts] = payload
                     continue
                 if not complete:
                     payload = self._vlog.read(ptr)
                 payload = self.filled(payload, ts, seen)
-            except (CorruptRecord, DecodeError) as exc:
-                log.error("not serving ts %d: %s", ts, exc)
+            except DecodeError as exc:
+                # whole and CRC-valid, yet not a binlog: a writer stored a payload that did
+                # not match its binlog (recovery ignores it the same way); not damage
                 self._metrics.error_count.labels("read_value").inc()
+                if ts not in self._reported_skips:
+                    self._reported_skips.add(ts)
+                    log.error("not serving ts %d: its record is not a binlog (%s)", ts, exc)
                 continue
+            except CorruptRecord as exc:
+                if ts in self._skip_damaged:
+                    self._skip_once(ts, exc)
+                    continue
+                if out:  # serve what comes before it first; the next pull starts here
+                    position = out[-1][0]
+                    break
+                self._metrics.error_count.labels("read_value").inc()
+                raise self._damaged(ts, ptr, exc) from exc
             if payload is None:
                 continue
             if out and size + len(payload) > max_bytes:
+                position = out[-1][0]
                 break
             out.append((ts, payload))
             size += len(payload)
             if len(out) >= max_count:
+                position = ts
                 break
-        return out
+        return out, position
+
+    def _skip_once(self, ts: int, exc: Exception) -> None:
+        if ts not in self._reported_skips:
+            self._reported_skips.add(ts)
+            log.warning("skipping the damaged binlog at ts %d as configured (storage."
+                        "skip-damaged-ts): %s", ts, exc)
+
+    def _damaged(self, ts: int, ptr, exc: Exception) -> DamagedBinlog:
+        path = getattr(exc, "path", None) or str(self._vlog.dir / f"{ptr.fid:06d}.vlog")
+        offset = getattr(exc, "offset", None)
+        msg = (f"pump storage cannot serve the binlog at ts {ts} ({exc}); pulls stop before "
+               "it so no reader skips an acknowledged binlog: restore this pump's data dir "
+               "from a copy, or let the drainers skip it with [storage] skip-damaged-ts = "
+               f"[{ts}] in pump.toml (its transaction is then missing downstream)")
+        if ts not in self._reported_damage:  # once per ts: a reader may ask again and again
+            self._reported_damage.add(ts)
+            log.error("%s", msg)
+        return DamagedBinlog(msg, path=path, offset=offset if offset is not None else ptr.offset,
+                             ts=ts)
 
     def filled(self, payload: bytes, ts: int, seen: dict[int, bytes] | None = None
                ) -> bytes | None:
         """A Commit filled with its Prewrite's fields, a fake binlog as it is, None for
-        what is not served (a Commit whose Prewrite is gone). The Prewrite comes from
-        ``seen`` (read earlier in the same pass) or through the index. Parse + set +
-        marshal through protobuf's C parser: it keeps TiDB's field order and measured
-        faster than splicing the serialized bytes in Python."""
+        what is not served (a Commit whose Prewrite is gone, a Rollback). The Prewrite
+        comes from ``seen`` (read earlier in the same pass) or through the index.
+        Raises CorruptRecord when the record is not the binlog key ``ts`` names or its
+        Prewrite's record is damaged. Parse + set + marshal through protobuf's C
+        parser: it keeps TiDB's field order and measured faster than splicing the
+        serialized bytes in Python."""
         c = bl.Binlog.FromString(payload)
+        if c.commit_ts != ts:
+            raise CorruptRecord(f"the record there is a binlog of type {c.tp} with start_ts "
+                                f"{c.start_ts}, commit_ts {c.commit_ts}, not the one the index "
+                                "names")
         if c.tp != _COMMIT:
             return payload if c.start_ts == c.commit_ts else None  # fake passes through
         raw = seen.pop(c.start_ts, None) if seen else None
         if raw is None:
             ptr = self._index.lookup(c.start_ts)
             if ptr is None or not self._vlog.has_file(ptr.fid):
-                log.error("commit binlog at commit_ts %d: its prewrite (start_ts %d) is not on "
-                          "this pump (never written here, or purged by GC); skipped", ts,
-                          c.start_ts)
-                self._metrics.error_count.labels("feed_pre_write_value").inc()
+                self._orphan(ts, c.start_ts)
                 return None
-            raw = self._vlog.read(ptr)
-        p = bl.Binlog.FromString(raw)
+            try:
+                raw = self._vlog.read(ptr)
+                p = bl.Binlog.FromString(raw)
+            except (CorruptRecord, DecodeError) as exc:
+                if c.start_ts in self._skip_damaged:  # given up with its prewrite's ts
+                    self._skip_once(ts, exc)
+                    return None
+                raise CorruptRecord(f"its prewrite (start_ts {c.start_ts}) is damaged: {exc}",
+                                    path=getattr(exc, "path", None),
+                                    offset=getattr(exc, "offset", None)) from exc
+            if p.tp != bl.BinlogType.PREWRITE or p.start_ts != c.start_ts:
+                raise CorruptRecord(f"the index entry of its prewrite (start_ts {c.start_ts}) "
+                                    f"points at another binlog (type {p.tp}, start_ts "
+                                    f"{p.start_ts})")
+        else:
+            p = bl.Binlog.FromString(raw)
         if p.HasField("prewrite_key"):
             c.prewrite_key = p.prewrite_key
         c.prewrite_value = p.prewrite_value
@@ -116,6 +210,19 @@ class CommitReader:
         c.ddl_job_id = p.ddl_job_id
         c.ddl_schema_state = p.ddl_schema_state
         return c.SerializeToString()
+
+    def _orphan(self, commit_ts: int, start_ts: int) -> None:
+        """A Commit whose Prewrite is not here: skipped, logged and counted once per
+        start_ts (every later pass over it would say the same)."""
+        reported = self._reported_orphans
+        if start_ts in reported:
+            return
+        if len(reported) >= _MAX_REPORTED_ORPHANS:
+            reported.clear()
+        reported.add(start_ts)
+        log.error("commit binlog at commit_ts %d: its prewrite (start_ts %d) is not on this "
+                  "pump (never written here, or purged by GC); skipped", commit_ts, start_ts)
+        self._metrics.error_count.labels("feed_pre_write_value").inc()
 
     def get_binlog(self, ts: int) -> bl.Binlog | None:
         """The stored binlog under index key ``ts`` (P by start_ts, C by commit_ts)."""

@@ -73,6 +73,9 @@ class StorageOptions:
     resolve_interval_s: float = 1.0  # how often unmatched prewrites are checked
     max_group_bytes: int = 1 << 20
     commit_delay_s: float = 0.001  # concurrent writers: wait for more per group (group_commit.py)
+    # index keys (ts) of damaged binlogs an operator chose to give up: pulls skip them
+    # (logged once) instead of stopping with DamagedBinlog; see the README
+    skip_damaged_ts: frozenset[int] = frozenset()
     kv: ix.KVOptions = field(default_factory=ix.KVOptions)
 
 
@@ -118,7 +121,8 @@ class Storage:
             self.index = ix.Index(str(self.dir / "kv"), options.kv)
             self._gc = GarbageCollector(self.index, self.vlog, m, gc_margin_s=options.gc_margin_s,
                                         gc_ts=self.index.get_int(ix.GC_TS_KEY))
-            self._reader = CommitReader(self.index, self.vlog, m)
+            self._reader = CommitReader(self.index, self.vlog, m,
+                                        skip_damaged_ts=options.skip_damaged_ts)
             head = self._recover()
         except BaseException:
             self._release()
@@ -168,7 +172,10 @@ class Storage:
         first = ValuePointer(self.vlog.segments()[0][0], 0)
         end = self.vlog.end()
         # A pointer past the end means the tail it covered was cut as torn or corrupt.
-        head = min(self.index.get_pointer(ix.HEAD_POINTER_KEY) or first, end)
+        stored_head = self.index.get_pointer(ix.HEAD_POINTER_KEY)
+        if self.vlog.truncations or (stored_head is not None and stored_head > end):
+            self._drop_entries_past_cuts(end)
+        head = min(stored_head or first, end)
         handle = min(self.index.get_pointer(ix.HANDLE_POINTER_KEY) or first, end)
         self._max_commit_ts = self.index.get_int(ix.MAX_COMMIT_TS_KEY)
         self._sorter = Sorter(self._max_commit_ts, handle)
@@ -192,6 +199,26 @@ class Storage:
             log.info("storage %s: %d prewrites wait for their commit after recovery", self.dir,
                      self._sorter.waiting_count())
         return end
+
+    def _drop_entries_past_cuts(self, end: ValuePointer) -> None:
+        """Delete index entries that point into a cut tail or past the log's end.
+
+        The indexer writes an entry only for a durable record, so such an entry names a
+        binlog whose bytes were lost (a cut or damaged tail, a removed file). Left in
+        place it would point at whatever is appended there next: a pull would serve a
+        new binlog under the old ts. One pass over the index, only after a cut."""
+        cuts = dict(self.vlog.truncations)
+        stale = [(ts, ptr) for ts, ptr in self.index.iter_range(-1, (1 << 64) - 1)
+                 if ptr >= end or ptr.offset >= cuts.get(ptr.fid, 1 << 63)]
+        if not stale:
+            return
+        self.index.delete([ix.ts_key(ts) for ts, _ in stale])
+        self.metrics.error_count.labels("dropped_index_entry").inc(len(stale))
+        shown = ", ".join(str(ts) for ts, _ in stale[:10])
+        log.error("storage %s: %d index entries pointed at value-log bytes that were cut on "
+                  "recovery (ts %s%s); dropped: those binlogs are lost from this pump (a lost "
+                  "Commit whose Prewrite survived is recovered through the resolver)",
+                  self.dir, len(stale), shown, ", ..." if len(stale) > 10 else "")
 
     def close(self, *, drain_index: bool = True) -> None:
         """Finish writes, index everything (unless ``drain_index=False``, a test knob
@@ -323,6 +350,14 @@ class Storage:
     def pull_commit_binlogs(self, since_commit_ts: int, max_bytes: int = 4 << 20,
                             max_count: int = 10_000) -> list[tuple[int, bytes]]:
         """``(commit_ts, payload)`` of commits and fake binlogs in ``(since, max_commit_ts]``."""
+        return self.pull_commits(since_commit_ts, max_bytes, max_count)[0]
+
+    def pull_commits(self, since_commit_ts: int, max_bytes: int = 4 << 20,
+                     max_count: int = 10_000) -> tuple[list[tuple[int, bytes]], int]:
+        """:meth:`pull_commit_binlogs` plus the position examined up to (every binlog
+        served at or below it is in the batch or at or below ``since``): a caller pulls
+        again from there, past keys that serve nothing (prewrites, orphan commits).
+        Raises ``DamagedBinlog`` at a damaged acknowledged binlog (``reader.py``)."""
         gc_ts, upto = self._gc.gc_ts, self._max_commit_ts
         if self._closed:
             raise StorageError(f"storage {self.dir} is closed")

@@ -183,6 +183,9 @@ class ValueLog:
         self._lock = threading.Lock()  # guards _segments (GC vs readers vs rotation)
         self._segments: dict[int, _Segment] = {}
         self._retired_fds: list[int] = []  # closed on close(): a reader may still hold one
+        # (fid, new size) of every file whose torn tail was cut on open: index entries
+        # pointing at or past the cut name records that are gone (the storage drops them)
+        self.truncations: list[tuple[int, int]] = []
         self._wfd = -1
         self.sync_count = 0  # fdatasync calls made by append()
         self.last_write_s = self.last_sync_s = 0.0  # durations of the last append
@@ -226,6 +229,7 @@ class ValueLog:
                 f.truncate(res.valid_end)
                 os.fsync(f.fileno())
             seg.size = res.valid_end
+            self.truncations.append((fid, res.valid_end))
         if not last:
             self._seal(seg)
 
