@@ -50,6 +50,7 @@ and their logic testable without Ray.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import threading
@@ -152,8 +153,8 @@ class CoordinatorActor:
             table=settings.checkpoint_table)
         self._now_ts = now_ts
         self._lock = threading.Lock()
-        self.applied_rows = 0
-        self.ddl_jobs = 0  # DDLs applied (binlog_drainer_ddl_jobs_total)
+        # applied_rows, ddl_jobs and resets live in the Advancer and are saved with the
+        # checkpoint (tidb_binlog.drainer.checkpoint), so they survive our restarts.
         self.routed_batches = 0  # batches the keeper routed (apply_routed)
         self.last_apply_s = 0.0
         # Per acknowledged worker call, newest last: (its parts' commit_ts, wall time they
@@ -163,11 +164,18 @@ class CoordinatorActor:
         # counts the commit_ts held.
         self._samples: deque[tuple[list, float]] = deque()
         self._sampled = 0
-        self.reset()
+        # No downstream call here: a constructor that raises leaves a dead actor Ray never
+        # restarts. The merger calls reset() before the first batch (and after every
+        # restart), which loads the checkpoint; until then apply refuses to run.
+        self._install(Checkpoint(0))
+        self._expected_seq = None
+        self._loaded = False
         tune_gc()
 
-    def reset(self) -> Checkpoint:
-        """Forget everything in flight; restart from the durable checkpoint."""
+    def reset(self, replay: bool = False) -> Checkpoint:
+        """Forget everything in flight; restart from the durable checkpoint. ``replay``:
+        this start replays after a failure; counted in the checkpoint's ``resets``,
+        saved at once (best effort: a failed save is retried with the next one)."""
         from tidb_binlog.drainer.checkpoint import resolve_initial_commit_ts, start_commit_ts
 
         try:
@@ -179,6 +187,18 @@ class CoordinatorActor:
         if (loaded is None or loaded.commit_ts == 0) and initial == -1 and self._now_ts:
             initial = resolve_initial_commit_ts(-1, self._now_ts())
         cp = start_commit_ts(loaded, max(initial, 0))
+        if replay:
+            cp = dataclasses.replace(cp, resets=cp.resets + 1)
+            if loaded is not None:  # else the first save records it
+                try:
+                    self.store.save(dataclasses.replace(loaded, resets=cp.resets))
+                except TransientDownstreamError as exc:
+                    log.warning("reset count not saved yet: %s", exc.message)
+        self._install(cp)
+        self._loaded = True
+        return cp
+
+    def _install(self, cp: Checkpoint) -> None:
         with self._lock:
             self.advancer = Advancer(cp, save_interval_s=self.settings.save_interval_s,
                                      now_s=time.monotonic())
@@ -189,7 +209,6 @@ class CoordinatorActor:
             self._queued: dict[int, list[Send]] = {}  # Sends not yet handed to a worker
             self._expected_seq = 0
             self.start_checkpoint = cp
-        return cp
 
     def start_point(self) -> Checkpoint:
         return self.start_checkpoint
@@ -202,8 +221,8 @@ class CoordinatorActor:
             for commit_ts, txn, version in unpack(translated):
                 for action in self.dispatcher.add(commit_ts, txn, version):
                     self._perform(action)
-                if txn is not None:
-                    self.applied_rows += len(txn.dmls)
+                if txn is not None and txn.dmls:
+                    self.advancer.add_rows(commit_ts, len(txn.dmls))
             for action in self.dispatcher.drain():
                 self._perform(action)
             self._send_queued()
@@ -238,13 +257,12 @@ class CoordinatorActor:
                     _, end_ts, version, counts, rows = step
                     runs = [(w, n) for w, n in enumerate(counts) if n]
                     # registered before any call: an ack may be collected at once
-                    advancer.register(end_ts, len(runs), schema_version=version)
+                    advancer.register(end_ts, len(runs), schema_version=version, rows=rows)
                     for w, n in runs:
                         lo = cursor[w]
                         hi = cursor[w] = lo + n
                         self._track(_Ray.call(self.workers[w], "execute_slice", payloads[w],
                                               lo, hi), end_ts)
-                    self.applied_rows += rows
                 elif kind == FLUSH:
                     self._collect(block=True)
                     self.dispatcher.flushes += 1
@@ -261,6 +279,9 @@ class CoordinatorActor:
         return self._batch_done()
 
     def _check_seq(self, seq: int) -> None:
+        if not self._loaded:
+            raise PipelineReset(f"coordinator: batch {seq} before the checkpoint was loaded "
+                                "(a restarted coordinator); the pipeline replays from it")
         if self._expected_seq is None:
             raise PipelineReset(f"coordinator: batch {seq} follows a failed batch; the "
                                 "pipeline replays from the checkpoint")
@@ -286,7 +307,11 @@ class CoordinatorActor:
 
         After a batch failed half-dispatched nothing more is handed out (its rest
         is replayed from the checkpoint by the next run), so the checkpoint saved
-        is not consistent."""
+        is not consistent. A coordinator that never loaded the checkpoint (restarted,
+        no reset since) saves nothing and returns the saved one: it has nothing newer."""
+        if not self._loaded:
+            saved = self.store.load()
+            return saved if saved is not None else Checkpoint(0)
         if self._expected_seq is not None:  # apply/apply_routed leave nothing pending
             for action in self.dispatcher.drain():
                 self._perform(action)
@@ -299,9 +324,10 @@ class CoordinatorActor:
     def status(self) -> dict:
         cp = self.advancer.checkpoint()
         return {"commit_ts": cp.commit_ts, "schema_version": cp.schema_version,
-                "pending": self.advancer.pending, "applied_rows": self.applied_rows,
+                "pending": self.advancer.pending, "applied_rows": cp.applied_rows,
                 "flushes": self.dispatcher.flushes, "outstanding": len(self._outstanding),
-                "last_apply_s": self.last_apply_s, "ddl_jobs": self.ddl_jobs,
+                "last_apply_s": self.last_apply_s, "ddl_jobs": cp.ddl_jobs,
+                "resets": cp.resets,
                 "savepoints": getattr(self.store, "saves", 0),
                 "routed_batches": self.routed_batches}
 
@@ -323,7 +349,6 @@ class CoordinatorActor:
             self._send_queued()
             _Ray.get(_Ray.call(self.workers[0], "execute_ddl", action.ddl))
             self.dispatcher.acked_ddl(action.ddl)
-            self.ddl_jobs += 1
             self._maybe_save(force=True)
         else:  # pragma: no cover - the dispatcher only emits the three kinds
             raise TypeError(f"unknown action {action!r}")

@@ -39,6 +39,7 @@ saved checkpoint, refreshed every second; :meth:`MergerActor.stop` records
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -82,6 +83,16 @@ class _Ray:
             return None
 
     @staticmethod
+    def reconstructed() -> bool:
+        """Whether this actor process is a restart (Ray reconstructed it)."""
+        import ray
+
+        try:
+            return ray.get_runtime_context().was_current_actor_reconstructed
+        except Exception:  # not in an actor (unit tests)
+            return False
+
+    @staticmethod
     def status(actor, timeout_s: float = 10.0) -> dict:
         import ray
 
@@ -102,6 +113,37 @@ class _Ray:
             except ray.exceptions.RayError as exc:
                 log.warning("worker metrics unavailable: %s", exc)
         return out
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CREATION = re.compile(r"ray::(\w+)\.__init__")
+
+
+def _one_line(exc: BaseException) -> str:
+    """The error for a log line or ``status()``: a Ray error carries the remote traceback
+    with terminal colour codes; keep its last line (the remote exception), uncoloured."""
+    text = _ANSI.sub("", str(exc)).strip()
+    if "\n" not in text or isinstance(exc, BinlogError) and type(exc) is not PipelineReset:
+        return text
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"{lines[0]} ... {lines[-1]}" if len(lines) > 1 else lines[0]
+
+
+def _init_failure(exc: BaseException) -> UnavailableError | None:
+    """When ``exc`` says a pipeline actor's constructor raised (Ray does not restart such
+    an actor, so replaying would loop forever), the error that stops the task."""
+    seen = exc
+    while seen is not None:
+        if getattr(seen, "actor_init_failed", False):
+            text = _ANSI.sub("", str(seen))
+            actor = _CREATION.search(text)
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            return UnavailableError(
+                f"the pipeline actor {actor.group(1) if actor else '(unknown)'} could not "
+                f"start: {lines[-1] if lines else type(seen).__name__}; fix the cause and "
+                "start the drainer again")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class MergerActor:
@@ -235,7 +277,7 @@ class MergerActor:
                          daemon=True).start()
 
     def _fail(self, exc: BaseException) -> None:
-        self.error = f"{type(exc).__name__}: {exc}"
+        self.error = f"{type(exc).__name__}: {_one_line(exc)}"
         self.state = "failed"
         self._started.set()
         log.error("replication task stopped: %s", self.error)
@@ -247,25 +289,40 @@ class MergerActor:
 
     # -- loop ---------------------------------------------------------------------------------
     def _run(self) -> None:
+        replay = _Ray.reconstructed()  # a restarted merger replays too
         while not self._stop.is_set():
             try:
-                self._pipeline()
+                self._pipeline(replay)
                 return
             except PipelineReset as exc:
+                if (failed := _init_failure(exc)) is not None:
+                    self._fail(failed)  # a constructor that raised: Ray will not restart it
+                    return
                 self.resets += 1
-                log.warning("pipeline reset (%s); replaying from the checkpoint", exc)
+                log.warning("pipeline reset (%s); replaying from the checkpoint",
+                            _one_line(exc))
                 time.sleep(0.5)
             except Exception as exc:  # the task stops; status() names the error
+                if (failed := _init_failure(exc)) is not None:
+                    self._fail(failed)
+                    return
                 if _Calls.is_actor_died(exc):
                     self.resets += 1
-                    log.warning("a pipeline actor died (%s); replaying from the checkpoint", exc)
+                    log.warning("a pipeline actor died (%s); replaying from the checkpoint",
+                                _one_line(exc))
                     time.sleep(0.5)
+                    replay = True
                     continue
                 self._fail(exc)
                 return
+            replay = True
 
-    def _pipeline(self) -> None:
-        cp = _Calls.get(_Calls.call(self.coordinator, "reset"))
+    def _pipeline(self, replay: bool = False) -> None:
+        if self.settings.downstream is not None:  # the SQL coordinator counts the replays
+            cp = _Calls.get(_Calls.call(self.coordinator, "reset", replay))
+            self.resets = max(self.resets, cp.resets)
+        else:
+            cp = _Calls.get(_Calls.call(self.coordinator, "reset"))
         _Calls.get(_Calls.call(self.keeper, "reset", cp.schema_version))
         self._start_ts = cp.commit_ts
         merger = Merger(start_ts=cp.commit_ts)

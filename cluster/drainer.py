@@ -54,8 +54,8 @@ from actors.ray_calls import RayCalls
 from tidb_binlog.errors import ConfigError, UnavailableError
 from tidb_binlog.node import PAUSED
 
-__all__ = ["Drainer", "pump_actor_name", "join_cluster", "UPSTREAM_META_KEY",
-           "DEFAULT_NAMESPACE"]
+__all__ = ["Drainer", "pump_actor_name", "join_cluster", "check_downstream",
+           "UPSTREAM_META_KEY", "DEFAULT_NAMESPACE", "DOWNSTREAM_WAIT_S"]
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class Drainer:
               pumps: dict | None = None, namespace: str | None = None,
               addr: str | None = None, status_addr: str = "", node_id: str | None = None,
               serve: bool = True, start_timeout_s: float = 60.0,
-              **settings_overrides) -> Drainer:
+              downstream_wait_s: float | None = None, **settings_overrides) -> Drainer:
         """Start the actors of one task from a :class:`~tidb_binlog.config.DrainerConfig`.
 
         ``pumps`` maps node ids to PumpActor handles (a fixed set; default: follow the
@@ -104,6 +104,10 @@ class Drainer:
         only: no Cistern, HTTP or registry record (no Notify handshake either).
         Returns once the task merges (its node online), or after ``start_timeout_s``;
         a task that failed meanwhile is returned too: ``status()`` names the error.
+
+        First, in every mode, the downstream is checked (:func:`check_downstream`,
+        waiting up to ``downstream_wait_s``, default :data:`DOWNSTREAM_WAIT_S`): a
+        refusal raises DownstreamError, no answer UnavailableError, and nothing starts.
         """
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -129,6 +133,9 @@ class Drainer:
                               key=sorted(shared)[0])
         settings = TaskSettings.from_config(cfg, upstream_meta=upstream_meta,
                                             **settings_overrides)
+        layout = None
+        if not file_sink:  # in every mode: a downstream we cannot use fails the start here
+            layout = check_downstream(settings, wait_s=downstream_wait_s)
         if addr is None and cfg.addr == _default_addr():
             addr = "127.0.0.1:0"  # see the module doc: tasks and tests share hosts
         if namespace is None:
@@ -146,10 +153,8 @@ class Drainer:
             keeper, coordinator = start_file_sink_actors(cfg, settings, **opts)
         else:
             worker_overrides = {}
-            if settings.exactly_once:
-                layout = _check_worker_layout(settings)
-                if layout.safe_mode:  # the replay window of another count: up to its end
-                    worker_overrides["safe_mode_until_ts"] = layout.safe_mode_until_ts
+            if layout is not None and layout.safe_mode:  # another count's replay window
+                worker_overrides["safe_mode_until_ts"] = layout.safe_mode_until_ts
             workers = start_sql_workers(cfg, settings.worker_count, **worker_overrides)
             coordinator = ray.remote(concurrency_groups={"status": 1}, **opts)(
                 CoordinatorActor).remote(settings, workers)
@@ -271,24 +276,79 @@ _WORKER_SETTINGS = frozenset({"cluster_id", "worker_count", "txn_batch", "exactl
                               "safe_mode", "merge", "downstream"})
 
 
-def _check_worker_layout(settings: TaskSettings):
-    """Reconcile the exactly-once progress rows with ``worker-count`` before the SQL
-    workers read them (see :mod:`tidb_binlog.drainer.checkpoint_store`)."""
-    from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
-    from tidb_binlog.errors import TransientDownstreamError
+DOWNSTREAM_WAIT_S = 30.0
+"""How long the start waits for a downstream that does not answer (connection refused,
+timeout, too many connections...) before it gives up; tried every
+:data:`DOWNSTREAM_RETRY_S`. A downstream that *refuses* the drainer (access denied, a
+missing privilege) fails the start at once: waiting cannot fix it."""
+DOWNSTREAM_RETRY_S = 1.0
 
-    store = MySQLCheckpointStore(settings.downstream, settings.cluster_id,
-                                 schema=settings.checkpoint_schema,
-                                 table=settings.checkpoint_table)
-    try:
-        return store.check_workers(settings.worker_count,
-                                   progress_schema=settings.checkpoint_schema)
-    except TransientDownstreamError as exc:
-        raise UnavailableError(f"cannot check the SQL workers' progress rows in the downstream "
-                               f"{settings.downstream.address}: {exc.message}; start the task "
-                               "again once the downstream answers") from exc
-    finally:
-        store.close()
+# Server error codes -> what the user should check (the rest: the generic hint).
+_REFUSAL_HINTS = {
+    1045: "check [syncer.to] user and password (empty ones come from $MYSQL_USER / "
+          "$MYSQL_PSWD)",
+    1044: "grant the [syncer.to] user CREATE, SELECT, INSERT, UPDATE and DELETE on the "
+          "checkpoint schema ([syncer.to.checkpoint] schema) and the replicated schemas",
+    1142: "grant the [syncer.to] user CREATE, SELECT, INSERT, UPDATE and DELETE on the "
+          "checkpoint schema ([syncer.to.checkpoint] schema) and the replicated schemas",
+    1049: "create the database or fix [syncer.to] / [syncer.to.checkpoint] schema",
+}
+
+
+def check_downstream(settings: TaskSettings, *, wait_s: float | None = None,
+                     sleep=time.sleep, clock=time.monotonic):
+    """Check at start, in every mode, that the downstream takes the drainer: connect as
+    ``[syncer.to]``, set the session up, create the checkpoint table if missing and read
+    the checkpoint row; in exactly-once mode also reconcile the SQL workers' progress
+    rows with ``worker-count`` (``check_workers`` of
+    :mod:`tidb_binlog.drainer.checkpoint_store`; its decision is returned, else None).
+
+    TiDB's drainer also exits when its downstream cannot be used at start, while an
+    outage *after* the start is ridden out (the pipeline retries). Here:
+
+    - a refusal (access denied, a missing privilege, a bad session parameter): raises
+      :class:`~tidb_binlog.errors.DownstreamError` at once, with what to check;
+    - no answer (refused connection, timeout, a server shutting down): retried every
+      :data:`DOWNSTREAM_RETRY_S` for ``wait_s`` (default :data:`DOWNSTREAM_WAIT_S`),
+      then raises :class:`~tidb_binlog.errors.UnavailableError` naming the wait.
+    """
+    from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
+    from tidb_binlog.errors import DownstreamError, TransientDownstreamError
+
+    wait_s = DOWNSTREAM_WAIT_S if wait_s is None else wait_s
+    address = settings.downstream.address
+    deadline = clock() + wait_s
+    attempts = 0
+    while True:
+        attempts += 1
+        store = MySQLCheckpointStore(settings.downstream, settings.cluster_id,
+                                     schema=settings.checkpoint_schema,
+                                     table=settings.checkpoint_table, attempts=1)
+        try:
+            store.load()
+            if not settings.exactly_once:
+                return None
+            return store.check_workers(settings.worker_count,
+                                       progress_schema=settings.checkpoint_schema)
+        except TransientDownstreamError as exc:
+            detail = exc.message.removesuffix("; will retry")
+            if clock() >= deadline:
+                raise UnavailableError(
+                    f"cannot start: the downstream {address} did not answer within "
+                    f"{wait_s:g} s ({attempts} attempt(s), {DOWNSTREAM_RETRY_S:g} s apart); "
+                    f"last error: {detail}; check [syncer.to] host and port and that the "
+                    "server runs, then start the drainer again") from exc
+            if attempts == 1:
+                log.warning("the downstream %s does not answer yet (%s); retrying every "
+                            "%g s for up to %g s", address, detail, DOWNSTREAM_RETRY_S, wait_s)
+            sleep(DOWNSTREAM_RETRY_S)
+        except DownstreamError as exc:
+            hint = _REFUSAL_HINTS.get(exc.code, "check [syncer.to] and the downstream server")
+            raise DownstreamError(f"cannot start: the downstream {address} refused the "
+                                  f"drainer: {exc.message}; {hint}", sql=exc.sql,
+                                  code=exc.code) from exc
+        finally:
+            store.close()
 
 
 def _upstream_meta_from(registry) -> dict:

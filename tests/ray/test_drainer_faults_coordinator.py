@@ -71,7 +71,9 @@ def ray_calls(monkeypatch):
 def coordinator(store, workers=2, **kw) -> CoordinatorActor:
     settings = TaskSettings(cluster_id=1, worker_count=workers, txn_batch=1,
                             initial_commit_ts=0, **kw)
-    return CoordinatorActor(settings, [f"w{i}" for i in range(workers)], store=store)
+    coord = CoordinatorActor(settings, [f"w{i}" for i in range(workers)], store=store)
+    coord.reset()  # what the merger does first: the constructor never reads the downstream
+    return coord
 
 
 def test_a_half_dispatched_batch_blocks_later_batches_until_reset(ray_calls):
@@ -156,3 +158,40 @@ def test_routed_plan_flushes_runs_ddl_alone_and_advances_per_run(ray_calls):
     assert st["applied_rows"] == 4 and st["flushes"] == 2 and st["ddl_jobs"] == 1
     assert st["schema_version"] == 5 and st["pending"] == 0
 
+
+
+def test_status_counters_survive_a_coordinator_restart_and_count_the_replay_once(ray_calls):
+    """An e2e run once ended with ``applied_rows=685`` of 12k after the coordinator
+    restarted: the counts lived only in the actor. They are saved with the checkpoint."""
+    store = Store()
+    first = coordinator(store, save_interval_s=0.0)
+    first.apply(0, [(10, txn(10, 1, 2, 3, 4), 0)])
+    assert first.idle() == 10 and store.saved[-1].applied_rows == 4
+    store.down = True  # rows at 20 are committed, but the checkpoint past them is not saved
+    first.apply(1, [(20, txn(20, 5, 6), 0)])
+    assert first.status()["applied_rows"] == 6
+    store.down = False
+
+    restarted = CoordinatorActor(first.settings, first.workers, store=store)  # Ray restart
+    cp = restarted.reset(replay=True)
+    assert (cp.commit_ts, cp.applied_rows, cp.resets) == (10, 4, 1)
+    assert store.saved[-1].resets == 1  # saved at once: a second crash keeps it
+    restarted.apply(0, [(20, txn(20, 5, 6), 0)])  # the replay above the checkpoint
+    restarted.idle()
+    st = restarted.status()
+    assert (st["applied_rows"], st["resets"], st["commit_ts"]) == (6, 1, 20)
+    assert (store.saved[-1].applied_rows, store.saved[-1].resets) == (6, 1)
+
+
+def test_a_coordinator_never_reset_refuses_batches_and_saves_nothing_on_close(ray_calls):
+    """The constructor does not touch the downstream (a constructor that raises leaves
+    an actor Ray never restarts): until reset() it refuses batches, and close() keeps
+    the saved checkpoint instead of overwriting it with an empty one."""
+    store = Store()
+    store.saved.append(Checkpoint(50, True, 3, applied_rows=9))
+    settings = TaskSettings(cluster_id=1, worker_count=1, initial_commit_ts=0)
+    coord = CoordinatorActor(settings, ["w0"], store=store)
+    with pytest.raises(PipelineReset, match="before the checkpoint was loaded"):
+        coord.apply(0, [(60, txn(60, 1), 0)])
+    assert coord.close() == Checkpoint(50, True, 3)
+    assert len(store.saved) == 1 and ray_calls.calls == []

@@ -295,3 +295,34 @@ def test_a_second_crash_inside_the_window_keeps_safe_mode_until_the_checkpoint_p
     # another change inside an open window: the old window still counts
     d = _layout(3, 2, 180, {0: 130, 1: 110}, Checkpoint(120))
     assert (d.reset_progress, d.safe_mode_until_ts) == (True, 180)
+
+
+def test_status_counters_are_counted_when_the_checkpoint_passes_them():
+    a = Advancer(Checkpoint(5, applied_rows=100, ddl_jobs=2, resets=1))
+    a.register(10, 2, rows=7)
+    a.register(20, 1, ddl=True)
+    a.register(30, 1)
+    a.add_rows(30, 3)                 # counted by a caller that registered through another
+    assert (a.applied_rows, a.ddl_jobs) == (100, 2)  # nothing passed yet
+    a.ack(30)
+    a.ack(10)
+    a.ack(10)
+    assert (a.commit_ts, a.applied_rows, a.ddl_jobs) == (10, 107, 2)
+    a.ack(20)
+    cp = a.checkpoint()
+    assert (cp.commit_ts, cp.applied_rows, cp.ddl_jobs, cp.resets) == (30, 110, 3, 1)
+    a.register_done(40)
+    a.add_rows(40, 0)                 # already passed: counted at once
+    with pytest.raises(ProtocolError, match="not the item registered last"):
+        a.add_rows(30, 1)
+
+
+def test_status_counters_round_trip_after_tidbs_fields():
+    cp = Checkpoint(7, False, 2, applied_rows=12, ddl_jobs=1, resets=3)
+    text = encode_json(cp)
+    assert text == ('{"consistent":false,"commitTS":7,"ts-map":{},"schema-version":2,'
+                    '"applied-rows":12,"ddl-jobs":1,"resets":3}')
+    back = decode_json(text)
+    assert (back.applied_rows, back.ddl_jobs, back.resets) == (12, 1, 3)
+    assert encode_json(Checkpoint(7, False, 2)) == \
+        '{"consistent":false,"commitTS":7,"ts-map":{},"schema-version":2}'  # TiDB's bytes

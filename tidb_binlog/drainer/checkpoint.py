@@ -16,6 +16,12 @@
   ``ts-map`` holds ``primary-ts``/``secondary-ts`` only when the downstream's own
   TSO was read (TiDB downstream).  Decoding accepts missing fields (defaults:
   false, 0, {}, 0), ``"ts-map":null``, and ignores unknown fields, as Go does.
+  Ours after them, only when one is non-zero: ``"applied-rows"`` and ``"ddl-jobs"``, the
+  task's status counters as of ``commitTS`` (rows and DDL jobs committed at or below it),
+  and ``"resets"`` (pipeline replays so far, saved when one starts), so they survive
+  any restart of any actor: a restarted task starts from the saved counts and its
+  replay counts only what lies above the checkpoint, once. TiDB's drainer ignores
+  these fields when it loads the row and drops them when it saves.
 - File sinks: ``<data-dir>/savepoint``, TOML with ``consistent``, ``commitTS``,
   ``schema-version`` (the format ``binlogctl -cmd generate_meta`` writes).
 
@@ -87,12 +93,20 @@ class Checkpoint:
     consistent: bool = False
     schema_version: int = 0
     ts_map: dict[str, int] = field(default_factory=dict)
+    # Ours, status counters (see the module doc); not part of the position, so two
+    # checkpoints at the same position compare equal whatever they counted.
+    applied_rows: int = field(default=0, compare=False)  # rows committed at or below
+    ddl_jobs: int = field(default=0, compare=False)      # DDL jobs applied at or below
+    resets: int = field(default=0, compare=False)        # pipeline replays so far
 
 
 def encode_json(cp: Checkpoint) -> str:
     """TiDB's checkPoint column text (compact, Go field order, sorted ts-map)."""
     doc = {"consistent": cp.consistent, "commitTS": cp.commit_ts,
            "ts-map": dict(sorted(cp.ts_map.items())), "schema-version": cp.schema_version}
+    if cp.applied_rows or cp.ddl_jobs or cp.resets:  # ours, after TiDB's (Go ignores them)
+        doc.update({"applied-rows": cp.applied_rows, "ddl-jobs": cp.ddl_jobs,
+                    "resets": cp.resets})
     return json.dumps(doc, separators=(",", ":"))
 
 
@@ -133,7 +147,10 @@ def decode_json(text: str | bytes) -> Checkpoint:
     return Checkpoint(commit_ts=_int_field(doc, "commitTS", where, error),
                       consistent=_bool_field(doc, "consistent", where, error),
                       schema_version=_int_field(doc, "schema-version", where, error),
-                      ts_map=dict(ts_map))
+                      ts_map=dict(ts_map),
+                      applied_rows=_int_field(doc, "applied-rows", where, error),
+                      ddl_jobs=_int_field(doc, "ddl-jobs", where, error),
+                      resets=_int_field(doc, "resets", where, error))
 
 
 def encode_savepoint(cp: Checkpoint) -> str:
@@ -200,13 +217,15 @@ def load_statement(cluster_id: int, schema: str = CHECKPOINT_SCHEMA,
 
 
 class _Item:
-    __slots__ = ("commit_ts", "remaining", "ddl", "schema_version")
+    __slots__ = ("commit_ts", "remaining", "ddl", "schema_version", "rows")
 
-    def __init__(self, commit_ts: int, remaining: int, ddl: bool, schema_version: int):
+    def __init__(self, commit_ts: int, remaining: int, ddl: bool, schema_version: int,
+                 rows: int = 0):
         self.commit_ts = commit_ts
         self.remaining = remaining
         self.ddl = ddl
         self.schema_version = schema_version
+        self.rows = rows
 
 
 class Advancer:
@@ -223,6 +242,9 @@ class Advancer:
         self._saved_ts = start.commit_ts
         self._saved_at_s = now_s
         self._ddl_ts = start.commit_ts  # highest DDL commit_ts the checkpoint passed
+        self._rows = start.applied_rows  # rows of the items the checkpoint passed
+        self._ddls = start.ddl_jobs      # DDL items the checkpoint passed
+        self.resets = start.resets       # carried through unchanged
 
     @property
     def commit_ts(self) -> int:
@@ -234,24 +256,49 @@ class Advancer:
         return self._schema_version
 
     @property
+    def applied_rows(self) -> int:
+        """Rows of every item at or below the checkpoint (carried by the saved checkpoint,
+        so the count survives restarts: the replay counts only what lies above it)."""
+        return self._rows
+
+    @property
+    def ddl_jobs(self) -> int:
+        """DDL items at or below the checkpoint (saved with it, like ``applied_rows``)."""
+        return self._ddls
+
+    @property
     def pending(self) -> int:
         """Registered items not yet passed by the checkpoint."""
         return len(self._pending)
 
     def register(self, commit_ts: int, parts: int = 1, *, ddl: bool = False,
-                 schema_version: int = 0) -> None:
-        """An item dispatched in commit order, done when ``parts`` acks arrived."""
+                 schema_version: int = 0, rows: int = 0) -> None:
+        """An item dispatched in commit order, done when ``parts`` acks arrived;
+        ``rows`` are counted in :attr:`applied_rows` once the checkpoint passes it."""
         if commit_ts <= self._last_registered:
             raise ProtocolError(f"checkpoint items must be registered in ascending commit_ts: "
                                 f"{commit_ts} after {self._last_registered}")
         if parts < 0:
             raise ValueError(f"parts must be >= 0, got {parts}")
-        item = _Item(commit_ts, parts, ddl, schema_version)
+        item = _Item(commit_ts, parts, ddl, schema_version, rows)
         self._last_registered = commit_ts
         self._pending.append(item)
         if parts:
             self._by_ts[commit_ts] = item
         self._advance()
+
+    def add_rows(self, commit_ts: int, rows: int) -> None:
+        """Count ``rows`` for the item registered last, at ``commit_ts`` (for callers
+        that register through another object, e.g. the Dispatcher); it may already be
+        passed (acked at once)."""
+        pending = self._pending
+        if pending and pending[-1].commit_ts == commit_ts:
+            pending[-1].rows += rows
+        elif commit_ts == self._last_registered and commit_ts <= self._commit_ts:
+            self._rows += rows
+        else:
+            raise ProtocolError(f"rows counted for commit_ts {commit_ts}, which is not the "
+                                f"item registered last ({self._last_registered})")
 
     def register_done(self, commit_ts: int, *, ddl: bool = False,
                       schema_version: int = 0) -> None:
@@ -291,14 +338,18 @@ class Advancer:
         while pending and pending[0].remaining == 0:
             item = pending.popleft()
             self._commit_ts = item.commit_ts
+            self._rows += item.rows
             if item.schema_version > self._schema_version:
                 self._schema_version = item.schema_version
             if item.ddl:
                 self._ddl_ts = item.commit_ts
+                self._ddls += 1
 
     def checkpoint(self) -> Checkpoint:
         """The checkpoint to save now (``consistent`` false: workers may be mid-stream)."""
-        return Checkpoint(self._commit_ts, False, self._schema_version)
+        return Checkpoint(self._commit_ts, False, self._schema_version,
+                          applied_rows=self._rows, ddl_jobs=self._ddls,
+                          resets=self.resets)
 
     def due(self, now_s: float) -> bool:
         """Whether a save is due: moved, and 3 s passed or a DDL was passed."""
@@ -313,4 +364,6 @@ class Advancer:
 
     def final(self) -> Checkpoint:
         """The checkpoint for a clean exit: consistent only if nothing is pending."""
-        return Checkpoint(self._commit_ts, not self._pending, self._schema_version)
+        return Checkpoint(self._commit_ts, not self._pending, self._schema_version,
+                          applied_rows=self._rows, ddl_jobs=self._ddls,
+                          resets=self.resets)
