@@ -8,6 +8,8 @@
 #   3. mariadb-server via apt-get when mariadbd is missing (the service is not started:
 #      tests and the demo run their own throwaway servers)
 #   4. a note when Java is missing (only the Spark jobs need it; nothing fails)
+#   5. the MariaDB JDBC driver jar for the Spark jobs (apt libmariadb-java, when
+#      /usr/share/java/mariadb-java-client.jar is missing)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -106,4 +108,13 @@ else
     say "note: java not found; only the Spark jobs (tests/spark, spark_on_ray) need it:"
     say "      apt-get install -y openjdk-17-jre-headless"
 fi
+# --- 5. the JDBC driver jar of the Spark jobs (spark_on_ray) -----------------------
+# Debian's libmariadb-java (MariaDB Connector/J); spark_on_ray uses jdbc:mysql:// URLs
+# with permitMysqlScheme so that Spark's MySQL dialect quotes identifiers with backticks.
+JDBC_JAR=/usr/share/java/mariadb-java-client.jar
+if [ ! -f "$JDBC_JAR" ]; then
+    apt_install libmariadb-java
+    [ -f "$JDBC_JAR" ] || die "libmariadb-java installed but $JDBC_JAR not found"
+fi
+say "jdbc driver: $(readlink -f "$JDBC_JAR")"
 say "done"

@@ -1,0 +1,207 @@
+"""The one place that starts and stops Spark on Ray (RayDP), and talks JDBC through it.
+
+Every Spark job goes through :func:`start_spark` / :class:`SparkHandle`, so the pieces that
+must agree live together:
+
+- **Size.** ``[spark]`` of spark.toml (``tidb_binlog.config.spark``): executors, cores and
+  memory. The RayDP master actor reserves no CPU, and a size whose executors would take
+  every CPU of the Ray cluster is refused: RayDP's hand-off to Ray Data waits forever when
+  Spark holds all resources, and the pumps and drainers on the same cluster need CPUs too.
+- **Java 17.** Spark 3.5 on JDK 17 needs ``--add-opens`` for the JDK internals it reflects
+  on (the list Spark's own launcher passes); a missing or unsupported ``java`` is a clear
+  error before anything starts.
+- **JDBC.** The MariaDB Connector/J jar (Debian's ``libmariadb-java``, installed by
+  ``scripts/setup.sh``) goes on the driver's and the executors' class path. URLs are
+  ``jdbc:mysql://...?permitMysqlScheme``: Spark picks its dialect from the URL prefix, and
+  only the MySQL dialect quotes identifiers with backticks (a ``jdbc:mariadb:`` URL gets
+  the default dialect's double quotes, which MariaDB rejects).
+- **Hand-off.** Data moves between Spark and Ray / Python through Parquet files under
+  ``[spark] work-dir``, not ``ray.data.from_spark``: with ray 2.60.0, raydp 1.6.5 and
+  pyspark 3.5.7 (the combination pinned in pyproject.toml) ``from_spark`` kills the Ray
+  Java worker (``ObjectStoreWriter.prepareRecoverableRDD``: the actor dies), as it did on
+  Ray 2.54.1; RayDP's CI only covers Ray 2.37-2.50.
+
+Nothing here is needed to *plan* a job: the pure parts (chunks, checksum SQL, bisect, fix
+SQL) live in modules that import neither Ray nor Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from spark_on_ray.errors import SparkSetupError
+from tidb_binlog.config.spark import (
+    DEFAULT_JDBC_JARS,
+    DatabaseConfig,
+    SparkConfig,
+    resolve_jdbc_jar,
+)
+
+__all__ = ["SparkHandle", "start_spark", "java_version", "jdbc_url", "check_java",
+           "JAVA17_OPTIONS", "SUPPORTED_JAVA"]  # fmt: skip
+
+log = logging.getLogger("spark_on_ray")
+
+SUPPORTED_JAVA = (8, 11, 17)
+_MIB = 1 << 20
+# What Spark's launcher opens on JDK 17 (JavaModuleOptions), so the driver and executors
+# started by RayDP can reflect on these JDK internals.
+_OPENS = ("java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net",
+          "java.nio", "java.util", "java.util.concurrent", "java.util.concurrent.atomic",
+          "sun.nio.ch", "sun.nio.cs", "sun.security.action", "sun.util.calendar")  # fmt: skip
+JAVA17_OPTIONS = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in _OPENS) + \
+    " -Djdk.reflect.useDirectMethodHandle=false"
+JDBC_DRIVER = "org.mariadb.jdbc.Driver"
+
+
+def java_version() -> tuple[str, int]:
+    """(path of ``java``, major version); :class:`SparkSetupError` when there is none."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        where = f"$JAVA_HOME/bin/java ({home})" if home else "java on $PATH"
+        raise SparkSetupError(f"Java not found ({where}); the Spark jobs need JDK "
+                              f"{'/'.join(map(str, SUPPORTED_JAVA))}: apt-get install -y "
+                              "openjdk-17-jre-headless (or set JAVA_HOME)")  # fmt: skip
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SparkSetupError(f"cannot run {java} -version: {exc}") from exc
+    match = re.search(r'version "(1\.)?(\d+)', out.stderr + out.stdout)
+    if not match:
+        raise SparkSetupError(f"cannot tell the version of {java}: {out.stderr.strip()[:200]}")
+    return java, int(match.group(2))
+
+
+def check_java() -> tuple[str, int]:
+    java, major = java_version()
+    if major not in SUPPORTED_JAVA:
+        raise SparkSetupError(f"{java} is Java {major}; Spark 3.5 / RayDP support Java "
+                              f"{', '.join(map(str, SUPPORTED_JAVA))}: install "
+                              "openjdk-17-jre-headless and put it first on $PATH or in "
+                              "JAVA_HOME")  # fmt: skip
+    return java, major
+
+
+def check_jdbc_jar(spark: SparkConfig) -> str:
+    jar = resolve_jdbc_jar(spark)
+    if jar is None:
+        where = spark.jdbc_jar or " or ".join(DEFAULT_JDBC_JARS)
+        raise SparkSetupError(f"the MariaDB JDBC driver jar is missing ({where}); run "
+                              "scripts/setup.sh (it installs Debian's libmariadb-java) or set "
+                              "[spark] jdbc-jar to the jar's path")  # fmt: skip
+    return jar
+
+
+def jdbc_url(db: DatabaseConfig, database: str = "") -> str:
+    """A ``jdbc:mysql://`` URL the MariaDB driver accepts (``permitMysqlScheme``), so that
+    Spark uses its MySQL dialect (backtick quoting). No password in it."""
+    return (f"jdbc:mysql://{db.host}:{db.port}/{quote(database)}?permitMysqlScheme"
+            "&useServerPrepStmts=false&tinyInt1isBit=false&zeroDateTimeBehavior=convertToNull")
+
+
+def _cluster_cpus(ray) -> float:
+    return float(ray.cluster_resources().get("CPU", 0))
+
+
+@dataclass
+class SparkHandle:
+    """A running Spark session on Ray; :meth:`stop` (or ``with``) stops it."""
+
+    spark: object  # pyspark.sql.SparkSession
+    config: SparkConfig
+    jdbc_jar: str
+    started_s: float  # seconds init_spark took
+
+    def __enter__(self) -> SparkHandle:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        import raydp
+
+        if self.spark is not None:
+            try:
+                raydp.stop_spark()
+            finally:
+                self.spark = None
+
+    def jdbc_options(self, db: DatabaseConfig, database: str = "") -> dict:
+        return {"url": jdbc_url(db, database), "driver": JDBC_DRIVER, "user": db.user,
+                "password": db.password}
+
+    def read_query(self, db: DatabaseConfig, sql: str, database: str = ""):
+        """A DataFrame of ``sql`` run by the database (one JDBC partition). The query is the
+        derived table Spark selects from, so aggregates in it run in the database."""
+        reader = self.spark.read.format("jdbc")
+        for key, value in self.jdbc_options(db, database).items():
+            reader = reader.option(key, value)
+        return reader.option("dbtable", f"({sql}) AS q").load()
+
+
+def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None) -> SparkHandle:
+    """Start Spark on the current Ray (``ray.init`` first when needed) and return its handle.
+
+    Errors (:class:`SparkSetupError`) name what is missing and what to do: no Java, an
+    unsupported Java, no JDBC jar, a size that takes every CPU of the Ray cluster.
+    """
+    check_java()
+    jar = check_jdbc_jar(spark_cfg)
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=ray_address or os.environ.get("RAY_ADDRESS") or None,
+                 include_dashboard=False, log_to_driver=False)
+    want = spark_cfg.num_executors * spark_cfg.executor_cores
+    cpus = _cluster_cpus(ray)
+    if want >= cpus:
+        raise SparkSetupError(
+            f"[spark] num-executors x executor-cores = {want} would take every CPU of the Ray "
+            f"cluster ({cpus:g}); lower them so that at least one CPU stays free (RayDP's "
+            "Ray Data hand-off hangs, and pumps/drainers starve, when Spark holds them all)")
+    import raydp
+
+    configs = {
+        "spark.driver.extraJavaOptions": JAVA17_OPTIONS,
+        "spark.executor.extraJavaOptions": JAVA17_OPTIONS,
+        "spark.driver.extraClassPath": jar,
+        "spark.executor.extraClassPath": jar,
+        "spark.jars": jar,
+        "spark.driver.memory": f"{max(spark_cfg.driver_memory_bytes // _MIB, 64)}m",
+        "spark.ray.raydp_spark_master.actor.resource.CPU": "0",
+        "spark.sql.shuffle.partitions": str(max(2, want * 2)),
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        **spark_cfg.configs,
+    }
+    # Python workers of the executors run this interpreter (the venv with pyspark), not
+    # whatever "python3" is first on $PATH; PySpark reads only the environment for it.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    t0 = time.monotonic()
+    try:
+        spark = raydp.init_spark(spark_cfg.app_name, num_executors=spark_cfg.num_executors,
+                                 executor_cores=spark_cfg.executor_cores,
+                                 executor_memory=spark_cfg.executor_memory_bytes,
+                                 configs=configs)  # fmt: skip
+    except Exception as exc:
+        try:
+            raydp.stop_spark()
+        except Exception:  # noqa: BLE001 - the start error is the one to report
+            pass
+        raise SparkSetupError(f"RayDP could not start Spark ({spark_cfg.app_name}): "
+                              f"{type(exc).__name__}: {str(exc)[:500]}") from exc
+    spark.sparkContext.setLogLevel("ERROR")
+    took = time.monotonic() - t0
+    log.info("Spark %s started on Ray in %.1f s (%d x %d cores)", spark_cfg.app_name, took,
+             spark_cfg.num_executors, spark_cfg.executor_cores)
+    return SparkHandle(spark, spark_cfg, jar, took)

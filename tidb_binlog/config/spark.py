@@ -1,0 +1,135 @@
+"""spark.toml: :class:`SparkJobConfig` and :func:`load_spark_config` (the Spark jobs' file).
+
+One file configures every ``tidb-binlog spark <job>``: ``[spark]`` sizes the Spark that
+RayDP starts on the Ray cluster, ``[upstream]`` / ``[downstream]`` name the two MySQL
+servers, and one section per job holds that job's options (``[diff]`` today). The same
+strict rules as pump.toml / drainer.toml apply (unknown keys are errors naming the key and
+the file; ``overrides`` are dotted keys and win over the file).
+
+The ``[spark]`` defaults fit a 2-core machine: one executor with one core and 1 GiB, and
+a master actor that reserves no CPU, so Spark holds one CPU and leaves the rest of the Ray
+cluster to pumps and drainers. ``spark_on_ray.session`` refuses a size that would take
+every CPU of the cluster (RayDP hangs when Spark holds all resources).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tidb_binlog.config._kinds import (
+    _MIB,
+    _STR,
+    _bytes_kind,
+    _float_kind,
+    _int_kind,
+    _list_kind,
+    _opt,
+    _section,
+    _str_map_kind,
+)
+from tidb_binlog.config._toml import _load, _to_toml
+from tidb_binlog.errors import ConfigError
+
+__all__ = ["SparkConfig", "DatabaseConfig", "DiffConfig", "SparkJobConfig",
+           "load_spark_config", "DEFAULT_JDBC_JARS"]  # fmt: skip
+
+# Where Debian's libmariadb-java (installed by scripts/setup.sh) puts the driver.
+DEFAULT_JDBC_JARS = ("/usr/share/java/mariadb-java-client.jar",)
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """``[spark]``: the Spark application RayDP starts on the Ray cluster."""
+
+    app_name: str = _opt("app-name", _STR, "tidb-binlog-spark")
+    num_executors: int = _opt("num-executors", _int_kind(1), 1)
+    executor_cores: int = _opt("executor-cores", _int_kind(1), 1)
+    executor_memory_bytes: int = _opt("executor-memory", _bytes_kind(), 1024 * _MIB)
+    driver_memory_bytes: int = _opt("driver-memory", _bytes_kind(), 512 * _MIB)
+    # Empty: the first of DEFAULT_JDBC_JARS that exists.
+    jdbc_jar: str = _opt("jdbc-jar", _STR, "")
+    # Where intermediate Parquet files go (the hand-off between Spark and Ray / Python).
+    work_dir: str = _opt("work-dir", _STR, "data.spark")
+    # Extra Spark settings, passed through unchanged ("spark.sql.shuffle.partitions" = "4").
+    configs: dict = _opt("configs", _str_map_kind(), {})
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    """``[upstream]`` / ``[downstream]``: one MySQL-compatible server."""
+
+    host: str = _opt("host", _STR, "127.0.0.1")
+    port: int = _opt("port", _int_kind(1, 65535), 3306)
+    user: str = _opt("user", _STR, "root")
+    password: str = _opt("password", _STR, "")
+
+    def where(self) -> str:
+        """``user@host:port`` for messages (never the password)."""
+        return f"{self.user}@{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class DiffConfig:
+    """``[diff]``: the consistency diff (``tidb-binlog spark diff``)."""
+
+    # "db" (every table of it) or "db.table"; names are the same on both sides.
+    tables: tuple[str, ...] = _opt("tables", _list_kind(_STR, "an array of strings"), ())
+    chunk_size: int = _opt("chunk-size", _int_kind(16), 50_000)
+    # Bisect a mismatching chunk until it holds at most this many rows, then compare rows.
+    leaf_size: int = _opt("leaf-size", _int_kind(1), 256)
+    # Relative tolerance for FLOAT/DOUBLE columns: values are compared after rounding to
+    # this many significant digits (FLOAT keeps ~7, DOUBLE ~15 exact digits).
+    float_digits: int = _opt("float-digits", _int_kind(1, 17), 6)
+    double_digits: int = _opt("double-digits", _int_kind(1, 17), 15)
+    fix_sql_file: str = _opt("fix-sql-file", _STR, "fix.sql")
+    # Compare at this upstream/downstream point (0: now). See the README ("diff").
+    snapshot_ts: int = _opt("snapshot-ts", _int_kind(0), 0)
+    timeout_s: float = _opt("connect-timeout", _float_kind(), 10.0)
+
+
+@dataclass(frozen=True)
+class SparkJobConfig:
+    """spark.toml: ``[spark]``, the two servers, and each job's section."""
+
+    spark: SparkConfig = _section("spark", SparkConfig)
+    upstream: DatabaseConfig = _section("upstream", DatabaseConfig)
+    downstream: DatabaseConfig = _section("downstream", DatabaseConfig)
+    diff: DiffConfig = _section("diff", DiffConfig)
+
+    def to_toml(self) -> str:
+        return _to_toml(self)
+
+
+def load_spark_config(path: str | Path | None, overrides: dict | None = None) -> SparkJobConfig:
+    """Load spark.toml (``None``: defaults only), apply ``overrides``, validate."""
+    cfg, source = _load(SparkJobConfig, path, overrides, {})
+    spark = cfg.spark
+    if spark.executor_memory_bytes < 64 * _MIB:
+        raise ConfigError(f"`spark.executor-memory` in {source} is "
+                          f"{spark.executor_memory_bytes} bytes; Spark needs at least 64 MiB",
+                          key="spark.executor-memory", path=source)  # fmt: skip
+    for name, db in (("upstream", cfg.upstream), ("downstream", cfg.downstream)):
+        if not db.host:
+            raise ConfigError(f"`{name}.host` in {source} is empty; name the server",
+                              key=f"{name}.host", path=source)  # fmt: skip
+    for entry in cfg.diff.tables:
+        parts = entry.split(".")
+        if len(parts) not in (1, 2) or not all(parts):
+            raise ConfigError(f"`diff.tables` in {source} has {entry!r}; expected \"db\" or "
+                              "\"db.table\"", key="diff.tables", path=source)  # fmt: skip
+    return cfg
+
+
+def resolve_jdbc_jar(spark: SparkConfig) -> str | None:
+    """The JDBC driver jar to use: ``jdbc-jar`` when set, else the first default that exists
+    (None when none does; the caller says what to do)."""
+    if spark.jdbc_jar:
+        return spark.jdbc_jar if os.path.isfile(spark.jdbc_jar) else None
+    return next((p for p in DEFAULT_JDBC_JARS if os.path.isfile(p)), None)
+
+
+def with_work_dir(cfg: SparkJobConfig, work_dir: str) -> SparkJobConfig:
+    """A copy with ``[spark] work-dir`` replaced (tests and the CLI's ``--work-dir``)."""
+    return replace(cfg, spark=replace(cfg.spark, work_dir=work_dir))
