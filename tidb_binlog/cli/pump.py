@@ -12,6 +12,12 @@ HTTP status), and on SIGTERM or SIGINT it stops serving, records ``paused`` and
 closes the storage, then exits 0. A ``pause`` or ``close`` action through
 ``PUT /state/{nodeID}/{action}`` also ends the process once the node is
 ``paused`` / ``offline`` (TiDB's behaviour).
+
+Logging follows pump.toml as TiDB's pump does: ``log-level`` (debug, info, warn,
+error, fatal) unless the command's ``-L`` names another than the default info, and
+``log-file`` (or ``--log-file``): every line goes to that file (appended, directory
+created) instead of stderr. A data dir that cannot be written, or an address or
+status port that cannot be bound, is a one-line error naming it, exit code 1.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from pathlib import Path
 
 __all__ = ["register", "run", "load_config"]
 
@@ -37,7 +44,10 @@ _FLAG_KEYS = {
     "gc": "gc",
     "max_message_size": "max-message-size",
     "registry": "registry",
+    "log_file": "log-file",
 }
+_LEVELS = {"warn": logging.WARNING, "fatal": logging.CRITICAL}
+_FORMAT = "[%(asctime)s] [%(levelname)s] [%(name)s] %(message)s"  # as cli/main.py
 
 
 def register(sub) -> None:
@@ -57,6 +67,8 @@ def register(sub) -> None:
                    type=float, help="seconds of idleness before a fake binlog (fractions ok)")
     p.add_argument("--gc", help="keep binlogs this long: days (7) or a duration (8h)")
     p.add_argument("--max-message-size", type=int, help="gRPC message size limit in bytes")
+    p.add_argument("--log-file", help="log to this file instead of stderr (pump.toml "
+                   "log-file)")
     p.add_argument("--registry", help='registry actor "<ray namespace>[/<actor name>]" '
                    '(default: none, standalone)')
     p.set_defaults(func=run)
@@ -85,10 +97,37 @@ def _registry(cfg):
     return join_registry(namespace=namespace, name=name)
 
 
+def setup_logging(cfg, cli_level: str | None = None) -> None:
+    """Apply pump.toml's ``log-level`` and ``log-file`` to the root logger (see the
+    module docstring); a log file that cannot be opened is a ConfigError naming it."""
+    from tidb_binlog.errors import ConfigError
+
+    name = cli_level if cli_level and cli_level != "info" else cfg.log_level
+    level = _LEVELS.get(name.lower(), getattr(logging, name.upper(), logging.INFO))
+    root = logging.getLogger()
+    root.setLevel(level)
+    if not cfg.log_file:
+        return
+    path = Path(cfg.log_file)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"log-file {str(path)!r} cannot be opened: {exc.strerror or exc}; "
+                          "fix its directory's permissions or choose another log-file",
+                          key="log-file") from exc
+    formatter = next((h.formatter for h in root.handlers if h.formatter), None)
+    handler.setFormatter(formatter or logging.Formatter(_FORMAT))
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+
+
 def run(args) -> int:
     from tidb_binlog.pump.server import open_pump
 
     cfg = load_config(args)
+    setup_logging(cfg, getattr(args, "log_level", None))
     proc = open_pump(cfg, registry=_registry(cfg), status_addr=args.status_addr or "")
     log.info("pump %s serving gRPC on %s, HTTP status on %s%s", proc.node.node_id, proc.addr,
              proc.status_addr, f", unix socket {proc.grpc_server.socket_path}"

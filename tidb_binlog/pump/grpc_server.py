@@ -268,11 +268,13 @@ async def _start(servicer, addr: str, socket_path: str, creds, options) -> tuple
         try:
             port = server.add_insecure_port(addr) if creds is None else \
                 server.add_secure_port(addr, creds)
-        except RuntimeError as exc:
-            raise ConfigError(f"cannot listen on addr {addr!r}: {exc}", key="addr") from exc
+        except RuntimeError as exc:  # grpc's "Failed to bind ..." says no more than this
+            log.debug("binding %s: %s", addr, exc)
+            port = 0
         if port == 0:
-            raise ConfigError(f"cannot listen on addr {addr!r} (in use or not a local address)",
-                              key="addr")
+            raise ConfigError(f"cannot listen on addr {addr!r} (in use or not a local address); "
+                              "stop the process holding it or choose another addr (addr in "
+                              "pump.toml or --addr)", key="addr")
         if socket_path:
             Path(socket_path).unlink(missing_ok=True)
             server.add_insecure_port(f"unix:{socket_path}")

@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidb_binlog.errors import ConfigError
 from tidb_binlog.pump.grpc_server import PumpGrpcServer, PumpServicer, build_server
 from tidb_binlog.pump.transport import (
     MAX_GRPC_MESSAGE_BYTES,
@@ -45,6 +46,7 @@ __all__ = [
     "serve_pump",
     "open_storage",
     "open_pump",
+    "check_data_dir",
 ]
 
 _http_ssl_context = http_ssl_context  # the name actors/drainer_node.py imports
@@ -106,7 +108,8 @@ def serve_pump(node, addr: str, *, status_addr: str = "", socket_path: str = "",
         except OSError as exc:
             grpc_server.stop(0)
             if not repick or exc.errno != errno.EADDRINUSE or attempt == PORT_PAIR_ATTEMPTS:
-                raise
+                raise _http_listen_error(derive_status_addr(grpc_server.addr, status_addr),
+                                         status_addr, exc) from exc
             log.info("pump HTTP port %s+1 is taken; picking another gRPC port",
                      grpc_server.addr)
     if node.options.advertise_addr.rsplit(":", 1)[-1] == "0":
@@ -121,6 +124,33 @@ def serve_pump(node, addr: str, *, status_addr: str = "", socket_path: str = "",
         grpc_server.stop(0)
         raise
     return PumpProcess(node, grpc_server, http_server)
+
+
+def _http_listen_error(addr: str, status_addr: str, exc: OSError) -> ConfigError:
+    """The HTTP status port cannot be bound: say which, why, and what to change."""
+    where = ("status-addr" if status_addr else
+             "the status port (the gRPC port + 1 by default; set --status-addr)")
+    reason = "it is in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+    return ConfigError(f"cannot listen for the HTTP status API on {addr}: {reason}; stop the "
+                       f"process holding it or choose another port for {where}",
+                       key="status-addr")
+
+
+def check_data_dir(data_dir: str) -> None:
+    """Create ``data_dir`` and prove it writable (a probe file), or raise ConfigError
+    naming it: a pump that cannot write its data dir must not start (it would fail
+    deep inside the storage with a raw OS error instead)."""
+    path = Path(data_dir)
+    probe = path / ".write-probe"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"data-dir {str(path)!r} is not writable: {exc.strerror or exc}; "
+                          "fix its permissions or choose another data-dir (data-dir in "
+                          "pump.toml or --data-dir)", key="data-dir") from exc
 
 
 def _by_name(cls, *sources):
@@ -171,7 +201,7 @@ def open_pump(cfg, *, registry=None, resolver=None, storage=None, status_addr: s
     from tidb_binlog.pump.node import PumpNode, PumpNodeOptions
     from tidb_binlog.tso import TimestampOracle
 
-    Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
+    check_data_dir(cfg.data_dir)
     options = PumpNodeOptions.from_config(cfg)
     tso = registry.get_ts if registry is not None else \
         TimestampOracle(Path(cfg.data_dir) / "tso").get_ts
