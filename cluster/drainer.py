@@ -54,7 +54,7 @@ from actors.ray_calls import RayCalls
 from tidb_binlog.errors import ConfigError, UnavailableError
 from tidb_binlog.node import PAUSED
 
-__all__ = ["Drainer", "pump_actor_name", "join_cluster", "check_downstream",
+__all__ = ["Drainer", "pump_actor_name", "join_cluster", "choose_ray_address", "check_downstream",
            "UPSTREAM_META_KEY", "DEFAULT_NAMESPACE", "DOWNSTREAM_WAIT_S"]
 
 log = logging.getLogger(__name__)
@@ -246,10 +246,14 @@ def _default_addr() -> str:
 def join_cluster(cfg, *, ray_address: str | None = None):
     """``(registry client, namespace)`` for drainer.toml's ``registry``, on Ray.
 
-    Joins the Ray cluster at ``ray_address`` (else ``$RAY_ADDRESS``, else the one
-    running on this machine); when none runs and no address was given, starts a
-    local Ray. ``registry = "<namespace>[/<actor name>]"`` names the registry
-    actor ("" = namespace ``tidb-binlog``, the default actor name).
+    Which Ray, as ``ray.init()`` chooses (:func:`choose_ray_address`): ``ray_address``
+    (``--ray-address``), else ``$RAY_ADDRESS``, else the cluster ``ray start`` recorded
+    on this host, else a new local Ray. ``"auto"`` (join whatever Ray runs on this host)
+    only when given explicitly. The log says which cluster was joined and why. A
+    host:port where nothing answers, or a cluster asking for an auth token, is an
+    :class:`UnavailableError` saying what to set, at once.
+    ``registry = "<namespace>[/<actor name>]"`` names the registry actor ("" =
+    namespace ``tidb-binlog``, the default actor name).
     """
     import os
 
@@ -260,16 +264,105 @@ def join_cluster(cfg, *, ray_address: str | None = None):
 
     namespace, name = split_registry(cfg.registry) or (DEFAULT_NAMESPACE, REGISTRY_NAME)
     if not ray.is_initialized():
-        address = ray_address or os.environ.get("RAY_ADDRESS") or ""
-        try:
-            ray.init(address=address or "auto", namespace=namespace, log_to_driver=False)
-        except ConnectionError as exc:
-            if address:
-                raise UnavailableError(f"cannot join the Ray cluster at {address!r}: {exc}; "
-                                       "check --ray-address / RAY_ADDRESS") from exc
-            log.info("no running Ray cluster found: starting a local one")
-            ray.init(namespace=namespace, log_to_driver=False, include_dashboard=False)
+        address, why = choose_ray_address(ray_address, os.environ.get("RAY_ADDRESS"),
+                                          _recorded_ray_cluster())
+        if address is not None and why == _RECORDED and _refused(address) is not None:
+            log.warning("the Ray cluster `ray start` recorded on this host (%s) does not "
+                        "answer: starting a local Ray instead", address)
+            address, why = None, "the recorded `ray start` cluster is gone"
+        if address is None:
+            log.info("starting a local Ray (%s; set --ray-address or $RAY_ADDRESS to join "
+                     "a cluster)", why)
+            ray.init(address="local", namespace=namespace, log_to_driver=False,
+                     include_dashboard=False)
+        else:
+            _init_ray(address, why, namespace)
+        log.info("joined the Ray cluster at %s (%s), namespace %r",
+                 ray.get_runtime_context().gcs_address, why, namespace)
     return connect_registry(namespace=namespace, name=name), namespace
+
+
+_RECORDED = "the cluster `ray start` recorded on this host"
+
+
+def choose_ray_address(flag: str | None, env_value: str | None,
+                       recorded: str | None) -> tuple[str | None, str]:
+    """``(address, why)``: the Ray cluster to join and where that choice came from, or
+    ``(None, why)`` to start a local Ray: ``ray.init()``'s order, with ``"auto"``
+    honoured only when it was given."""
+    if flag:
+        return flag, "from --ray-address"
+    if env_value:
+        return env_value, "from $RAY_ADDRESS"
+    if recorded:
+        return recorded, _RECORDED
+    return None, "no --ray-address, no $RAY_ADDRESS, no `ray start` cluster on this host"
+
+
+def _recorded_ray_cluster() -> str | None:
+    try:
+        from ray._private.services import find_bootstrap_address
+
+        return find_bootstrap_address(None)
+    except Exception as exc:  # a private API: without it, behave as if none is recorded
+        log.debug("cannot read the recorded Ray cluster: %s", exc)
+        return None
+
+
+def _refused(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why nothing answers at a ``host:port`` Ray address (None: something does, or the
+    address is not host:port). ``ray.init`` itself retries such an address for a long
+    time, printing its own warnings, before it gives up."""
+    import socket
+
+    if address == "auto" or "://" in address:
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def _init_ray(address: str, why: str, namespace: str) -> None:
+    import ray
+
+    fix = ("check --ray-address / $RAY_ADDRESS (the cluster's GCS host:port, as `ray start "
+           "--head` prints it), or unset both to start a local Ray")
+    reason = _refused(address)
+    if reason is not None:
+        raise UnavailableError(f"cannot join the Ray cluster at {address!r} ({why}): nothing "
+                               f"answers there ({reason}); {fix}")
+    try:
+        ray.init(address=address, namespace=namespace, log_to_driver=False)
+    except Exception as exc:
+        if _is_auth_failure(exc):
+            raise UnavailableError(
+                f"the Ray cluster at {address!r} ({why}) refused us: it requires token "
+                "authentication; set RAY_AUTH_MODE=token and the cluster's token in "
+                "RAY_AUTH_TOKEN (or a file named by RAY_AUTH_TOKEN_PATH, or "
+                "~/.ray/auth_token), then start the drainer again") from exc
+        if isinstance(exc, ConnectionError):
+            raise UnavailableError(f"cannot join the Ray cluster at {address!r} ({why}): "
+                                   f"{_first_line(exc)}; {fix}") from exc
+        raise
+
+
+def _is_auth_failure(exc: BaseException) -> bool:
+    """Whether ``ray.init`` failed because the cluster wants a token we did not give
+    (Ray raises AuthenticationError, or a ConnectionError naming the refusal)."""
+    if type(exc).__name__ == "AuthenticationError":
+        return True
+    text = str(exc).lower()
+    return "unauthenticated" in text or "auth token" in text or "authentication" in text
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 _WORKER_SETTINGS = frozenset({"cluster_id", "worker_count", "txn_batch", "exactly_once",

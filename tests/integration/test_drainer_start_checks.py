@@ -99,3 +99,55 @@ def test_cli_exits_1_on_a_wrong_password_without_exactly_once(mariadb, tmp_path)
                         last), proc.stderr[-3000:]
     assert "replication task started" not in proc.stderr and SECRET not in proc.stderr
     assert "Ray" not in proc.stderr  # it ended before joining any Ray cluster
+
+
+# -- which Ray cluster -----------------------------------------------------------------------
+
+def test_ray_address_is_chosen_as_ray_init_does_with_auto_only_when_asked():
+    from cluster.drainer import choose_ray_address
+
+    assert choose_ray_address("10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379") == \
+        ("10.0.0.1:6379", "from --ray-address")
+    assert choose_ray_address(None, "10.0.0.2:6379", "10.0.0.3:6379") == \
+        ("10.0.0.2:6379", "from $RAY_ADDRESS")
+    assert choose_ray_address("", "", "10.0.0.3:6379") == \
+        ("10.0.0.3:6379", "the cluster `ray start` recorded on this host")
+    # Nothing given and nothing recorded: a local Ray, never "any Ray found on this host".
+    assert choose_ray_address(None, None, None) == \
+        (None, "no --ray-address, no $RAY_ADDRESS, no `ray start` cluster on this host")
+    assert choose_ray_address("auto", None, None) == ("auto", "from --ray-address")
+
+
+def test_a_ray_cluster_wanting_a_token_is_reported_as_an_auth_problem(monkeypatch):
+    import ray
+
+    import cluster.drainer as drainer_mod
+
+    def refuse(**kw):
+        raise ConnectionError("Failed to connect to GCS: UNAUTHENTICATED: invalid token")
+
+    monkeypatch.setattr(drainer_mod, "_refused", lambda address: None)  # something listens
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(UnavailableError) as info:
+        drainer_mod._init_ray("10.0.0.9:6379", "from --ray-address", "ns")
+    assert str(info.value) == (
+        "the Ray cluster at '10.0.0.9:6379' (from --ray-address) refused us: it requires "
+        "token authentication; set RAY_AUTH_MODE=token and the cluster's token in "
+        "RAY_AUTH_TOKEN (or a file named by RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token), "
+        "then start the drainer again")
+
+
+@pytest.mark.integration
+def test_cli_with_a_ray_address_where_nothing_listens_exits_1_at_once(mariadb, tmp_path):
+    """It used to hang with Ray's own warnings."""
+    config = drainer_toml(tmp_path, mariadb.port, password="")
+    port = closed_port()
+    proc = subprocess.run([sys.executable, "-m", "tidb_binlog.cli.main", "drainer",
+                           "--config", str(config), "--ray-address", f"127.0.0.1:{port}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"tidb-binlog drainer: UnavailableError: cannot join the Ray cluster at "
+        f"'127.0.0.1:{port}' (from --ray-address): nothing answers there (Connection "
+        "refused); check --ray-address / $RAY_ADDRESS (the cluster's GCS host:port, as "
+        "`ray start --head` prints it), or unset both to start a local Ray")

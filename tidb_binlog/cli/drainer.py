@@ -2,8 +2,14 @@
 
     tidb-binlog drainer --config drainer.toml [--addr 127.0.0.1:8249] [--node-id ID]
 
-It joins the Ray cluster (``--ray-address``, else ``$RAY_ADDRESS``, else the one
-running on this machine; with none running it starts a local Ray), finds the
+It first checks the downstream (connect, create and read the checkpoint table):
+a refusal (access denied, a missing privilege) exits 1 at once saying what to
+check; a downstream that does not answer is retried every second for 30 s, then
+it exits 1. Then it joins Ray as ``ray.init()`` would (``--ray-address``, else
+``$RAY_ADDRESS``, else the cluster ``ray start`` recorded on this host, else it
+starts a local Ray; ``--ray-address auto`` joins any Ray running here) and logs
+which cluster and why; an address where nothing answers, or a cluster asking for
+an auth token, exits 1 saying what to set. It finds the
 registry actor named by drainer.toml's ``registry`` (``"<ray namespace>[/<actor
 name>]"``, default namespace ``tidb-binlog``), and starts the task: it follows
 the registry's pumps, serves Cistern gRPC on ``addr`` and HTTP status on the
@@ -53,8 +59,9 @@ def register(sub) -> None:
     p.add_argument("--data-dir", help="data directory (default data.drainer)")
     p.add_argument("--node-id", help="node id (default hostname:port)")
     p.add_argument("--registry", help='registry actor "<ray namespace>[/<actor name>]"')
-    p.add_argument("--ray-address", help="Ray cluster to join (default $RAY_ADDRESS, else the "
-                   "local one; a local Ray is started when none runs)")
+    p.add_argument("--ray-address", help="Ray cluster to join, host:port of its GCS, or "
+                   "'auto' for any Ray running on this host (default $RAY_ADDRESS, else the "
+                   "cluster `ray start` recorded here, else a new local Ray)")
     p.add_argument("--initial-commit-ts", type=int,
                    help="start ts when no checkpoint exists (-1 = now)")
     p.add_argument("--detect-interval", type=float, help="seconds between pump discovery rounds")
