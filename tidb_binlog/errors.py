@@ -20,11 +20,24 @@ the foreign library, with the original kept as ``__cause__``.
     ├── UnavailableError             no pump / downstream reachable (retryable)
     ├── SchemaError                  unknown table / schema version, bad DDL job
     │   └── UnsupportedDDL           a DDL we cannot apply (skip with ignore-txn-commit-ts)
-    ├── UpstreamError                the upstream (emulated TiDB) database refused a statement
+    ├── UpstreamError                the upstream (emulated TiDB) refused or failed a statement
+    │   ├── UpstreamSchemaError      unknown database/table/column upstream (also a SchemaError)
+    │   │   ├── SchemaChanged        "information schema is changed" at commit (retryable)
+    │   │   └── UpstreamUnsupportedDDL  a DDL the emulator cannot run (also an UnsupportedDDL)
+    │   ├── TxnConflict              deadlock / lock wait timeout: rolled back (retryable)
+    │   ├── PumpUnavailable          no pump took the Prewrite binlog: rolled back (retryable)
+    │   ├── DDLNotRecorded           a DDL ran in MariaDB but its job/binlogs could not be recorded
+    │   └── FinishTimeout            flush()/close() gave up waiting for Commit binlogs in flight
     ├── DownstreamError              the downstream database refused a statement
     │   └── TransientDownstreamError a retryable downstream failure (lost connection, deadlock)
     ├── TSOError                     the timestamp oracle cannot hand out a timestamp
     └── LocalServerError             a throwaway local server (MariaDB for tests, demo) failed
+
+``retryable`` (a class attribute, False unless said) tells a caller whether running
+the same operation again may succeed: the transaction or DDL it names was rolled back
+completely, so a retry cannot apply anything twice. A class drawn under one parent
+may have a second base, named in its line ("also a SchemaError"), so callers that
+catch the older class keep working.
 
 All classes pickle round trip with their message and extra fields, because Ray
 re-raises errors in other processes. Subclasses that add fields must keep the
@@ -50,6 +63,13 @@ __all__ = [
     "SchemaError",
     "UnsupportedDDL",
     "UpstreamError",
+    "UpstreamSchemaError",
+    "SchemaChanged",
+    "UpstreamUnsupportedDDL",
+    "TxnConflict",
+    "PumpUnavailable",
+    "DDLNotRecorded",
+    "FinishTimeout",
     "DownstreamError",
     "TransientDownstreamError",
     "TSOError",
@@ -61,6 +81,7 @@ class BinlogError(Exception):
     """Root of every error this project raises on purpose."""
 
     _fields: tuple[str, ...] = ()
+    retryable: bool = False  # running the same operation again may succeed (see above)
 
     def __init__(self, message: str = "", **fields):
         super().__init__(message)
@@ -144,6 +165,8 @@ class StateError(BinlogError):
 class UnavailableError(BinlogError):
     """A peer (pump, registry, downstream) cannot be reached; retrying may help."""
 
+    retryable = True
+
 
 class SchemaError(BinlogError):
     """A table, schema version or DDL job is unknown or inconsistent."""
@@ -156,9 +179,65 @@ class UnsupportedDDL(SchemaError):
 
 
 class UpstreamError(BinlogError):
-    """The upstream database (MariaDB behind the TiDB emulator) refused a statement."""
+    """The upstream database (MariaDB behind the TiDB emulator) refused a statement.
+
+    Everything the upstream emulator raises is one of these; ``code`` is MariaDB's
+    error number when MariaDB said no (``None`` otherwise)."""
 
     _fields = ("sql", "code")
+
+
+class UpstreamSchemaError(UpstreamError, SchemaError):
+    """The upstream catalog has no such database, table or column (or a DDL names none).
+
+    Also a :class:`SchemaError`, so code written against the older tree still catches it."""
+
+
+class SchemaChanged(UpstreamSchemaError):
+    """TiDB's "information schema is changed": a DDL altered a table this transaction
+    touched, so its commit was refused and it was rolled back; run it again."""
+
+    retryable = True
+
+
+class UpstreamUnsupportedDDL(UpstreamSchemaError, UnsupportedDDL):
+    """A DDL the upstream emulator cannot run; nothing was touched (also an UnsupportedDDL)."""
+
+    _fields = ("sql", "code", "commit_ts", "query")
+
+
+class TxnConflict(UpstreamError):
+    """MariaDB chose this transaction as a deadlock victim (1213) or its lock wait timed
+    out (1205): it was rolled back as a whole; run it again."""
+
+    retryable = True
+
+
+class PumpUnavailable(UpstreamError):
+    """No pump took the Prewrite binlog (an outage, or the ``fail_prewrite`` fault knob):
+    the transaction was rolled back and a Rollback binlog sent; run it again once a pump
+    is back."""
+
+    retryable = True
+
+
+class DDLNotRecorded(UpstreamError):
+    """A DDL ran in MariaDB but its job and binlogs could not be recorded.
+
+    ``undone`` says whether the emulator reverted the statement in MariaDB (then nothing
+    happened and the DDL may be run again); when it is False the message names the table
+    and how to repair it, since MariaDB now holds a schema no DDL binlog announced."""
+
+    _fields = ("sql", "code", "table", "undone")
+
+
+class FinishTimeout(UpstreamError):
+    """``Upstream.flush()``/``close()`` waited ``timeout_s`` and Commit/Rollback binlogs
+    were still in flight (``pending``; ``pumps`` names where they were going). The
+    transactions themselves are committed or rolled back in MariaDB; a pump resolves a
+    Prewrite whose Commit never arrives after ``max-txn-timeout`` from the catalog."""
+
+    _fields = ("sql", "code", "pending", "pumps", "timeout_s")
 
 
 class DownstreamError(BinlogError):
@@ -169,6 +248,8 @@ class DownstreamError(BinlogError):
 
 class TransientDownstreamError(DownstreamError):
     """The downstream failed in a way that retrying may fix."""
+
+    retryable = True
 
 
 class TSOError(BinlogError):

@@ -72,6 +72,11 @@ def _drawn_tree() -> list[tuple[int, str]]:
     return drawn
 
 
+def _line_of(name: str) -> str:
+    return next(line for line in errors.__doc__.splitlines()
+                if re.search(rf"── {name}\b", line))
+
+
 def test_docstring_tree_names_every_class():
     drawn = [name for _, name in _drawn_tree()]
     missing = sorted(set(errors.__all__) - set(drawn))
@@ -87,7 +92,32 @@ def test_docstring_tree_nesting_matches_the_class_hierarchy():
         cls = getattr(errors, name)
         if stack:
             parent = getattr(errors, stack[-1][1])
-            assert cls.__bases__ == (parent,), f"{name} is drawn under {parent.__name__}"
+            assert cls.__bases__[0] is parent, f"{name} is drawn under {parent.__name__}"
+            for extra in cls.__bases__[1:]:  # a second base is named on the class's line
+                assert f"also a {extra.__name__}" in _line_of(name) \
+                    or f"also an {extra.__name__}" in _line_of(name), (name, extra.__name__)
         else:
             assert cls is errors.BinlogError, f"{name} is drawn at the root"
         stack.append((column, name))
+
+
+def test_upstream_errors_form_one_tree():
+    """Whatever the upstream emulator raises is an UpstreamError; the older classes a
+    caller may catch (SchemaError, UnsupportedDDL) still match."""
+    for cls in (errors.UpstreamSchemaError, errors.SchemaChanged, errors.UpstreamUnsupportedDDL,
+                errors.TxnConflict, errors.PumpUnavailable, errors.DDLNotRecorded):
+        assert issubclass(cls, errors.UpstreamError)
+    assert issubclass(errors.SchemaChanged, errors.SchemaError)
+    assert issubclass(errors.UpstreamUnsupportedDDL, errors.UnsupportedDDL)
+
+
+@pytest.mark.parametrize("cls, retryable", [
+    (errors.BinlogError, False), (errors.UpstreamError, False),
+    (errors.UpstreamSchemaError, False), (errors.DDLNotRecorded, False),
+    (errors.UpstreamUnsupportedDDL, False), (errors.SchemaChanged, True),
+    (errors.TxnConflict, True), (errors.PumpUnavailable, True), (errors.UnavailableError, True),
+    (errors.TransientDownstreamError, True), (errors.DownstreamError, False),
+])
+def test_retryable_says_whether_a_retry_may_succeed(cls, retryable):
+    assert cls("x").retryable is retryable
+    assert pickle.loads(pickle.dumps(cls("x"))).retryable is retryable

@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from tidb_binlog import binlog as bl
-from tidb_binlog.errors import SchemaError, UpstreamError
+from tidb_binlog.errors import SchemaChanged, UpstreamError
 from tidb_binlog.model import HANDLE_ROWID, TableInfo
 from tidb_binlog.upstream.rows import TableCodec, quote_id
 
@@ -101,8 +101,8 @@ class DmlCapture:
         info = self.upstream.snapshot.table(db, name)
         seen = self._infos.get(info.id)
         if seen is not None and seen is not info:
-            raise SchemaError(f"table {db}.{name} changed by a DDL during transaction "
-                              f"start_ts={self.start_ts}; roll back and retry")
+            raise SchemaChanged(f"table {db}.{name} changed by a DDL during transaction "
+                                f"start_ts={self.start_ts}; roll back and retry")
         self._infos[info.id] = info
         return f"{quote_id(db)}.{quote_id(name)}", info, self.upstream.codec(info)
 

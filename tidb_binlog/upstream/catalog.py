@@ -36,7 +36,7 @@ import random
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from tidb_binlog.errors import ClusterIDMismatch, SchemaError
+from tidb_binlog.errors import ClusterIDMismatch, UpstreamSchemaError
 from tidb_binlog.model import DBInfo, Job, TableInfo
 
 __all__ = ["CATALOG_DB", "Catalog", "Snapshot", "META_GLOBAL_ID", "META_SCHEMA_VERSION",
@@ -89,21 +89,23 @@ class Snapshot:
         try:
             return self.dbs[name]
         except KeyError:
-            raise SchemaError(f"database {name!r} is unknown to the upstream catalog; create it "
-                              "with Upstream.ddl('CREATE DATABASE ...')") from None
+            raise UpstreamSchemaError(
+                f"database {name!r} is unknown to the upstream catalog; create it with "
+                "Upstream.ddl('CREATE DATABASE ...')") from None
 
     def table(self, db: str, name: str) -> TableInfo:
         try:
             return self.tables[(db, name)]
         except KeyError:
-            raise SchemaError(f"table {db}.{name} is unknown to the upstream catalog; create it "
-                              "with Upstream.ddl('CREATE TABLE ...')") from None
+            raise UpstreamSchemaError(
+                f"table {db}.{name} is unknown to the upstream catalog; create it with "
+                "Upstream.ddl('CREATE TABLE ...')") from None
 
     def db_name_of(self, db_id: int) -> str:
         for name, info in self.dbs.items():
             if info.id == db_id:
                 return name
-        raise SchemaError(f"no database with id {db_id}")
+        raise UpstreamSchemaError(f"no database with id {db_id}")
 
 
 class Catalog:
@@ -140,7 +142,8 @@ class Catalog:
         cur.execute(f"SELECT value FROM {CATALOG_DB}.meta WHERE name=%s {lock}", (key,))
         row = cur.fetchone()
         if row is None:
-            raise SchemaError(f"upstream catalog has no meta key {key!r}; was it bootstrapped?")
+            raise UpstreamSchemaError(
+                f"upstream catalog has no meta key {key!r}; was it bootstrapped?")
         return int(row[0])
 
     @staticmethod

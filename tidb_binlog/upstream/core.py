@@ -28,31 +28,61 @@ import datetime
 import logging
 import queue
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable
 
 import pymysql
 from pymysql.constants import CLIENT
 
-from tidb_binlog.errors import UpstreamError
+from tidb_binlog.errors import FinishTimeout, TxnConflict, UpstreamError
 from tidb_binlog.model import Job, TableInfo
 from tidb_binlog.upstream.catalog import Catalog, Snapshot
 from tidb_binlog.upstream.faults import Faults
 from tidb_binlog.upstream.introspect import CLUSTERED_INT_ONLY, CLUSTERED_ON
 from tidb_binlog.upstream.rows import TableCodec
 
-__all__ = ["Upstream", "connect", "translate"]
+__all__ = ["Upstream", "connect", "translate", "CONFLICT_CODES", "DEFAULT_WAIT_TIMEOUT_S"]
+
+# MariaDB's "this transaction lost a lock conflict and was rolled back" codes: deadlock
+# victim, lock wait timeout (the whole transaction is rolled back for 1205 only with
+# innodb_rollback_on_timeout; callers roll back themselves before retrying).
+CONFLICT_CODES = (1213, 1205)
+DEFAULT_WAIT_TIMEOUT_S = 60.0
 
 log = logging.getLogger(__name__)
 
 _FINISH_BATCH = 256  # Commit/Rollback binlogs per write_binlogs call, at most
+_BOOTSTRAP_ATTEMPTS = 5
 
 
 def translate(exc: pymysql.err.MySQLError, sql: str = "") -> UpstreamError:
-    """pymysql's error → our tree (the one boundary where MariaDB errors cross)."""
+    """pymysql's error → our tree (the one boundary where MariaDB errors cross): a
+    deadlock or lock wait timeout is a :class:`TxnConflict` (retryable)."""
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
     msg = exc.args[1] if len(exc.args) > 1 else str(exc)
-    return UpstreamError(f"upstream MariaDB error {code}: {msg} (statement: {sql[:300]!r})",
-                         sql=sql[:2000], code=code)
+    cls = TxnConflict if code in CONFLICT_CODES else UpstreamError
+    return cls(f"upstream MariaDB error {code}: {msg} (statement: {sql[:300]!r})",
+               sql=sql[:2000], code=code)
+
+
+def _finish_timeout(what: str, writer, pending: Counter, timeout_s: float) -> FinishTimeout:
+    """The error for a flush/close that waited ``timeout_s``: how many Commit/Rollback
+    binlogs were still in flight, and to which pumps (``writer.pump_of(start_ts)``, the
+    pump client's record of who took the Prewrite, when the writer has it)."""
+    pump_of = getattr(writer, "pump_of", None)
+    pumps: Counter = Counter()
+    for start_ts, n in pending.items():
+        pump = pump_of(start_ts) if callable(pump_of) else None
+        pumps[pump or type(writer).__name__] += n
+    total = sum(pending.values())
+    where = ", ".join(f"{n} to {p}" for p, n in sorted(pumps.items()))
+    return FinishTimeout(
+        f"Upstream.{what}() waited {timeout_s:g} s and {total} Commit/Rollback binlog(s) are "
+        f"still in flight ({where}); their transactions are already decided in MariaDB, and a "
+        "pump resolves a Prewrite whose Commit never arrives after max-txn-timeout. Check that "
+        f"the pumps are up, or pass a longer timeout to {what}()",
+        pending=total, pumps=dict(pumps), timeout_s=timeout_s)
 
 
 def connect(params: dict, *, autocommit: bool = False, database: str | None = None,
@@ -88,6 +118,7 @@ class _FinishSender:
         self._idle = threading.Condition()
         self._submitted = 0
         self._done = 0
+        self._pending: Counter = Counter()  # start_ts -> binlogs submitted, not yet written
         self.errors = 0
         self._thread = threading.Thread(target=self._run, name="upstream-finish-binlog",
                                         daemon=True)
@@ -96,6 +127,7 @@ class _FinishSender:
     def submit(self, binlog) -> None:
         with self._idle:
             self._submitted += 1
+            self._pending[binlog.start_ts] += 1
         self._queue.put(binlog)
 
     def _take(self) -> list:
@@ -119,6 +151,10 @@ class _FinishSender:
             finally:
                 with self._idle:
                     self._done += len(batch)
+                    for b in batch:
+                        self._pending[b.start_ts] -= 1
+                        if self._pending[b.start_ts] <= 0:
+                            del self._pending[b.start_ts]
                     self._idle.notify_all()
 
     def _write(self, batch: list) -> None:
@@ -141,14 +177,22 @@ class _FinishSender:
                 self.errors += 1
                 log.exception("failed to write finish binlog start_ts=%s", b.start_ts)
 
-    def flush(self) -> None:
+    def flush(self, timeout_s: float = DEFAULT_WAIT_TIMEOUT_S, what: str = "flush") -> None:
         with self._idle:
             target = self._submitted
-            self._idle.wait_for(lambda: self._done >= target)
+            if self._idle.wait_for(lambda: self._done >= target, timeout_s):
+                return
+            pending = Counter(self._pending)
+        # outside our lock: naming the pumps takes the writer's
+        raise _finish_timeout(what, self._writer, pending, timeout_s)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = DEFAULT_WAIT_TIMEOUT_S) -> None:
         self._queue.put(None)
-        self._thread.join()
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            with self._idle:
+                pending = Counter(self._pending)
+            raise _finish_timeout("close", self._writer, pending, timeout_s)
 
 
 class _FinishDirect:
@@ -161,14 +205,17 @@ class _FinishDirect:
     first attempt, as :class:`_FinishSender`'s waits for every hand-over."""
 
     def __init__(self, writer):
+        self._writer = writer
         self._send = writer.write_finish_nowait
         self._idle = threading.Condition()
         self._inflight = 0
+        self._pending: Counter = Counter()  # start_ts -> first attempts not completed
         self.errors = 0
 
     def submit(self, binlog) -> None:
         with self._idle:
             self._inflight += 1
+            self._pending[binlog.start_ts] += 1
         try:
             fut = self._send(binlog)
         except Exception:  # the pump client never raises here; the txn is committed anyway
@@ -187,18 +234,31 @@ class _FinishDirect:
             error = fut.result().error
         with self._idle:
             self._inflight -= 1
+            self._pending[binlog.start_ts] -= 1
+            if self._pending[binlog.start_ts] <= 0:
+                del self._pending[binlog.start_ts]
             if error is not None:
                 self.errors += 1
             self._idle.notify_all()
         if error is not None:
             log.error("finish binlog start_ts=%s was not written: %s", binlog.start_ts, error)
 
-    def flush(self) -> None:
+    def flush(self, timeout_s: float = DEFAULT_WAIT_TIMEOUT_S, what: str = "flush") -> None:
         with self._idle:
-            self._idle.wait_for(lambda: self._inflight == 0)
+            if self._idle.wait_for(lambda: self._inflight == 0, timeout_s):
+                return
+            pending = Counter(self._pending)
+        # outside our lock: naming the pumps takes the writer's (whose callbacks take ours)
+        raise _finish_timeout(what, self._writer, pending, timeout_s)
 
-    def close(self) -> None:
-        self.flush()
+    def close(self, timeout_s: float = DEFAULT_WAIT_TIMEOUT_S) -> None:
+        self.flush(timeout_s, "close")
+
+
+def _check_timeout(timeout: float) -> float:
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
 
 
 class Upstream:
@@ -221,21 +281,30 @@ class Upstream:
         self.check_schema_at_commit = check_schema_at_commit
         self._lock = threading.Lock()
         self._codecs: dict[int, TableCodec] = {}
-        conn = connect(self.params, autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                self.cluster_id = Catalog.bootstrap(cur, cluster_id)
-                self._snapshot = Catalog.load(cur)
-        except pymysql.err.MySQLError as exc:
-            raise translate(exc, "bootstrap catalog") from exc
-        finally:
-            conn.close()
+        self.cluster_id, self._snapshot = self._bootstrap(cluster_id)
         if callable(getattr(writer, "write_finish_nowait", None)):
             self._sender = _FinishDirect(writer)
         else:
             self._sender = _FinishSender(writer)
 
     # -- catalog ---------------------------------------------------------------------
+    def _bootstrap(self, cluster_id: int | None) -> tuple[int, Snapshot]:
+        """Create/read the catalog. Every statement is idempotent and autocommitted, so
+        upstreams starting together that deadlock on the meta rows retry it whole."""
+        for attempt in range(_BOOTSTRAP_ATTEMPTS):
+            conn = connect(self.params, autocommit=True)
+            try:
+                with conn.cursor() as cur:
+                    return Catalog.bootstrap(cur, cluster_id), Catalog.load(cur)
+            except pymysql.err.MySQLError as exc:
+                err = translate(exc, "bootstrap catalog")
+                if not err.retryable or attempt + 1 == _BOOTSTRAP_ATTEMPTS:
+                    raise err from exc
+            finally:
+                conn.close()
+            time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
+
     @property
     def snapshot(self) -> Snapshot:
         return self._snapshot
@@ -298,16 +367,22 @@ class Upstream:
     def send_finish(self, binlog) -> None:
         self._sender.submit(binlog)
 
-    def flush(self) -> None:
-        """Wait until every queued Commit/Rollback binlog has been handed to the writer."""
-        self._sender.flush()
+    def flush(self, timeout: float = DEFAULT_WAIT_TIMEOUT_S) -> None:
+        """Wait until every queued Commit/Rollback binlog has been handed to the writer
+        (with the pump client: every first attempt completed).
+
+        Raises :class:`~tidb_binlog.errors.FinishTimeout` after ``timeout`` seconds,
+        saying how many were still in flight and to which pumps; they keep going."""
+        self._sender.flush(_check_timeout(timeout))
 
     @property
     def finish_binlog_errors(self) -> int:
         return self._sender.errors
 
-    def close(self) -> None:
-        self._sender.close()
+    def close(self, timeout: float = DEFAULT_WAIT_TIMEOUT_S) -> None:
+        """Send what is queued and stop the finish sender; bounded by ``timeout`` seconds
+        (:class:`~tidb_binlog.errors.FinishTimeout` names what was still in flight)."""
+        self._sender.close(_check_timeout(timeout))
 
     def __enter__(self) -> Upstream:
         return self

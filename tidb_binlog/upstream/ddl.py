@@ -9,16 +9,37 @@
    (TiDB only warns).
 3. MariaDB executes the statement. A new table whose handle is TiDB's hidden row
    id gets the INVISIBLE ``_tidb_rowid`` auto-increment column.
-4. One *binlog round* per TiDB binlog: inside one catalog transaction the status
-   row is inserted, the schema version bumped, dbs/tables updated and (last round)
-   the finished job stored in ``ddl_history`` with state SYNCED; the Prewrite binlog
-   (``ddl_query``, ``ddl_job_id``, ``ddl_schema_state``, no prewrite value) is
-   written; commit_ts taken; COMMIT; Commit binlog sent asynchronously. A failed
-   Prewrite rolls the round back and retries it (TiDB's owner retries the job
-   until a Commit), up to three times.
+4. One *binlog round* per TiDB binlog: inside one catalog transaction the schema
+   version is bumped (first: see "Locks" below), the status row inserted,
+   dbs/tables updated and (last round) the finished job stored in ``ddl_history``
+   with state SYNCED; the Prewrite binlog (``ddl_query``, ``ddl_job_id``,
+   ``ddl_schema_state``, no prewrite value) is written; commit_ts taken; COMMIT;
+   Commit binlog sent asynchronously.
 5. DROP COLUMN first writes the round TiDB writes when the column reaches
    DeleteOnly (``ddl_schema_state = 1``, column state DELETE_ONLY in the catalog),
    then drops the column in MariaDB, then the final round.
+
+**Atomicity.** MariaDB runs the statement before the catalog records it (the
+TableInfo is read back from information_schema), so a round that cannot be
+recorded would leave MariaDB with a schema no binlog announced. A round is
+therefore retried as a whole, as TiDB's DDL owner retries a job round: a deadlock
+(1213) or lock wait timeout (1205) in the catalog transaction, and a Prewrite no
+pump took, roll it back (with a Rollback binlog after a written-off Prewrite) and
+run it again after a backoff, up to :data:`DDL_ROUND_ATTEMPTS` times. When every
+attempt fails the statement is undone in MariaDB where an inverse exists (CREATE
+DATABASE/TABLE → DROP, ADD COLUMN/INDEX → DROP, RENAME → RENAME back) and
+:class:`~tidb_binlog.errors.DDLNotRecorded` is raised with ``undone=True``; anything
+else raises it with ``undone=False``, naming the table and the statement that
+repairs the catalog.
+
+**Locks.** DML transactions take a share lock on the catalog's schema-version row
+before any row lock (their prologue; ``Txn.query`` too for locking reads), and a
+round takes the exclusive lock on that row as its first statement, holding nothing
+else while it waits. Before that order, a transaction that had locked rows through
+a plain ``query(... FOR UPDATE)`` queued its share lock behind a waiting round while
+another transaction holding the share lock waited for those rows: a three-way
+deadlock in which InnoDB chose the round, the lightest transaction, as the victim
+after MariaDB had already run the DDL.
 
 The final binlog's ``ddl_schema_state`` is the job's ``schema_state``: PUBLIC for
 creates and adds, NONE for drops, as TiDB leaves them.
@@ -26,13 +47,21 @@ creates and adds, NONE for drops, as TiDB leaves them.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pymysql
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.codec import Datum, encode_key
-from tidb_binlog.errors import SchemaError, UnsupportedDDL, UpstreamError
+from tidb_binlog.errors import (
+    DDLNotRecorded,
+    PumpUnavailable,
+    TxnConflict,
+    UpstreamError,
+    UpstreamSchemaError,
+    UpstreamUnsupportedDDL,
+)
 from tidb_binlog.model import (
     ActionType,
     CIStr,
@@ -44,16 +73,23 @@ from tidb_binlog.model import (
     TableInfo,
 )
 from tidb_binlog.upstream.catalog import CATALOG_DB, Catalog
-from tidb_binlog.upstream.core import connect, translate
+from tidb_binlog.upstream.core import CONFLICT_CODES, connect, translate
 from tidb_binlog.upstream.ddl_parse import DDLStatement, parse_ddl
 from tidb_binlog.upstream.introspect import build_table_info, needs_hidden_rowid
 from tidb_binlog.upstream.rows import quote_id
+from tidb_binlog.upstream.txn import prewrite_error
 
-__all__ = ["run_ddl", "history_job_key", "DDL_LOCK", "DDL_ROUND_ATTEMPTS"]
+__all__ = ["run_ddl", "history_job_key", "undo_sql", "DDL_LOCK", "DDL_ROUND_ATTEMPTS"]
+
+log = logging.getLogger(__name__)
 
 DDL_LOCK = "tidb_binlog_upstream.ddl_owner"
 DDL_LOCK_TIMEOUT_S = 120
-DDL_ROUND_ATTEMPTS = 3
+# Attempts per binlog round and the backoff between them (doubling, capped): about
+# 6 s of retrying in all, longer than a burst of conflicting DML or a pump restart.
+DDL_ROUND_ATTEMPTS = 8
+DDL_ROUND_BACKOFF_S = 0.05
+DDL_ROUND_BACKOFF_MAX_S = 2.0
 _DROPS = {ActionType.DROP_SCHEMA, ActionType.DROP_TABLE, ActionType.DROP_COLUMN,
           ActionType.DROP_INDEX, ActionType.DROP_TABLE_PARTITION}
 
@@ -75,6 +111,7 @@ class _Runner:
         self.conn = connect(upstream.params, autocommit=True)
         self.cur = self.conn.cursor()
         self.start_ts = upstream.get_ts()
+        self.executed = False  # MariaDB ran the user's statement (undo it if not recorded)
 
     def sql(self, sql: str, args=None) -> None:
         try:
@@ -86,55 +123,159 @@ class _Runner:
         if self.db:
             self.sql(f"USE {quote_id(self.db)}")
         self.sql(self.stmt.query)
+        self.executed = True
 
     def round(self, job: Job, schema_state: int, apply, *, final: bool) -> int:
-        """One binlog round; ``apply(cur, version)`` updates the catalog. Returns the version."""
+        """One binlog round; ``apply(cur, version)`` updates the catalog. Returns the version.
+
+        Retried as a whole (see the module docstring); raises :class:`_RoundFailed`
+        when every attempt failed, so :func:`run_ddl` can undo the statement."""
+        job_id = job.id
         last: Exception | None = None
         for attempt in range(DDL_ROUND_ATTEMPTS):
+            if attempt:
+                time.sleep(min(DDL_ROUND_BACKOFF_S * 2 ** (attempt - 1), DDL_ROUND_BACKOFF_MAX_S))
+            job.id = job_id  # an id allocated by a rolled-back attempt was rolled back too
             start_ts = self.up.get_ts()
             try:
-                self.conn.begin()
-                self.sql(f"INSERT INTO {CATALOG_DB}.txn_status VALUES (%s, 0)", (start_ts,))
-                version = Catalog.bump_version(self.cur)
-                apply(self.cur, version)
-                if final:
-                    job.binlog.schema_version = version
-                    job.binlog.finished_ts = start_ts
-                    Catalog.add_job(self.cur, job)
+                version = self._catalog_txn(job, start_ts, apply, final)
+            except (pymysql.err.MySQLError, TxnConflict) as exc:
+                self._rollback()
+                code = getattr(exc, "code", None) or (exc.args[0] if exc.args else None)
+                if code not in CONFLICT_CODES:
+                    raise _RoundFailed(exc) from exc
+                last = exc
+                log.warning("DDL job round of %r: catalog transaction lost a lock conflict "
+                            "(%s), attempt %d of %d", job.query[:100], exc, attempt + 1,
+                            DDL_ROUND_ATTEMPTS)
+                continue
             except BaseException:
-                self.conn.rollback()
+                self._rollback()
                 raise
             key = history_job_key(job.id)
+
+            def finish(tp: int, commit_ts: int, start_ts=start_ts, key=key):
+                return bl.new_binlog(tp, start_ts, commit_ts, prewrite_key=key,
+                                     ddl_query=job.query.encode(), ddl_job_id=job.id,
+                                     ddl_schema_state=schema_state)
+
             pre = bl.new_binlog(bl.BinlogType.PREWRITE, start_ts, 0, prewrite_key=key,
                                 ddl_query=job.query.encode(), ddl_job_id=job.id,
                                 ddl_schema_state=schema_state)
             try:
                 if self.up.faults.take("fail_prewrite"):
-                    raise UpstreamError("fault knob fail_prewrite")
+                    raise PumpUnavailable(f"fault knob fail_prewrite: DDL job {job.id}")
                 self.up.writer.write_binlog(pre)
             except Exception as exc:  # TiDB's owner retries the job round
-                last = exc
-                self.conn.rollback()
-                self.up.send_finish(bl.new_binlog(
-                    bl.BinlogType.ROLLBACK, start_ts, 0, prewrite_key=key,
-                    ddl_query=job.query.encode(), ddl_job_id=job.id, ddl_schema_state=schema_state))
-                time.sleep(0.05 * (attempt + 1))
+                last = prewrite_error(exc, f"DDL job {job.id}")
+                self._rollback()
+                self.up.send_finish(finish(bl.BinlogType.ROLLBACK, 0))
+                log.warning("DDL job round of %r: prewrite failed (%s), attempt %d of %d",
+                            job.query[:100], exc, attempt + 1, DDL_ROUND_ATTEMPTS)
                 continue
             commit_ts = self.up.get_ts()
-            self.sql(f"UPDATE {CATALOG_DB}.txn_status SET commit_ts=%s WHERE start_ts=%s",
-                     (commit_ts, start_ts))
-            self.conn.commit()
+            try:
+                self.cur.execute(f"UPDATE {CATALOG_DB}.txn_status SET commit_ts=%s "
+                                 "WHERE start_ts=%s", (commit_ts, start_ts))
+                self.conn.commit()
+            except pymysql.err.MySQLError as exc:  # the connection broke: did COMMIT land?
+                status = self.up.meta().txn_status(start_ts)
+                if status.state != status.COMMITTED:
+                    if status.state == status.ROLLED_BACK:
+                        self.up.send_finish(finish(bl.BinlogType.ROLLBACK, 0))
+                    raise _RoundFailed(translate(exc, "COMMIT")) from exc
             if not self.up.faults.take("drop_commit_binlog"):
-                self.up.send_finish(bl.new_binlog(
-                    bl.BinlogType.COMMIT, start_ts, commit_ts, prewrite_key=key,
-                    ddl_query=job.query.encode(), ddl_job_id=job.id, ddl_schema_state=schema_state))
+                self.up.send_finish(finish(bl.BinlogType.COMMIT, commit_ts))
             return version
-        raise UpstreamError(f"DDL job {job.id} ({job.query[:100]!r}) executed in MariaDB but its "
-                            f"binlog could not be written after {DDL_ROUND_ATTEMPTS} attempts: "
-                            f"{last}; the upstream catalog is behind MariaDB for this table")
+        raise _RoundFailed(last)
+
+    def _catalog_txn(self, job: Job, start_ts: int, apply, final: bool) -> int:
+        """The round's catalog changes, left uncommitted. The schema-version row is
+        locked first, so the round holds no other lock while it waits for running
+        transactions' share locks on it (see "Locks" in the module docstring)."""
+        self.conn.begin()
+        cur = self.cur
+        version = Catalog.bump_version(cur)
+        cur.execute(f"INSERT INTO {CATALOG_DB}.txn_status VALUES (%s, 0)", (start_ts,))
+        apply(cur, version)
+        if final:
+            job.binlog.schema_version = version
+            job.binlog.finished_ts = start_ts
+            Catalog.add_job(cur, job)
+        if self.up.faults.take("ddl_round_conflict"):
+            raise pymysql.err.OperationalError(
+                1213, "fault knob ddl_round_conflict: Deadlock found when trying to get lock")
+        return version
+
+    def _rollback(self) -> None:
+        try:
+            self.conn.rollback()
+        except pymysql.err.MySQLError:
+            pass  # the connection is gone: MariaDB rolls the transaction back itself
+
+    def undo(self) -> str | None:
+        """Revert the user's statement in MariaDB; return the SQL run, None without an
+        inverse. Runs on this connection (reopened if it broke), outside any round."""
+        sql = undo_sql(self.stmt, self.db)
+        if sql is None:
+            return None
+        self.conn.ping(reconnect=True)
+        self.sql(sql)
+        return sql
 
     def close(self) -> None:
         self.conn.close()
+
+
+class _RoundFailed(Exception):
+    """Every attempt of a binlog round failed (internal: run_ddl turns it into
+    DDLNotRecorded after trying to undo the statement)."""
+
+    def __init__(self, last: BaseException | None):
+        super().__init__(str(last))
+        self.last = last
+
+
+def undo_sql(stmt: DDLStatement, database: str | None) -> str | None:
+    """The statement that reverts ``stmt`` in MariaDB, or None when there is none (a drop
+    or truncate lost data; MODIFY would need the old definition)."""
+    db = stmt.schema or database
+    kind = stmt.kind
+    if kind == "create_schema":
+        return f"DROP DATABASE {quote_id(stmt.schema)}"
+    if not db or not stmt.table:
+        return None
+    table = f"{quote_id(db)}.{quote_id(stmt.table)}"
+    if kind == "create_table":
+        return f"DROP TABLE {table}"
+    if kind == "add_column":
+        return f"ALTER TABLE {table} DROP COLUMN {quote_id(stmt.column)}"
+    if kind == "add_index":
+        return f"ALTER TABLE {table} DROP INDEX {quote_id(stmt.index)}"
+    if kind == "rename_table":
+        new = f"{quote_id(stmt.new_schema or db)}.{quote_id(stmt.new_table)}"
+        return f"RENAME TABLE {new} TO {table}"
+    return None
+
+
+def _repair_hint(stmt: DDLStatement, table: str) -> str:
+    """How to bring the catalog back in line with MariaDB after a DDL that ran there
+    but was not recorded and has no inverse."""
+    kind = stmt.kind
+    if kind == "drop_schema":
+        return (f"run Upstream.ddl('DROP DATABASE IF EXISTS {quote_id(stmt.schema)}'): MariaDB "
+                "does nothing and the job is recorded")
+    if kind == "drop_table":
+        return (f"run Upstream.ddl('DROP TABLE IF EXISTS {table}'): MariaDB does nothing and "
+                "the job is recorded")
+    if kind == "drop_column":
+        return (f"run Upstream.ddl('ALTER TABLE {table} DROP COLUMN IF EXISTS "
+                f"{quote_id(stmt.column)}'): MariaDB does nothing and the job is recorded")
+    if kind in ("truncate_table", "truncate_partition") or (
+            kind == "modify_column" and not stmt.new_column):
+        return "run the same statement again: MariaDB repeats it harmlessly and the job is recorded"
+    return (f"drop {table} through Upstream.ddl and create it again (a downstream replicates "
+            "both), or start from a fresh upstream database")
 
 
 def _table_info(r: _Runner, db: str, name: str, table_id: int, previous: TableInfo | None,
@@ -153,7 +294,14 @@ def run_ddl(upstream, sql: str, database: str | None = None) -> Job | None:
             raise UpstreamError(f"timed out after {DDL_LOCK_TIMEOUT_S}s waiting for the DDL owner "
                                 "lock held by another upstream DDL")
         snap = upstream.reload(r.cur)
-        job = _run(r, stmt, snap)
+        try:
+            job = _run(r, stmt, snap)
+        except _RoundFailed as failed:
+            raise _not_recorded(r, failed.last, rounds_failed=True) from failed.last
+        except Exception as exc:  # e.g. a column type the catalog cannot model
+            if not r.executed:
+                raise
+            raise _not_recorded(r, exc, rounds_failed=False) from exc
         upstream.reload(r.cur)
         return job
     finally:
@@ -161,6 +309,39 @@ def run_ddl(upstream, sql: str, database: str | None = None) -> Job | None:
             r.sql("DO RELEASE_LOCK(%s)", (DDL_LOCK,))
         finally:
             r.close()
+
+
+def _not_recorded(r: _Runner, last: BaseException | None, *,
+                  rounds_failed: bool) -> DDLNotRecorded:
+    """Undo the statement where an inverse exists; the error saying what happened."""
+    stmt = r.stmt
+    code = getattr(last, "code", None)
+    table = (f"{quote_id(r.db)}.{quote_id(stmt.table)}" if r.db and stmt.table
+             else quote_id(stmt.schema or r.db or "?"))
+    how = (f"after {DDL_ROUND_ATTEMPTS} attempts " if rounds_failed else "")
+    why = (f"DDL {stmt.query[:200]!r} ran in MariaDB, but its job and binlogs could not be "
+           f"recorded {how}({type(last).__name__}: {last})")
+    if not r.executed:  # DROP COLUMN's DeleteOnly round: MariaDB is changed after it
+        return DDLNotRecorded(
+            f"DDL {stmt.query[:200]!r} could not be recorded {how}({type(last).__name__}: "
+            f"{last}); MariaDB was not changed yet, so nothing happened: run it again",
+            sql=stmt.query, code=code, table=table, undone=True)
+    try:
+        undone = r.undo()
+    except UpstreamError as exc:
+        log.error("undoing %r failed: %s", stmt.query[:200], exc)
+        return DDLNotRecorded(
+            f"{why}; undoing it in MariaDB failed too ({exc}): {table} in MariaDB no longer "
+            f"matches the upstream catalog; {_repair_hint(stmt, table)}",
+            sql=stmt.query, code=code, table=table, undone=False)
+    if undone is not None:
+        return DDLNotRecorded(f"{why}; it was undone in MariaDB ({undone}), so nothing happened: "
+                              "run it again", sql=stmt.query, code=code, table=table, undone=True)
+    log.error("DDL %r not recorded and not undoable; %s", stmt.query[:200], table)
+    return DDLNotRecorded(
+        f"{why}; it has no inverse, so {table} in MariaDB no longer matches the upstream "
+        f"catalog (no binlog announced the change): {_repair_hint(stmt, table)}",
+        sql=stmt.query, code=code, table=table, undone=False)
 
 
 def _new_job(r: _Runner, stmt: DDLStatement, schema_id: int, table_id: int, db: str,
@@ -185,8 +366,10 @@ def _run(r: _Runner, stmt: DDLStatement, snap) -> Job | None:
             r.sql(stmt.query)
             return None
         if kind == "drop_schema" and not exists:
-            raise SchemaError(f"database {stmt.schema!r} is unknown to the upstream catalog")
+            raise UpstreamSchemaError(f"database {stmt.schema!r} is unknown to the upstream "
+                                      "catalog")
         r.sql(stmt.query)
+        r.executed = True
         old = snap.dbs.get(stmt.schema)
         job = _new_job(r, stmt, old.id if old else 0, 0, stmt.schema, "")
 
@@ -212,7 +395,7 @@ def _run(r: _Runner, stmt: DDLStatement, snap) -> Job | None:
 
     db = r.db
     if not db:
-        raise SchemaError(f"{stmt.query[:100]!r} names no database and none is selected")
+        raise UpstreamSchemaError(f"{stmt.query[:100]!r} names no database and none is selected")
     dbinfo = snap.db(db)
     name = stmt.table
     old = snap.tables.get((db, name))
@@ -225,7 +408,8 @@ def _run(r: _Runner, stmt: DDLStatement, snap) -> Job | None:
         if needs_hidden_rowid(probe):
             if any(c.type.flag & 512 for c in probe.cols):  # AUTO_INCREMENT
                 r.sql(f"DROP TABLE {quote_id(db)}.{quote_id(name)}")
-                raise UnsupportedDDL(
+                r.executed = False  # undone here
+                raise UpstreamUnsupportedDDL(
                     f"table {db}.{name} has an AUTO_INCREMENT column but no clustered primary key: "
                     "the emulator keeps TiDB's hidden _tidb_rowid in an auto-increment column, and "
                     "MariaDB allows only one; make that column the primary key", query=stmt.query)
@@ -235,7 +419,7 @@ def _run(r: _Runner, stmt: DDLStatement, snap) -> Job | None:
         if kind == "drop_table" and stmt.if_exists:
             r.execute_user_ddl()
             return None
-        raise SchemaError(f"table {db}.{name} is unknown to the upstream catalog")
+        raise UpstreamSchemaError(f"table {db}.{name} is unknown to the upstream catalog")
     elif kind != "drop_column":
         r.execute_user_ddl()
 
@@ -244,7 +428,7 @@ def _run(r: _Runner, stmt: DDLStatement, snap) -> Job | None:
     if kind == "drop_column":
         col = old.column_by_name(stmt.column)
         if col is None:
-            raise SchemaError(f"column {stmt.column!r} does not exist in {db}.{name}")
+            raise UpstreamSchemaError(f"column {stmt.column!r} does not exist in {db}.{name}")
         delete_only = old.clone()
         delete_only.column_by_name(stmt.column).state = SchemaState.DELETE_ONLY
 

@@ -25,8 +25,8 @@ drop_partition (20)      ALTER TABLE t DROP PARTITION p[, q]
 truncate_partition (23)  ALTER TABLE t TRUNCATE PARTITION p[, q]
 =======================  ====================================================
 
-Anything else raises :class:`~tidb_binlog.errors.UnsupportedDDL` before MariaDB
-is touched.
+Anything else raises :class:`~tidb_binlog.errors.UpstreamUnsupportedDDL` (an
+UnsupportedDDL) before MariaDB is touched.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tidb_binlog.errors import UnsupportedDDL
+from tidb_binlog.errors import UpstreamUnsupportedDDL
 from tidb_binlog.model import ActionType
 
 __all__ = ["DDLStatement", "parse_ddl", "normalise_sql", "ACTIONS"]
@@ -123,8 +123,8 @@ def _top_level_commas(s: str) -> int:
     return count
 
 
-def _unsupported(sql: str, why: str) -> UnsupportedDDL:
-    return UnsupportedDDL(
+def _unsupported(sql: str, why: str) -> UpstreamUnsupportedDDL:
+    return UpstreamUnsupportedDDL(
         f"unsupported DDL {sql[:200]!r}: {why}. Supported: CREATE/DROP DATABASE, CREATE/DROP/"
         "TRUNCATE/RENAME TABLE, ALTER TABLE with one ADD/DROP/MODIFY/CHANGE COLUMN, ADD/DROP "
         "INDEX, ADD/DROP/TRUNCATE PARTITION, CREATE/DROP INDEX", query=sql)

@@ -12,7 +12,12 @@ pump then sees is what it would see from TiDB:
   rolled back. The call raises :class:`SimulatedCrash`.
 - ``fail_prewrite``: writing the Prewrite binlog fails; the transaction is rolled
   back (it must not commit) and, as TiDB does after a failed 2PC, a Rollback binlog
-  is sent. The call raises :class:`~tidb_binlog.errors.UpstreamError`.
+  is sent. The call raises :class:`~tidb_binlog.errors.PumpUnavailable` (retryable).
+  A DDL round retries it (see ``ddl.py``), so each hit costs the round one attempt.
+- ``ddl_round_conflict``: a DDL round's catalog transaction fails as a deadlock
+  victim does (MariaDB error 1213, before its Prewrite); counted per attempt. The
+  round is retried; when every attempt fails (``-1``) the DDL is undone in MariaDB
+  where an inverse exists, and :class:`~tidb_binlog.errors.DDLNotRecorded` raised.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from tidb_binlog.errors import UpstreamError
 
 __all__ = ["Faults", "SimulatedCrash", "KNOBS"]
 
-KNOBS = ("drop_commit_binlog", "crash_after_prewrite", "fail_prewrite")
+KNOBS = ("drop_commit_binlog", "crash_after_prewrite", "fail_prewrite", "ddl_round_conflict")
 
 
 class SimulatedCrash(UpstreamError):

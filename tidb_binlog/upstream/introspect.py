@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from tidb_binlog.errors import SchemaError
+from tidb_binlog.errors import UpstreamSchemaError
 from tidb_binlog.model import (
     EXTRA_HANDLE_NAME,
     INTEGER_TYPES,
@@ -125,8 +125,9 @@ def _field_type(row: dict, is_json: bool) -> FieldType:
         ft.flen, ft.decimal = -1, 0
         ft.charset, ft.collate = charset, collate
     else:
-        raise SchemaError(f"column {row['COLUMN_NAME']!r} has type {row['COLUMN_TYPE']!r}, "
-                          "which the upstream emulator does not model; use a TiDB-supported type")
+        raise UpstreamSchemaError(
+            f"column {row['COLUMN_NAME']!r} has type {row['COLUMN_TYPE']!r}, which the upstream "
+            "emulator does not model; use a TiDB-supported type")
     if ft.charset == "binary" and ft.tp in (TypeCode.STRING, TypeCode.VARCHAR, TypeCode.TINY_BLOB,
                                             TypeCode.BLOB, TypeCode.MEDIUM_BLOB,
                                             TypeCode.LONG_BLOB):
@@ -164,7 +165,7 @@ def build_table_info(cur, db: str, table: str, table_id: int, *, alloc_id: Calla
     col_rows = _query(cur, "SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
                            "AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (db, table))
     if not col_rows:
-        raise SchemaError(f"table {db}.{table} does not exist upstream")
+        raise UpstreamSchemaError(f"table {db}.{table} does not exist upstream")
     checks = _query(cur, "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
                          "WHERE CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s", (db, table))
     json_cols = {m.group(1).lower() for r in checks
@@ -266,8 +267,9 @@ def _partition(cur, db: str, table: str, alloc_id: Callable[[], int],
         return None
     method = rows[0]["PARTITION_METHOD"]
     if method not in _PARTITION_METHODS or rows[0]["SUBPARTITION_NAME"] is not None:
-        raise SchemaError(f"table {db}.{table}: partitioning {method!r} (or subpartitions) is not "
-                          "modelled; use RANGE, RANGE COLUMNS, HASH, LIST or LIST COLUMNS")
+        raise UpstreamSchemaError(
+            f"table {db}.{table}: partitioning {method!r} (or subpartitions) is not "
+            "modelled; use RANGE, RANGE COLUMNS, HASH, LIST or LIST COLUMNS")
     ptype = _PARTITION_METHODS[method]
     expr = rows[0]["PARTITION_EXPRESSION"] or ""
     prev = {d.name.L: d.id for d in previous.partition.definitions} if (

@@ -28,13 +28,21 @@ A transaction without row changes writes no binlog.
 
 from __future__ import annotations
 
+import re
+
 import pymysql
 
 from tidb_binlog import binlog as bl
-from tidb_binlog.errors import SchemaError, UpstreamError
+from tidb_binlog.errors import (
+    PumpUnavailable,
+    SchemaChanged,
+    TxnConflict,
+    UnavailableError,
+    UpstreamError,
+)
 from tidb_binlog.upstream.capture import DmlCapture, Raw
 from tidb_binlog.upstream.catalog import CATALOG_DB, META_SCHEMA_VERSION
-from tidb_binlog.upstream.core import connect, translate
+from tidb_binlog.upstream.core import CONFLICT_CODES, connect, translate
 from tidb_binlog.upstream.faults import SimulatedCrash
 
 __all__ = ["Session", "Txn", "Raw"]
@@ -47,6 +55,27 @@ _STATUS_ROW_SQL = f"INSERT INTO {CATALOG_DB}.txn_status VALUES (%d, 0); "
 _DROP_STATUS_SQL = f"DELETE FROM {CATALOG_DB}.txn_status WHERE start_ts=%d; "
 _VERSION_SQL = (f"SELECT value FROM {CATALOG_DB}.meta WHERE name='{META_SCHEMA_VERSION}' "
                 "LOCK IN SHARE MODE; ")
+# A statement that takes no row locks (a non-locking read, SET): it may run before the
+# prologue (see Txn.query).
+_PLAIN_READ = re.compile(r"^\s*(\(\s*)*(SELECT|SHOW|DESCRIBE|DESC|EXPLAIN|SET)\b"
+                         r"(?!.*\b(FOR\s+UPDATE|LOCK\s+IN\s+SHARE\s+MODE|FOR\s+SHARE)\b)",
+                         re.I | re.S)
+# Errors after which MariaDB has rolled the transaction back, or the connection is gone.
+_TXN_GONE = (1213, 2006, 2013)
+
+
+def prewrite_error(exc: BaseException, what: str) -> BaseException:
+    """The error for a Prewrite binlog the writer did not take (``what`` was rolled back).
+
+    A pump outage (the pump client's :class:`UnavailableError`, a socket error or
+    timeout) is :class:`PumpUnavailable`, which callers retry; anything else (e.g. a
+    binlog above the pumps' message size) is a plain, permanent UpstreamError."""
+    if isinstance(exc, UpstreamError) or not isinstance(exc, Exception):
+        return exc
+    if isinstance(exc, UnavailableError | OSError | TimeoutError):
+        return PumpUnavailable(f"prewrite binlog of {what} was not written, so it was rolled "
+                               f"back: {exc}; retry it once a pump is available")
+    return UpstreamError(f"prewrite binlog of {what} failed, so it was rolled back: {exc}")
 
 
 class Session:
@@ -152,20 +181,25 @@ class Txn(DmlCapture):
         self._registered = True
 
     def _failed(self, exc: pymysql.err.MySQLError, sql: str, in_prologue: bool):
-        """Translate ``exc``; a failed prologue (e.g. a DDL holding the schema version
-        past the lock wait timeout) aborts the transaction, since its status row may
-        already be written."""
-        if exc.args and exc.args[0] in (1213, 2006, 2013):  # deadlock / connection gone
+        """Translate ``exc``. A deadlock or lock wait timeout (:class:`TxnConflict`) and a
+        failed prologue (e.g. a DDL holding the schema version past the lock wait
+        timeout; the status row may already be written) abort the whole transaction, so
+        the caller's retry starts from nothing (MariaDB itself rolls back only the
+        statement after a lock wait timeout)."""
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        if code in _TXN_GONE:  # deadlock (MariaDB rolled back) / connection gone
             self.open = False
-        if in_prologue and self.open:
+        if (in_prologue or code in CONFLICT_CODES) and self.open:
             self.open = False
             try:
                 self.session.conn.rollback()
             except pymysql.err.MySQLError:
                 pass  # the connection is gone: MariaDB rolls back on its own
-            raise UpstreamError(f"transaction start_ts={self.start_ts} aborted: its txn-status "
-                                f"row / schema version could not be taken ({exc}); retry it",
-                                sql=sql[:2000], code=exc.args[0] if exc.args else None) from exc
+        if in_prologue:
+            cls = TxnConflict if code in CONFLICT_CODES else UpstreamError
+            raise cls(f"transaction start_ts={self.start_ts} aborted: its txn-status row / "
+                      f"schema version could not be taken ({exc}); retry it",
+                      sql=sql[:2000], code=code) from exc
         raise translate(exc, sql) from exc
 
     def _check_open(self) -> None:
@@ -174,9 +208,17 @@ class Txn(DmlCapture):
 
     # -- reads (the capturing DML is DmlCapture's) ------------------------------------
     def query(self, sql: str, args=None) -> list[tuple]:
-        """A plain read inside the transaction (no binlog)."""
+        """A read inside the transaction (no binlog).
+
+        A locking read (``FOR UPDATE``, ``LOCK IN SHARE MODE``) or any other statement
+        that is not a plain read carries the prologue when it is the transaction's first,
+        so every transaction takes the schema-version share lock *before* any row lock.
+        Otherwise a transaction holding a row lock could queue its share lock behind a
+        DDL round's exclusive one while a transaction that already holds the share lock
+        waits for that row: a three-way deadlock whose cheapest victim is the DDL's
+        catalog transaction (the DDL already ran in MariaDB)."""
         self._check_open()
-        return self._rows(sql, args, plain=True)
+        return self._rows(sql, args, plain=bool(_PLAIN_READ.match(sql)))
 
     # -- commit / rollback -----------------------------------------------------------
     def _check_schema(self) -> int:
@@ -193,8 +235,9 @@ class Txn(DmlCapture):
             if now is info:
                 continue
             if now is None or now.to_obj() != info.to_obj():
-                raise SchemaError(f"information schema is changed: table id {tid} was altered "
-                                  f"during transaction start_ts={self.start_ts}; retry it")
+                raise SchemaChanged(f"information schema is changed: table id {tid} was "
+                                    f"altered during transaction start_ts={self.start_ts}; "
+                                    "retry it")
         return self._version
 
     def commit(self) -> int:
@@ -216,15 +259,16 @@ class Txn(DmlCapture):
             raise
         try:
             if up.faults.take("fail_prewrite"):
-                raise UpstreamError("fault knob fail_prewrite: the prewrite binlog was not written")
+                raise PumpUnavailable("fault knob fail_prewrite: the prewrite binlog was not "
+                                      f"written; transaction start_ts={self.start_ts} rolled back")
             up.writer.write_binlog(prewrite)
         except BaseException as exc:
             self._finish_plain(commit=False)
             up.send_finish(self._finish(bl.BinlogType.ROLLBACK, 0))
-            if isinstance(exc, UpstreamError):
+            err = prewrite_error(exc, f"transaction start_ts={self.start_ts}")
+            if err is exc:
                 raise
-            raise UpstreamError(f"prewrite binlog of start_ts={self.start_ts} failed, transaction "
-                                f"rolled back: {exc}") from exc
+            raise err from exc
         if up.faults.take("crash_after_prewrite"):
             self.open = False
             self.session.conn.close()  # COM_QUIT without COMMIT: MariaDB rolls back

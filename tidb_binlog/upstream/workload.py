@@ -22,10 +22,12 @@ kind               one transaction
                    by a generator in 1 000-row statements
 =================  =================================================================
 
-Lock conflicts (deadlock, lock wait timeout), duplicate keys from the random
-choices and "information schema is changed" (a DDL raced the transaction, as in
-TiDB) are retried and counted in ``stats.retries``; any other error stops the
-session and ``run`` raises it.
+Errors the upstream marks ``retryable`` (a lock conflict: :class:`TxnConflict`; "information
+schema is changed": :class:`SchemaChanged`; a pump outage during the Prewrite:
+:class:`PumpUnavailable`), duplicate keys from the random choices and a column or
+table a concurrent DDL just dropped are retried and counted in ``stats.retries``;
+a DDL that could not be recorded but was undone (``DDLNotRecorded.undone``) is run
+again the same way. Any other error stops the session and ``run`` raises it.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tidb_binlog.errors import SchemaError, UpstreamError
+from tidb_binlog.errors import DDLNotRecorded, PumpUnavailable, UpstreamError
 from tidb_binlog.upstream.txn import Raw
 
-__all__ = ["WorkloadStats", "run", "KINDS", "SBTEST_DDL", "ALL_TYPES_DDL"]
+__all__ = ["WorkloadStats", "run", "retryable", "KINDS", "SBTEST_DDL", "ALL_TYPES_DDL"]
 
 SBTEST_DDL = ("CREATE TABLE IF NOT EXISTS sbtest (id INT NOT NULL AUTO_INCREMENT PRIMARY KEY, "
               "k INT NOT NULL DEFAULT 0, c CHAR(120) NOT NULL DEFAULT '', "
@@ -61,10 +63,19 @@ KINDS = ("insert", "update_index", "delete", "mixed", "random_dml", "all_types",
          "large")
 _CJK = "中文日本語한국어漢字"
 
-# Retried like TiDB's "information schema is changed": deadlock, lock wait timeout,
-# a duplicate from the random choices, and a column or table that a concurrent DDL
-# (the ``ddl`` workload's other session) just dropped or renamed.
-RETRYABLE_CODES = (1213, 1205, 1062, 1054, 1146)
+# MariaDB errors the workloads' own choices cause, retried besides ``retryable`` errors:
+# a duplicate from the random keys, and a column or table that a concurrent DDL (the
+# ``ddl`` workload's other session) just dropped or renamed.
+RETRYABLE_CODES = (1062, 1054, 1146)
+# Pause before retrying a pump outage, so a session does not spin on a pump that is down.
+_UNAVAILABLE_PAUSE_S = 0.2
+
+
+def retryable(exc: UpstreamError) -> bool:
+    """Whether the workload runs the transaction (or DDL) ``exc`` ended again."""
+    if isinstance(exc, DDLNotRecorded):
+        return bool(exc.undone)
+    return exc.retryable or exc.code in RETRYABLE_CODES
 
 
 @dataclass
@@ -158,9 +169,12 @@ class _Runner:
                 if no == 0 and n % 10 == 9:
                     t.rollback()
                     col = f"c{n}"
-                    self.up.ddl(f"ALTER TABLE ddlt ADD COLUMN {col} INT DEFAULT {n}",
-                                session.database)
-                    if n % 20 == 19:
+                    # A retry of this op (after a DDL failed retryably) skips what is done.
+                    if self.up.table("ddlt", session.database).column_by_name(col) is None:
+                        self.up.ddl(f"ALTER TABLE ddlt ADD COLUMN {col} INT DEFAULT {n}",
+                                    session.database)
+                    if n % 20 == 19 and self.up.table("ddlt", session.database).column_by_name(
+                            col) is not None:
                         self.up.ddl(f"ALTER TABLE ddlt DROP COLUMN {col}", session.database)
                     return 0
                 return t.replace("ddlt", [{"id": rng.randrange(200), "v": n}])
@@ -197,13 +211,15 @@ def run(upstream, kind: str, *, sessions: int = 4, ops: int | None = 1000,
                     try:
                         rows = r.one(s, rng, no, n)
                         break
-                    except (UpstreamError, SchemaError) as exc:
-                        retryable = isinstance(exc, SchemaError) or exc.code in RETRYABLE_CODES
+                    except UpstreamError as exc:
+                        again = retryable(exc)
                         with r.lock:
-                            if not retryable:
+                            if not again:
                                 r.stats.errors.append(f"{type(exc).__name__}: {exc}")
                                 return
                             r.stats.retries += 1
+                        if isinstance(exc, PumpUnavailable):
+                            time.sleep(_UNAVAILABLE_PAUSE_S)
                 else:
                     continue
                 with r.lock:
