@@ -314,11 +314,15 @@ def _lag_s(stack: _Stack, after_ts: int) -> tuple[float | None, str]:
     checkpoint is still below ``after_ts``; and its state."""
     import ray
 
+    from tidb_binlog.errors import BinlogError
     from tidb_binlog.tso import extract_physical
 
     try:
         st = stack.drainer.status()
-    except (ray.exceptions.RayError, TimeoutError) as exc:
+    except (ray.exceptions.RayError, TimeoutError, BinlogError) as exc:
+        # A restarting actor answers with a Ray error or, through the merger, with
+        # PipelineReset / UnavailableError: recovering, not failed (a failed task
+        # says so in its status).
         return None, f"unavailable: {type(exc).__name__}"
     if st["state"] == "failed":
         return None, f"failed: {st['error']}"
@@ -350,9 +354,11 @@ def wait_recovered(stack: _Stack, since: float, threshold_s: float, timeout_s: f
 
 # -- the run --------------------------------------------------------------------------------
 def replay_command(seed: int, duration_s: float, workers: int, kinds: tuple[str, ...] | None,
-                   recovered_lag_s: float) -> str:
+                   recovered_lag_s: float, fault_timeout_s: float) -> str:
+    """The command line that runs the same schedule again (written to ``REPLAY``)."""
     cmd = ["tidb-binlog", "chaos", "--seed", str(seed), "--duration", f"{duration_s:g}",
-           "--workers", str(workers), "--recovered-lag", f"{recovered_lag_s:g}"]
+           "--workers", str(workers), "--recovered-lag", f"{recovered_lag_s:g}",
+           "--fault-timeout", f"{fault_timeout_s:g}"]
     if kinds:
         cmd += ["--faults", ",".join(kinds)]
     return shlex.join(cmd)
@@ -376,7 +382,8 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
     console = console or Console()
     run_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tidb-binlog-chaos-"))
     run_dir.mkdir(parents=True, exist_ok=True)
-    replay = replay_command(seed, duration_s, workers, kinds, recovered_lag_s)
+    replay = replay_command(seed, duration_s, workers, kinds, recovered_lag_s,
+                            fault_timeout_s)
     (run_dir / "REPLAY").write_text(replay + "\n")
     schedule = make_schedule(seed, max(1, int(duration_s // 3) + 1), kinds=kinds or FAULT_KINDS,
                              pumps=2, workers=workers)

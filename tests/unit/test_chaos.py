@@ -136,3 +136,33 @@ def test_cli_refuses_bad_arguments(capsys):
         assert exc.value.code == 2
         assert message in capsys.readouterr().err
     assert isinstance(parser, argparse.ArgumentParser)
+
+
+def test_a_restarting_pipeline_is_recovering_not_failed():
+    """A status call during a merger restart raised PipelineReset, which ended the whole
+    run as if the task had failed (seed 2, kill9-merger)."""
+    from actors.ray_calls import PipelineReset
+    from cluster.chaos import _lag_s
+
+    class Drainer:
+        def __init__(self, answer):
+            self.answer = answer
+
+        def status(self):
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+
+    class Stack:
+        def __init__(self, answer):
+            self.drainer = Drainer(answer)
+
+    lag, state = _lag_s(Stack(PipelineReset("a pipeline actor is unavailable")), 0)
+    assert lag is None and state == "unavailable: PipelineReset"
+    lag, state = _lag_s(Stack({"state": "failed", "error": "boom",
+                               "checkpoint_commit_ts": 5}), 0)
+    assert lag is None and state == "failed: boom"
+    running = {"state": "running", "error": "", "checkpoint_commit_ts": 1 << 40}
+    assert _lag_s(Stack(running), 1 << 41) == (None, "running")  # not past the fault yet
+    lag, state = _lag_s(Stack(running), 0)
+    assert lag is not None and lag >= 0 and state == "running"
