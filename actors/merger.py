@@ -166,6 +166,7 @@ class MergerActor:
         self.error: str | None = None
         self.state = "starting"
         self.resets = 0
+        self.stop_stage = ""  # where stop() is (Drainer.stop names it when it times out)
         self.merged = 0
         self.positions: dict[str, int] = {}
         self.pumps: list[str] = []
@@ -233,7 +234,8 @@ class MergerActor:
                 "pump_feeds": {n: k for n, k in self.feed_kinds.items() if n in self.pumps},
                 "node_id": self.node.node_id if self.node else "",
                 "node_state": self.node.state if self.node else "",
-                "saved_commit_ts": self.node.max_commit_ts if self.node else self._start_ts}
+                "saved_commit_ts": self.node.max_commit_ts if self.node else self._start_ts,
+                "stop_stage": self.stop_stage}
 
     def wait_started(self, timeout_s: float = 60.0) -> str:
         """Block until the pipeline started merging (the node is online) or failed;
@@ -253,10 +255,13 @@ class MergerActor:
                 return self._result
             self._stop.set()
             if self._thread.is_alive():
+                self.stop_stage = "waiting for the merge thread to hand out its last batch"
                 self._thread.join(timeout=60)
             final_ts = None
             if self.error is None:
                 try:
+                    self.stop_stage = ("waiting for the coordinator's close(): the SQL workers "
+                                       "finishing, then the final checkpoint save")
                     cp = _Calls.get(_Calls.call(self.coordinator, "close"))
                     final_ts = cp.commit_ts
                     self._result = {"commit_ts": cp.commit_ts, "consistent": cp.consistent}
@@ -266,7 +271,9 @@ class MergerActor:
             if self._result is None:
                 self._result = {"error": self.error}
             if self.node is not None:
+                self.stop_stage = f"recording {final_state} in the registry"
                 self.node.close(final_state, final_ts)
+            self.stop_stage = "stopped"
             return self._result
 
     def _on_action(self, action: str) -> None:

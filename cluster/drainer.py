@@ -8,8 +8,20 @@
     cfg = load_drainer_config("drainer.toml")
     drainer = Drainer.start(cfg, registry=registry_client)   # on the current Ray cluster
     drainer.wait_for_checkpoint(commit_ts, timeout_s=60)      # downstream caught up
-    print(drainer.status())
-    drainer.stop()                                            # final consistent checkpoint
+    print(drainer.status(timeout=30))
+    drainer.stop(timeout=180)                                 # final consistent checkpoint
+
+Every wait is bounded: ``status`` / ``task_state`` (each actor answers within
+``timeout``), ``wait_for_checkpoint`` (``timeout_s`` in all, status calls included)
+and ``stop`` (past ``timeout`` the actors are killed anyway); on expiry an
+UnavailableError names the actor and call that did not answer and, for ``stop``,
+the stage the merger was at. Before any actor starts, :func:`check_downstream`
+checks the downstream in every mode (see :meth:`Drainer.start`).
+
+The status counters ``applied_rows``, ``ddl_jobs`` and ``resets`` are saved with
+the checkpoint (:mod:`tidb_binlog.drainer.checkpoint`), so they survive a restart
+of any actor: after one, the counts resume from the saved checkpoint and the replay
+above it is counted once.
 
 ``start`` creates the pipeline of :mod:`actors.drainer` (merger, schema keeper,
 coordinator) and ``worker-count`` SQL workers (:mod:`actors.syncer_workers`);
@@ -63,6 +75,12 @@ UPSTREAM_META_KEY = "upstream/meta"
 """Registry KV key: JSON connection parameters of the upstream meta (UpstreamMeta)."""
 
 DEFAULT_NAMESPACE = "tidb-binlog"
+
+STATUS_TIMEOUT_S = 30.0
+"""Default bound of :meth:`Drainer.status` / :meth:`Drainer.task_state`."""
+STOP_TIMEOUT_S = 180.0
+"""Default bound of :meth:`Drainer.stop` (the merger gives its thread 60 s, then waits
+for the SQL workers and saves the final checkpoint)."""
 
 
 def pump_actor_name(node_id: str) -> str:
@@ -166,7 +184,8 @@ class Drainer:
                                 service=service, workers=workers)
         drainer = cls(settings, merger, keeper, coordinator, workers)
         try:
-            addresses = RayCalls.get(merger.addresses.remote())
+            addresses = _answer(merger.addresses.remote(), "merger", "addresses()",
+                                start_timeout_s)
         except BaseException:
             drainer._kill()
             raise
@@ -187,45 +206,73 @@ class Drainer:
         return drainer
 
     # -- observing ------------------------------------------------------------------------
-    def status(self) -> dict:
-        """Merger state and error, pump positions, checkpoint and apply counters."""
-        import ray
-
-        merger = ray.get(self.merger.status.remote())
-        coord = ray.get(self.coordinator.status.options(concurrency_group="status").remote())
+    def status(self, timeout: float = STATUS_TIMEOUT_S) -> dict:
+        """Merger state and error, pump positions, checkpoint and apply counters. Each
+        actor has ``timeout`` seconds to answer (UnavailableError names the one that
+        did not: busy, restarting, or its node is gone)."""
+        deadline = time.monotonic() + timeout
+        merger = _answer(self.merger.status.remote(), "merger", "status()", timeout)
+        coord = _answer(self.coordinator.status.options(concurrency_group="status").remote(),
+                        "coordinator", "status()", max(deadline - time.monotonic(), 0.0),
+                        budget=timeout)
         return {**merger, **{f"checkpoint_{k}" if k == "commit_ts" else k: v
                              for k, v in coord.items()}}
 
-    def task_state(self) -> dict:
+    def task_state(self, timeout: float = STATUS_TIMEOUT_S) -> dict:
         """The merger's status alone (cheap): ``state``, ``error``, ``node_state``, ..."""
-        return RayCalls.get(self.merger.status.remote())
+        return _answer(self.merger.status.remote(), "merger", "status()", timeout)
 
-    def checkpoint_ts(self) -> int:
-        return self.status()["checkpoint_commit_ts"]
+    def checkpoint_ts(self, timeout: float = STATUS_TIMEOUT_S) -> int:
+        return self.status(timeout)["checkpoint_commit_ts"]
 
     def wait_for_checkpoint(self, commit_ts: int, timeout_s: float = 60.0,
                             poll_s: float = 0.2) -> dict:
-        """Block until the checkpoint reaches ``commit_ts``; raise on failure or timeout."""
+        """Block until the checkpoint reaches ``commit_ts``, at most ``timeout_s`` in all
+        (status calls included); raise UnavailableError on failure or timeout, saying
+        what it waited for and where the task stands."""
         deadline = time.monotonic() + timeout_s
         while True:
-            st = self.status()
+            try:
+                st = self.status(timeout=max(deadline - time.monotonic(), 0.1))
+            except UnavailableError as exc:
+                raise UnavailableError(f"waited {timeout_s:g} s for the checkpoint to reach "
+                                       f"{commit_ts}: {exc}") from exc
             if st["state"] == "failed":
                 raise UnavailableError(f"replication task failed: {st['error']}")
             if st["checkpoint_commit_ts"] >= commit_ts:
                 return st
             if time.monotonic() > deadline:
-                raise UnavailableError(f"checkpoint {st['checkpoint_commit_ts']} did not reach "
-                                       f"{commit_ts} within {timeout_s} s (status: {st})")
+                raise UnavailableError(
+                    f"waited {timeout_s:g} s for the checkpoint to reach {commit_ts}: it is at "
+                    f"{st['checkpoint_commit_ts']} (task {st['state']}, "
+                    f"{st.get('pending', 0)} item(s) pending in the coordinator, "
+                    f"{st.get('outstanding', 0)} worker call(s) outstanding, pump positions "
+                    f"{st.get('pump_positions')})")
             time.sleep(poll_s)
 
     # -- stopping ---------------------------------------------------------------------------
-    def stop(self, final_state: str = PAUSED) -> dict:
+    def stop(self, final_state: str = PAUSED, timeout: float = STOP_TIMEOUT_S) -> dict:
         """Stop pulling, wait for the workers, save the final checkpoint, record
-        ``final_state`` (paused) in the registry, end the actors. Idempotent."""
+        ``final_state`` (paused) in the registry, end the actors. Idempotent.
+
+        Bounded by ``timeout``: past it the actors are killed anyway and
+        UnavailableError names the stage the merger was at (the next start replays
+        from the last saved checkpoint, so nothing is lost)."""
         if self._stopped is not None:
             return self._stopped
+        ref = self.merger.stop.remote(final_state)
         try:
-            self._stopped = RayCalls.get(self.merger.stop.remote(final_state))
+            self._stopped = _answer(ref, "merger", f"stop({final_state!r})", timeout)
+        except UnavailableError as exc:
+            stage = "unknown (the merger does not answer status() either)"
+            try:
+                stage = _answer(self.merger.status.remote(), "merger", "status()",
+                                5.0).get("stop_stage") or "not started"
+            except Exception as status_exc:  # noqa: BLE001 - the stage is a best effort
+                log.debug("merger status unavailable: %s", status_exc)
+            self._stopped = {"error": f"{exc}; it was at: {stage}"}
+            raise UnavailableError(f"{exc}; it was at: {stage}; the actors were killed, the "
+                                   "next start replays from the last saved checkpoint") from exc
         finally:
             self._kill()
         return self._stopped
@@ -234,7 +281,31 @@ class Drainer:
         import ray
 
         for actor in [self.merger, self.keeper, self.coordinator, *self.workers]:
-            ray.kill(actor, no_restart=True)
+            if actor is not None:
+                ray.kill(actor, no_restart=True)
+
+
+def _answer(ref, actor: str, call: str, timeout: float, *, budget: float | None = None):
+    """``ray.get(ref)`` within ``timeout`` seconds; an actor that does not answer is an
+    UnavailableError naming it, the call and the wait."""
+    import ray
+
+    try:
+        return _get_within(ref, timeout)
+    except ray.exceptions.GetTimeoutError:
+        raise UnavailableError(
+            f"the drainer's {actor} actor did not answer {call} within "
+            f"{budget if budget is not None else timeout:.3g} s (busy, restarting, or its node "
+            "is gone; see the drainer log and `ray list actors`)") from None
+
+
+def _get_within(ref, timeout: float):
+    import ray
+
+    ready, _ = ray.wait([ref], timeout=max(timeout, 0.0))
+    if not ready:
+        raise ray.exceptions.GetTimeoutError(f"not ready within {timeout} s")
+    return RayCalls.get(ref)
 
 
 def _default_addr() -> str:
