@@ -407,7 +407,7 @@ def test_no_prewrite_and_a_closed_client_give_up_without_raising(cluster):
     pumps["pump-1"].stop()
     try:
         fut = client.write_finish_nowait(rollback(3 * 700))
-        client.close(wait_s=0.2)
+        client.close(timeout_s=0.2)
         result = fut.result(timeout=30)
         assert result.node_id is None and result.pending is not None
         assert result.pending.result(timeout=30) is None  # given up: never raised

@@ -6,7 +6,8 @@
     client = PumpClient(registry)                    # pumps from the registry, strategy "range"
     pump = client.write_binlog(prewrite_binlog)      # raises UnavailableError: do not commit
     client.write_binlog_async(commit_binlog)         # same pump as the prewrite; never raises
-    client.close()
+    client.flush(timeout_s=30)                       # PumpClientTimeout names pumps, counts
+    client.close(timeout_s=5)
 
 Modules: :mod:`.selector` (strategies range/hash/score/local), :mod:`.book`
 (available/unavailable bookkeeping, start_ts ownership), :mod:`.transport`
@@ -16,7 +17,12 @@ docstring for the exact rules).
 """
 
 from tidb_binlog.pump_client.book import DEFAULT_UNAVAILABLE_AFTER_ERRORS, PumpBook, PumpEntry
-from tidb_binlog.pump_client.client import LOCAL_PUMP_ID, PumpClient, WriteResult
+from tidb_binlog.pump_client.client import (
+    LOCAL_PUMP_ID,
+    PumpClient,
+    PumpClientTimeout,
+    WriteResult,
+)
 from tidb_binlog.pump_client.selector import (
     HASH,
     LOCAL,
@@ -34,6 +40,7 @@ from tidb_binlog.pump_client.transport import (
 
 __all__ = [
     "PumpClient",
+    "PumpClientTimeout",
     "WriteResult",
     "PumpTLS",
     "PumpChannel",

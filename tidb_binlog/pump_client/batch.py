@@ -48,10 +48,15 @@ if TYPE_CHECKING:
     from tidb_binlog.pump_client.book import PumpEntry
     from tidb_binlog.pump_client.client import PumpClient
 
-__all__ = ["WriteResult", "write_batch", "write_finish_nowait", "PIPELINE_MIN_BINLOGS"]
+__all__ = ["WriteResult", "write_batch", "write_finish_nowait", "PIPELINE_MIN_BINLOGS",
+           "COMPLETION_GRACE_S"]
 
 # Below this many first attempts in a group, send them as sequential blocking calls.
 PIPELINE_MIN_BINLOGS = 4
+
+# How long past a call's deadline a waiter still waits for gRPC to deliver its
+# completion before treating the call as lost (a stuck callback thread, not a slow pump).
+COMPLETION_GRACE_S = 5.0
 
 _TYPE_NAMES = {BinlogType.PREWRITE: "prewrite", BinlogType.COMMIT: "commit",
                BinlogType.ROLLBACK: "rollback"}
@@ -104,9 +109,10 @@ def _first_attempts(client: PumpClient, targets: list[tuple[PumpEntry, bytes, in
                                                                client.rpc_timeout_s)))
             except BinlogError as exc:
                 inflight.append((None, exc))
+        wait_s = client.rpc_timeout_s + COMPLETION_GRACE_S
         for channel, fut in inflight:
             try:
-                raw.append(fut if channel is None else channel.result(fut))
+                raw.append(fut if channel is None else channel.result(fut, wait_s))
             except BinlogError as exc:
                 raw.append(exc)
     out: list[str | BinlogError | None] = []
@@ -190,7 +196,8 @@ def write_finish_nowait(client: PumpClient, binlog: Binlog) -> Future:
     out: Future = Future()
     with client._lock:
         entry = client._book.owner(binlog.start_ts)
-    if entry is None or kind == "prewrite":  # the async path gives it up / retries it
+    if entry is None or kind == "prewrite" or client._closed.is_set():
+        # the async path gives it up (no prewrite, closed) or retries it
         out.set_result(WriteResult(pending=client._retry_later(binlog)))
         return out
     channel = client._channel(entry)
@@ -200,11 +207,14 @@ def write_finish_nowait(client: PumpClient, binlog: Binlog) -> Future:
     except BinlogError:  # the channel was reset under us: the retrying path
         out.set_result(WriteResult(pending=client._retry_later(binlog)))
         return out
-    with client._lock:
-        client._async_pending.add(out)  # close() waits for it like an async write
-    out.add_done_callback(client._async_done)
+    seq = client._track(out, entry.node_id)  # flush()/close() wait for it and its retry
 
-    def done(call_future) -> None:  # on gRPC's completion thread: short, never blocks
+    def done(call_future) -> None:
+        # On gRPC's callback thread (the channel's): nothing here may wait. A failed
+        # call's UNAVAILABLE resets the channel, which hands the close to a thread of its
+        # own (transport.close_in_background); the retry is queued on the client's pool
+        # and tracked under the same flush number before ``out`` resolves. ``out``'s own
+        # callbacks (the caller's) run here too and must be as short.
         try:
             try:
                 errmsg = channel.result(call_future)
@@ -223,7 +233,7 @@ def write_finish_nowait(client: PumpClient, binlog: Binlog) -> Future:
             metrics.WRITE_SECONDS[kind].observe(time.monotonic() - started)
             out.set_result(WriteResult(node_id=entry.node_id))
         else:
-            out.set_result(WriteResult(pending=client._retry_later(binlog)))
+            out.set_result(WriteResult(pending=client._retry_later(binlog, seq)))
 
     call.add_done_callback(done)
     return out

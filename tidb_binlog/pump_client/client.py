@@ -43,6 +43,16 @@ Commit / Rollback without a thread hand-off (``write_finish_nowait``)
     The first attempt is a gRPC future started on the caller's thread and
     finished in gRPC's completion callback; a failed attempt goes to the retry
     pool above. What an upstream's committing session calls per transaction.
+
+Bounded waits
+    Every wait of the public API ends: each RPC carries a deadline
+    (``rpc_timeout_s``), so a killed pump (connection reset) fails its calls at
+    once and a stopped one (SIGSTOP: the connection stays, nothing answers) at
+    their deadline. :meth:`PumpClient.flush` and :meth:`PumpClient.close` take a
+    ``timeout_s``; running out raises :class:`PumpClientTimeout` naming each pump
+    and how many binlogs were in flight to it. Code that runs on gRPC's callback
+    thread never blocks (see the README's threading model): a done-callback that
+    waits stops every other completion of its channel.
 """
 
 from __future__ import annotations
@@ -64,7 +74,12 @@ from tidb_binlog.errors import (
 )
 from tidb_binlog.node import PUMP, NodeStatus, RegistryClient
 from tidb_binlog.pump_client import metrics
-from tidb_binlog.pump_client.batch import WriteResult, write_batch, write_finish_nowait
+from tidb_binlog.pump_client.batch import (
+    COMPLETION_GRACE_S,
+    WriteResult,
+    write_batch,
+    write_finish_nowait,
+)
 from tidb_binlog.pump_client.book import DEFAULT_UNAVAILABLE_AFTER_ERRORS, PumpBook, PumpEntry
 from tidb_binlog.pump_client.selector import LOCAL, RANGE, new_selector
 from tidb_binlog.pump_client.transport import (
@@ -73,13 +88,24 @@ from tidb_binlog.pump_client.transport import (
     PumpTLS,
 )
 
-__all__ = ["PumpClient", "WriteResult", "LOCAL_PUMP_ID"]
+__all__ = ["PumpClient", "PumpClientTimeout", "WriteResult", "LOCAL_PUMP_ID"]
 
 log = logging.getLogger("tidb_binlog.pump_client")
 
 LOCAL_PUMP_ID = "localPump"
 _TYPE_NAMES = {BinlogType.PREWRITE: "prewrite", BinlogType.COMMIT: "commit",
                BinlogType.ROLLBACK: "rollback"}
+_NO_PUMP = "(no pump)"  # in_flight key of a commit whose prewrite did not go through us
+
+
+class PumpClientTimeout(UnavailableError, TimeoutError):
+    """A bounded wait of the pump client (``flush``, ``close``) ran out.
+
+    ``in_flight`` maps each pump's node id to how many Commit/Rollback binlogs were
+    still being written to it (first attempts and retries). Also a ``TimeoutError``.
+    """
+
+    _fields = ("in_flight",)
 
 
 class PumpClient:
@@ -117,7 +143,12 @@ class PumpClient:
         self._executor = ThreadPoolExecutor(max_workers=async_workers,
                                             thread_name_prefix="pump-client-commit")
         self._threads: list[threading.Thread] = []
-        self._async_pending: set[Future] = set()
+        # Commit/Rollback futures not resolved yet (write_binlog_async, write_finish_nowait,
+        # a batch's retries): future -> (flush sequence number, the pump it goes to). A
+        # retry inherits the number of the first attempt it continues, so a flush waits
+        # for it too.
+        self._inflight: dict[Future, tuple[int, str]] = {}
+        self._seq = 0
         if strategy == LOCAL:
             self._apply([NodeStatus(LOCAL_PUMP_ID, local_socket)], complete=True)
         elif registry is None:
@@ -148,12 +179,13 @@ class PumpClient:
             metrics.WRITE_SECONDS[kind].observe(time.monotonic() - started)
 
     def write_binlog_async(self, binlog: Binlog) -> Future:
-        """``write_binlog`` on the client's thread pool (meant for Commit/Rollback)."""
-        fut = self._executor.submit(self.write_binlog, binlog)
-        with self._lock:
-            self._async_pending.add(fut)
-        fut.add_done_callback(self._async_done)
-        return fut
+        """``write_binlog`` on the client's thread pool (meant for Commit/Rollback).
+
+        Never raises; once the client is closed the future resolves to None at once
+        (given up, reason ``closed``). The future resolves within ``commit_retry_s``
+        (plus one attempt); :meth:`flush` waits for it with a bound.
+        """
+        return self._retry_later(binlog)
 
     def write_finish_nowait(self, binlog: Binlog) -> Future:
         """Send a Commit/Rollback without a thread hand-off; never raises. The Future
@@ -161,19 +193,85 @@ class PumpClient:
         :func:`.batch.write_finish_nowait`)."""
         return write_finish_nowait(self, binlog)
 
-    def _retry_later(self, binlog: Binlog) -> Future:
-        """``write_binlog_async``, or a given-up result once the client is closed."""
+    def _retry_later(self, binlog: Binlog, seq: int | None = None) -> Future:
+        """``write_binlog`` on the pool, tracked for flush/close under ``seq`` (a new
+        number when None); a given-up result once the client is closed.
+
+        Runs on gRPC's callback thread (from ``write_finish_nowait``): it only takes
+        the client's lock and queues work; ``submit`` may start a pool thread, which
+        waits for the OS to schedule it, never for gRPC.
+        """
         try:
-            return self.write_binlog_async(binlog)
+            fut = self._executor.submit(self.write_binlog, binlog)
         except RuntimeError:  # the pool is shut down: close() ran
             done: Future = Future()
             done.set_result(self._give_up(binlog, _TYPE_NAMES.get(binlog.tp, "other"), "closed",
                                           "client closed before the retry"))
             return done
+        with self._lock:
+            entry = self._book.owner(binlog.start_ts)
+        self._track(fut, _NO_PUMP if entry is None else entry.node_id, seq)
+        return fut
+
+    def _track(self, fut: Future, node_id: str, seq: int | None = None) -> int:
+        """Count ``fut`` as in flight to ``node_id`` until it resolves; its sequence number."""
+        with self._lock:
+            if seq is None:
+                self._seq += 1
+                seq = self._seq
+            self._inflight[fut] = (seq, node_id)
+        fut.add_done_callback(self._async_done)  # runs at once if fut is already done
+        return seq
 
     def _async_done(self, fut: Future) -> None:
         with self._lock:
-            self._async_pending.discard(fut)
+            self._inflight.pop(fut, None)
+
+    def in_flight(self) -> dict[str, int]:
+        """Commit/Rollback binlogs not resolved yet (first attempts and retries), per pump."""
+        with self._lock:
+            return self._count_in_flight(None)
+
+    def _count_in_flight(self, up_to: int | None) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for fut, (seq, node_id) in self._inflight.items():
+            if (up_to is None or seq <= up_to) and not fut.done():
+                counts[node_id] = counts.get(node_id, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait until every Commit/Rollback handed to the client before this call
+        (``write_binlog_async``, ``write_finish_nowait``, a batch's ``pending``) is
+        written or given up, its retries included.
+
+        Raises :class:`PumpClientTimeout` after ``timeout_s``, naming the pumps and
+        how many binlogs were still in flight to each; they keep being retried (a
+        commit for up to ``commit_retry_s`` on its prewrite's pump). Must not be
+        called on gRPC's callback thread (e.g. from a future's done-callback).
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            target = self._seq
+        while True:
+            with self._lock:
+                waiting = [f for f, (seq, _) in self._inflight.items()
+                           if seq <= target and not f.done()]
+            if not waiting:
+                return
+            _, not_done = wait_futures(waiting, timeout=max(deadline - time.monotonic(), 0.0))
+            if not_done:
+                raise self._timeout_error("flush", timeout_s, target)
+
+    def _timeout_error(self, what: str, waited_s: float, up_to: int | None) -> PumpClientTimeout:
+        with self._lock:
+            counts = self._count_in_flight(up_to)
+        total = sum(counts.values())
+        per_pump = ", ".join(f"{node}: {n}" for node, n in counts.items()) or "none left"
+        return PumpClientTimeout(
+            f"PumpClient.{what}: {total} Commit/Rollback binlog(s) still in flight after "
+            f"{waited_s:g}s ({per_pump}); a commit is retried only on its prewrite's pump, "
+            f"for up to commit_retry_s={self.commit_retry_s:g}s. Check those pumps "
+            "(binlogctl -cmd pumps), or wait longer.", in_flight=counts)
 
     def write_binlogs(self, binlogs: Sequence[Binlog]) -> list[WriteResult]:
         """Write a batch, pipelining first attempts; per-binlog results in input order."""
@@ -217,20 +315,51 @@ class PumpClient:
             entry = self._book.owner(start_ts)
         return None if entry is None else entry.node_id
 
-    def close(self, wait_s: float = 5.0) -> None:
-        """Stop the threads; async commits get ``wait_s`` to finish, then are given up."""
-        with self._lock:
-            pending = list(self._async_pending)
-        wait_futures(pending, timeout=wait_s)
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the client. Bounded: returns within about ``timeout_s + rpc_timeout_s``.
+
+        1. Waits up to ``timeout_s`` for the Commit/Rollback binlogs in flight (as
+           :meth:`flush`); what is still unresolved then is given up (logged, counted
+           as ``closed``; the pump resolves those transactions after max-txn-timeout).
+        2. Marks the client closed, so retries give up at their next step, and drops
+           every channel, which cancels the calls still on the wire.
+        3. Waits up to ``rpc_timeout_s`` (the longest an attempt can run) for the
+           retries and the prober to finish; if gRPC or a thread still has not, raises
+           :class:`PumpClientTimeout` naming the pumps (the threads are daemons).
+
+        The watcher thread is not waited for: it ends when its long poll returns.
+        Must not be called on gRPC's callback thread.
+        """
+        try:
+            self.flush(timeout_s)
+        except PumpClientTimeout as exc:
+            log.warning("%s; closing: they are given up", exc)
         self._closed.set()
-        self._executor.shutdown(wait=True)
+        self._executor.shutdown(wait=False)  # queued retries still run: they give up at once
+        self._drop_channels()
+        deadline = time.monotonic() + self.rpc_timeout_s + COMPLETION_GRACE_S
         for t in self._threads:
-            if t.name != "pump-client-watch":  # that one exits when its long poll returns
-                t.join()
+            if t.name != "pump-client-watch":
+                t.join(max(deadline - time.monotonic(), 0.0))
+        stuck = [t.name for t in self._threads if t.name != "pump-client-watch" and t.is_alive()]
+        try:
+            self.flush(max(deadline - time.monotonic(), 0.0))
+        except PumpClientTimeout as exc:
+            raise PumpClientTimeout(f"{exc} (after close() gave them up)",
+                                    in_flight=exc.in_flight) from None
+        finally:
+            self._drop_channels()  # a retry may have dialled again meanwhile
+        if stuck:
+            raise PumpClientTimeout(f"PumpClient.close: thread(s) {', '.join(stuck)} still "
+                                    f"running {self.rpc_timeout_s + COMPLETION_GRACE_S:g}s "
+                                    "after the client closed (a probe stuck in gRPC?)",
+                                    in_flight={})
+
+    def _drop_channels(self) -> None:
         with self._lock:
             channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
-            channel.close()
+            channel.close()  # on a background thread: never waits here
 
     def __enter__(self) -> PumpClient:
         return self
@@ -339,8 +468,10 @@ class PumpClient:
                                  "no prewrite of this start_ts went through this client")
         deadline = time.monotonic() + self.commit_retry_s
         backoff_s = self._retry_interval_s
-        error = ""
+        error = "none: the client was closed before the first attempt"
         while True:
+            if self._closed.is_set():  # close() is bounded: no new attempt once closed
+                return self._give_up(binlog, kind, "closed", f"client closed; last error: {error}")
             try:
                 error = self._attempt(entry, payload, self.rpc_timeout_s,
                                       forget_ts=binlog.start_ts)
@@ -349,8 +480,6 @@ class PumpClient:
             if error is None:
                 metrics.WRITE_OK[kind].inc()
                 return entry.node_id
-            if self._closed.is_set():
-                return self._give_up(binlog, kind, "closed", f"client closed; last error: {error}")
             if time.monotonic() >= deadline:
                 return self._give_up(binlog, kind, "timeout",
                                      f"pump {entry.node_id} did not take it within "

@@ -11,6 +11,15 @@ pump's ``errmsg`` ("" = stored) or raises:
   the next call dials afresh, so a restarted pump is found at once instead of
   after gRPC's reconnect backoff (TiDB resets its client the same way).
 
+Dropping a channel never closes it on the calling thread. ``grpc.Channel.close()``
+cancels the channel's other calls and then waits until their completions have been
+delivered, and gRPC delivers them on the channel's own callback thread: run there (a
+done-callback seeing ``UNAVAILABLE`` while other calls are in flight, the case of a
+pump killed under load) it waits for itself forever, and no other callback of that
+channel runs again. So :meth:`PumpChannel.reset` only swaps the channel out and a
+short-lived daemon thread closes the old one; its in-flight calls end ``CANCELLED``
+(an ``UnavailableError`` like any other, so prewrites fail over and commits retry).
+
 Addresses are ``host:port`` or a unix socket (``unix:/path`` or a bare absolute
 path). TLS is optional (:class:`PumpTLS`); message size limits apply to both
 directions.
@@ -18,6 +27,7 @@ directions.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +38,12 @@ from tidb_binlog.errors import ConfigError, ProtocolError, UnavailableError
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE_BYTES", "PumpTLS", "PumpChannel", "grpc_target",
-           "channel_options", "translate_error"]
+           "channel_options", "translate_error", "close_in_background"]
 
 # gRPC's largest message (a signed 32-bit length); TiDB's own limit is the same order.
 DEFAULT_MAX_MESSAGE_SIZE_BYTES = (1 << 31) - 1
+
+log = logging.getLogger("tidb_binlog.pump_client")
 
 _NOT_RETRYABLE = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT)
 
@@ -139,11 +151,22 @@ class PumpChannel:
         except ValueError as exc:
             raise self._reset_race(exc) from exc
 
-    def result(self, future: grpc.Future) -> str:
+    def result(self, future: grpc.Future, wait_s: float | None = None) -> str:
+        """The errmsg of a call started by :meth:`write_future`.
+
+        In a done-callback the future is finished and this does not wait. On the
+        caller's thread pass ``wait_s``: the call's own deadline ends it, but if gRPC
+        failed to deliver the completion the caller must not wait forever.
+        """
         try:
-            return future.result().errmsg
+            return future.result(timeout=wait_s).errmsg
         except grpc.RpcError as exc:
             raise self.translate(exc) from exc
+        except grpc.FutureTimeoutError:
+            future.cancel()
+            raise UnavailableError(f"pump {self.node_id} at {self.addr}: no completion of the "
+                                   f"WriteBinlog call within {wait_s:g}s (past its deadline); "
+                                   "the call was cancelled") from None
 
     def _reset_race(self, exc: ValueError) -> UnavailableError:
         """Another thread reset (closed) the channel while this call used it."""
@@ -155,12 +178,34 @@ class PumpChannel:
             self.reset()
         return translate_error(exc, self.node_id, self.addr)
 
-    def reset(self) -> None:
-        """Drop the channel; the next call dials again."""
+    def reset(self) -> threading.Thread | None:
+        """Drop the channel; the next call dials again. Never blocks: safe on gRPC's
+        callback thread (see the module docstring). Returns the thread closing the old
+        channel (None when there was none), for a caller that may wait for it."""
         with self._lock:
             channel, self._channel, self._call = self._channel, None, None
-        if channel is not None:
-            channel.close()
+        if channel is None:
+            return None
+        return close_in_background(channel, f"{self.node_id} at {self.addr}")
 
-    def close(self) -> None:
-        self.reset()
+    def close(self) -> threading.Thread | None:
+        """Drop the channel for good (a later call would dial again); see :meth:`reset`."""
+        return self.reset()
+
+
+def close_in_background(channel: grpc.Channel, what: str) -> threading.Thread:
+    """Close ``channel`` on a daemon thread of its own.
+
+    ``Thread.start`` waits only for the new thread to be scheduled, never for gRPC.
+    One thread per dropped channel, not a shared closer: a close that hangs (its
+    callback thread stuck in someone else's callback) must not hold up the others.
+    """
+    def run() -> None:
+        try:
+            channel.close()
+        except Exception:  # noqa: BLE001 - a failed close leaks one channel; say so
+            log.warning("closing the dropped channel to pump %s failed", what, exc_info=True)
+
+    t = threading.Thread(target=run, name="pump-channel-close", daemon=True)
+    t.start()
+    return t
