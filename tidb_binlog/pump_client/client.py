@@ -208,14 +208,17 @@ class PumpClient:
             done.set_result(self._give_up(binlog, _TYPE_NAMES.get(binlog.tp, "other"), "closed",
                                           "client closed before the retry"))
             return done
-        with self._lock:
-            entry = self._book.owner(binlog.start_ts)
-        self._track(fut, _NO_PUMP if entry is None else entry.node_id, seq)
+        self._track(fut, None, seq, start_ts=binlog.start_ts)
         return fut
 
-    def _track(self, fut: Future, node_id: str, seq: int | None = None) -> int:
-        """Count ``fut`` as in flight to ``node_id`` until it resolves; its sequence number."""
+    def _track(self, fut: Future, node_id: str | None, seq: int | None = None, *,
+               start_ts: int | None = None) -> int:
+        """Count ``fut`` as in flight to ``node_id`` (or the owner of ``start_ts``) until
+        it resolves; return its flush sequence number."""
         with self._lock:
+            if node_id is None:
+                entry = self._book.owner(start_ts)
+                node_id = _NO_PUMP if entry is None else entry.node_id
             if seq is None:
                 self._seq += 1
                 seq = self._seq
@@ -284,6 +287,8 @@ class PumpClient:
         payload = encode(probe())
         back = []
         for entry in candidates:
+            if self._closed.is_set():  # close() waits for this thread: one probe at most
+                break
             channel = self._channel(entry)
             channel.reset()
             try:
@@ -380,6 +385,10 @@ class PumpClient:
 
     def _write_prewrite(self, binlog: Binlog, payload: bytes, tried: dict[str, str]) -> str:
         start_ts = binlog.start_ts
+        if self._closed.is_set():
+            raise UnavailableError(f"the pump client is closed: the prewrite binlog of "
+                                   f"start_ts={start_ts} was not written; the transaction must "
+                                   "not commit")
         deadline = time.monotonic() + self.write_timeout_s
         attempt = len(tried)
         while not self._closed.is_set():
@@ -403,6 +412,8 @@ class PumpClient:
         with self._lock:
             last_resort = self._book.probe_candidates()
         for entry in last_resort:
+            if self._closed.is_set():
+                break
             self._channel(entry).reset()
             error = self._attempt(entry, payload, self.rpc_timeout_s)
             if error is None:
