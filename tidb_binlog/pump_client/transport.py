@@ -193,12 +193,14 @@ class PumpChannel:
         return self.reset()
 
 
-def close_in_background(channel: grpc.Channel, what: str) -> threading.Thread:
-    """Close ``channel`` on a daemon thread of its own.
+def close_in_background(channel: grpc.Channel, what: str) -> threading.Thread | None:
+    """Close ``channel`` on a daemon thread of its own (None if none could start).
 
     ``Thread.start`` waits only for the new thread to be scheduled, never for gRPC.
     One thread per dropped channel, not a shared closer: a close that hangs (its
     callback thread stuck in someone else's callback) must not hold up the others.
+    At interpreter exit no thread can start; the channel is then left to the process's
+    end rather than closed where the caller may be gRPC's callback thread.
     """
     def run() -> None:
         try:
@@ -207,5 +209,9 @@ def close_in_background(channel: grpc.Channel, what: str) -> threading.Thread:
             log.warning("closing the dropped channel to pump %s failed", what, exc_info=True)
 
     t = threading.Thread(target=run, name="pump-channel-close", daemon=True)
-    t.start()
+    try:
+        t.start()
+    except RuntimeError as exc:  # "can't create new thread at interpreter shutdown"
+        log.debug("not closing the dropped channel to pump %s: %s", what, exc)
+        return None
     return t
