@@ -268,13 +268,21 @@ class PumpClient:
     def _timeout_error(self, what: str, waited_s: float, up_to: int | None) -> PumpClientTimeout:
         with self._lock:
             counts = self._count_in_flight(up_to)
+            where = {node: self._describe(node) for node in counts}
         total = sum(counts.values())
-        per_pump = ", ".join(f"{node}: {n}" for node, n in counts.items()) or "none left"
+        per_pump = ", ".join(f"{where[node]}: {n}" for node, n in counts.items()) or "none left"
         return PumpClientTimeout(
             f"PumpClient.{what}: {total} Commit/Rollback binlog(s) still in flight after "
             f"{waited_s:g}s ({per_pump}); a commit is retried only on its prewrite's pump, "
             f"for up to commit_retry_s={self.commit_retry_s:g}s. Check those pumps "
             "(binlogctl -cmd pumps), or wait longer.", in_flight=counts)
+
+    def _describe(self, node_id: str) -> str:
+        """``node_id`` with its address when they differ (called under the lock)."""
+        entry = self._book.entry(node_id)
+        if entry is None or entry.addr == node_id:
+            return node_id
+        return f"{node_id} at {entry.addr}"
 
     def write_binlogs(self, binlogs: Sequence[Binlog]) -> list[WriteResult]:
         """Write a batch, pipelining first attempts; per-binlog results in input order."""
@@ -338,7 +346,9 @@ class PumpClient:
         try:
             self.flush(timeout_s)
         except PumpClientTimeout as exc:
-            log.warning("%s; closing: they are given up", exc)
+            log.warning("closing the pump client after %gs: the binlogs still in flight are "
+                        "given up (%s)", timeout_s,
+                        ", ".join(f"{node}: {n}" for node, n in exc.in_flight.items()))
         self._closed.set()
         self._executor.shutdown(wait=False)  # queued retries still run: they give up at once
         self._drop_channels()
