@@ -430,7 +430,7 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
         loads = Workloads(upstream, seed).start()
         note(f"stack up: pumps {cluster.pump_addresses()}, upstream {up_db.port}, downstream "
              f"{down_db.port}; workloads running")
-        end = t0 + duration_s
+        end = time.monotonic() + duration_s  # the fault window starts with the workloads
         for fault in schedule:
             if time.monotonic() + fault.gap_s >= end:
                 break
@@ -484,7 +484,7 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
         _report(console, verdict, records, loads, run_dir, seed, duration_s, replay, note)
         failed = not verdict.ok
         if failed:
-            _save_logs(run_dir)
+            _save_logs(run_dir, up_db, down_db)
         with contextlib.suppress(Exception):
             if drainer is not None:
                 drainer.stop()
@@ -499,8 +499,7 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
                 cluster.stop()
         for db in (down_db, up_db):
             with contextlib.suppress(Exception):
-                db.stop() if failed else db.close()
-            db.kill()
+                db.close()
         ray.shutdown()
         logging.getLogger().removeHandler(file_log)
         file_log.close()
@@ -576,8 +575,13 @@ def _report(console, verdict: Verdict, records, loads, run_dir: Path, seed: int,
     (run_dir / "result.json").write_text(json.dumps(result, indent=1))
 
 
-def _save_logs(run_dir: Path) -> None:
-    """Copy this Ray session's logs into the run directory (MariaDB's are there already)."""
+def _save_logs(run_dir: Path, *servers) -> None:
+    """Copy the MariaDB error logs and this Ray session's logs into ``run_dir/logs``
+    (the servers' own directories are removed with them)."""
+    (run_dir / "logs").mkdir(exist_ok=True)
+    for db in servers:
+        with contextlib.suppress(Exception):
+            shutil.copy(db.error_log, run_dir / "logs" / f"mariadb-{db.name}-error.log")
     try:
         import ray
 
