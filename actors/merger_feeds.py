@@ -10,6 +10,11 @@ pair ready for ``Merger.push``), ``refs()`` the Ray refs worth waiting on when i
   logs, counts ``binlog_drainer_error_count{type="pump_unavailable"}`` and pulls
   again after :data:`RETRY_S` from its last watermark; the merge waits meanwhile.
   Any other error (a pump refusing the request) propagates: the task stops.
+- A pump that cannot serve an acknowledged binlog (damaged storage) raises
+  :class:`~tidb_binlog.errors.DamagedBinlog`, through either feed: counted in
+  ``binlog_drainer_error_count{type="pump_damaged_binlog"}``, logged, and raised
+  with the pump's node id and the ts, so the task stops before the gap (status
+  ``failed`` with that error) and never merges past it.
 - :class:`GrpcFeed`: a standalone pump through
   :class:`~tidb_binlog.drainer.pump_source.GrpcPumpSource` (which reconnects by
   itself and raises only fatal errors).
@@ -25,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 
-from tidb_binlog.errors import UnavailableError
+from tidb_binlog.errors import DamagedBinlog, UnavailableError
 from tidb_binlog.tso import extract_physical
 
 __all__ = ["ActorFeed", "GrpcFeed", "RETRY_S"]
@@ -41,6 +46,19 @@ def _ray():
     import ray
 
     return ray
+
+
+def _damaged(metrics, node_id: str, exc: DamagedBinlog) -> DamagedBinlog:
+    """Count and log a damaged binlog on pump ``node_id``; the error to raise (one
+    naming the pump, without the Ray wrapper an actor call adds)."""
+    from tidb_binlog.drainer.pump_source import damaged_error
+
+    cause = getattr(exc, "cause", None) or exc  # a RayTaskError(DamagedBinlog) wraps it
+    metrics.error_count.labels("pump_damaged_binlog").inc()
+    err = cause if str(cause).startswith(f"pump {node_id}") else damaged_error(
+        node_id, "", cause.message, ts=cause.ts, path=cause.path, offset=cause.offset)
+    log.error("%s", err)
+    return err
 
 
 def _observe(metrics, node_id: str, items: list, watermark: int) -> None:
@@ -77,6 +95,8 @@ class ActorFeed:
             self.source.start_fetch(self.since_ts)
         try:
             fetched = self.source.poll(0.0)
+        except DamagedBinlog as exc:
+            raise _damaged(self.metrics, self.node_id, exc) from None
         except UnavailableError as exc:
             log.warning("pump %s: %s; pulling again in %.0f s from %d", self.node_id, exc,
                         RETRY_S, self.since_ts)
@@ -108,7 +128,10 @@ class GrpcFeed:
         self.metrics = metrics
 
     def poll(self) -> list[tuple[list, int]]:
-        items, watermark = self.source.fetch(self.since_ts, self.max_bytes, 0.0)
+        try:
+            items, watermark = self.source.fetch(self.since_ts, self.max_bytes, 0.0)
+        except DamagedBinlog as exc:
+            raise _damaged(self.metrics, self.node_id, exc) from None
         if not items and watermark <= self.since_ts:
             return []
         _observe(self.metrics, self.node_id, items, watermark)

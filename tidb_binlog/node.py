@@ -53,17 +53,23 @@ class NodeStatus:
     label: dict | None = None
     max_commit_ts: int = 0
     update_ts: int = 0
+    # What the node refuses now and why (a pump's disk guard), "" when nothing: not in
+    # TiDB's record, so it is written as "errMsg" only when set
+    err_msg: str = ""
 
     def __post_init__(self):
         if self.state not in STATES:
             raise ValueError(f"unknown node state {self.state!r}; expected one of {STATES}")
 
     def to_json(self) -> str:
-        return json.dumps({
+        d = {
             "nodeId": self.node_id, "host": self.host, "state": self.state,
             "isAlive": self.is_alive, "score": self.score, "label": self.label,
             "maxCommitTS": self.max_commit_ts, "updateTS": self.update_ts,
-        })
+        }
+        if self.err_msg:
+            d["errMsg"] = self.err_msg
+        return json.dumps(d)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> NodeStatus:
@@ -71,7 +77,7 @@ class NodeStatus:
         return cls(node_id=d["nodeId"], host=d["host"], state=d["state"],
                    is_alive=d.get("isAlive", True), score=d.get("score", 0),
                    label=d.get("label"), max_commit_ts=d.get("maxCommitTS", 0),
-                   update_ts=d.get("updateTS", 0))
+                   update_ts=d.get("updateTS", 0), err_msg=d.get("errMsg", ""))
 
     def copy(self, **changes) -> NodeStatus:
         d = asdict(self)

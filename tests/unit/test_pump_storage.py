@@ -284,18 +284,28 @@ def test_gc_respects_margin_and_never_deletes_active_file(tmp_path):
     s.close()
 
 
-def test_disk_guard_refuses_non_fake_writes(tmp_path, metrics):
+def test_disk_guard_refuses_prewrites_only(tmp_path, metrics):
+    """A full disk refuses new transactions, but the Commit / Rollback of a stored
+    Prewrite gets in: refused, that Prewrite would hold every later commit back."""
     s = _open(tmp_path, StorageOptions(sync_log=False, resolve_interval_s=3600,
-                                       stop_write_at_available_space_bytes=1 << 62),
-              metrics=metrics)
+                                       stop_write_at_available_space_bytes=0), metrics=metrics)
+    s.write_binlog(bl.prewrite(10, b"v"))
+    s.write_binlog(bl.prewrite(20, b"w"))
+    assert s.disk_guard_message() == ""
+    s.disk_guard.limit_bytes = 1 << 62  # the disk fills up
     with pytest.raises(DiskSpaceError, match="no available space: available") as ei:
-        s.write_binlog(bl.prewrite(10, b"v"))
+        s.write_binlog(bl.prewrite(30, b"x"))
     assert ei.value.threshold_bytes == 1 << 62 and ei.value.available_bytes > 0
-    with pytest.raises(DiskSpaceError):
-        s.write_binlog(bl.commit(10, 11))
+    assert str(ei.value) == s.disk_guard_message()
+    assert str(ei.value).endswith("free space or lower the option (new transactions' Prewrites "
+                                  "are refused; Commits and Rollbacks of stored ones are still "
+                                  "accepted)")
+    s.write_binlog(bl.commit(10, 11))
+    s.write_binlog(bl.rollback(20))
     s.write_binlog(bl.fake(12))  # fake binlogs still pass
-    assert s.flush() and s.stats()["writes"] == 1
-    assert s.get_binlog(10) is None and s.max_commit_ts == 12
+    assert s.flush() and s.stats()["writes"] == 5
+    assert s.get_binlog(30) is None and s.max_commit_ts == 12 and s.all_matched()
+    assert [ts for ts, _ in _served(s)] == [11, 12]
     assert metrics.value("binlog_pump_storage_storage_size_bytes", {"type": "available"}) > 0
     s.close()
 

@@ -31,7 +31,9 @@ when full the reader blocks, and gRPC flow control stops the pump).  Any stream
 error or end is logged and the stream reopened after ``reconnect_interval_s``
 (1 s) from the last commit_ts received.  Fatal, raised by ``fetch`` after the
 items before them: a payload that does not unmarshal (names the pump and the
-commit_ts), a cluster id mismatch, and a start below the pump's gc_ts.  The
+commit_ts), a cluster id mismatch, a start below the pump's gc_ts, and a damaged
+acknowledged binlog on the pump (``DATA_LOSS``: :class:`~tidb_binlog.errors.DamagedBinlog`
+naming the pump and the ts; the drainer must not pass it).  The
 watermark is the last commit_ts delivered (the pump's fake binlogs keep it
 moving when idle).  ``fetch`` from another position than the last watermark
 restarts the stream there.
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 import time
 from collections import deque
@@ -58,6 +61,7 @@ from tidb_binlog.errors import (
     BinlogError,
     ClusterIDMismatch,
     ConfigError,
+    DamagedBinlog,
     ProtocolError,
     PurgedError,
     UnavailableError,
@@ -73,6 +77,7 @@ __all__ = [
     "ActorPumpSource",
     "GrpcPumpSource",
     "DEFAULT_MAX_BYTES",
+    "damaged_error",
 ]
 
 log = logging.getLogger(__name__)
@@ -103,6 +108,20 @@ def _observe(metrics, node_id: str, items: Items, wall_clock: Callable[[], float
     now_s = wall_clock()
     for commit_ts, payload in items:
         metrics.observe_binlog(node_id, commit_ts, len(payload), now_s)
+
+
+def damaged_error(node_id: str, addr: str, detail: str, *, ts: int | None = None,
+                  path: str | None = None, offset: int | None = None) -> DamagedBinlog:
+    """The drainer's error for a pump that cannot serve an acknowledged binlog (its
+    storage's message names the ts): the merge stops before it, never past it."""
+    if ts is None:
+        m = re.search(r"binlog at ts (\d+)", detail)
+        ts = int(m.group(1)) if m else None
+    where = f"pump {node_id}" + (f" at {addr}" if addr and addr != node_id else "")
+    return DamagedBinlog(f"{where} cannot serve an acknowledged binlog: {detail}; the drainer "
+                         "stops before it (its checkpoint stays below it); after the pump's "
+                         "storage is repaired, start the drainer again", path=path,
+                         offset=offset, ts=ts)
 
 
 # -- Ray ----------------------------------------------------------------------------------
@@ -416,6 +435,8 @@ class GrpcPumpSource:
             return ClusterIDMismatch(f"pump {self.node_id} at {self.addr} refused cluster id "
                                      f"{self.cluster_id}: {exc.details()}; check the drainer's "
                                      "cluster-id", expected=None, got=self.cluster_id)
+        if code == grpc.StatusCode.DATA_LOSS:
+            return damaged_error(self.node_id, self.addr, exc.details())
         if code == grpc.StatusCode.OUT_OF_RANGE:
             return PurgedError(f"pump {self.node_id} at {self.addr} has purged binlogs after "
                                f"commit_ts {start_ts}: {exc.details()}; restart the drainer "

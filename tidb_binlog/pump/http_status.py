@@ -56,7 +56,7 @@ def status_document(node) -> dict:
         "status": {s.node_id: _record(s) for s in node.pumps()},
         "CommitTS": node.get_ts(),
         "Checkpoint": {"gcTS": node.storage.gc_ts, "maxCommitTS": node.storage.max_commit_ts},
-        "ErrMsg": "",
+        "ErrMsg": node.storage_error(),
     }
 
 

@@ -131,6 +131,7 @@ class PumpNode:
         self._lock = threading.RLock()
         self._state = PAUSED
         self._accepting = False   # Prewrites: only once start() finished its Notify round
+        self._last_err_msg = ""   # the storage refusal the last heartbeat saw (logged on change)
         now = clock()
         self._last_write_s = now
         self._next_heartbeat_s = now
@@ -320,8 +321,15 @@ class PumpNode:
             self._stop.wait(min(wait_s, 1.0))
 
     def heartbeat(self) -> None:
+        status = self.status()
+        if status.err_msg != self._last_err_msg:  # logged when it starts and when it ends
+            if status.err_msg:
+                log.warning("pump %s: %s", self.node_id, status.err_msg)
+            else:
+                log.info("pump %s: the disk guard accepts Prewrites again", self.node_id)
+            self._last_err_msg = status.err_msg
         if self.registry is not None:
-            self.registry.update_node(PUMP, self.status())
+            self.registry.update_node(PUMP, status)
 
     def gc(self, force: bool = False) -> GCDecision:
         d = decide_gc(self._tso(), self.options.gc_s, self.storage.gc_ts,
@@ -341,7 +349,14 @@ class PumpNode:
         return NodeStatus(node_id=self.node_id, host=self.options.advertise_addr,
                           state=self._state, is_alive=self._state != OFFLINE,
                           label=self.options.label, max_commit_ts=self.storage.max_commit_ts,
-                          update_ts=self._tso())
+                          update_ts=self._tso(), err_msg=self.storage_error())
+
+    def storage_error(self) -> str:
+        """What the storage refuses now (the disk guard's message), else "": ``/status``
+        shows it as ``ErrMsg``, the registry record as ``errMsg`` (refreshed by each
+        heartbeat, which logs when it starts and ends)."""
+        message = getattr(self.storage, "disk_guard_message", None)
+        return message() if message is not None else ""
 
     def pumps(self) -> list[NodeStatus]:
         if self.registry is None:

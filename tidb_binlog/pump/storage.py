@@ -269,7 +269,10 @@ class Storage:
             raise ProtocolError(f"binlog type {tp} with start_ts {start_ts}, commit_ts {commit_ts} "
                                 "is not storable: start_ts must be positive and a Commit's "
                                 "commit_ts above it (drop probes before the storage)")
-        if start_ts != commit_ts:
+        if tp == _PREWRITE:
+            # Only new transactions are refused: the small Commit / Rollback of a stored
+            # Prewrite must get in, or that Prewrite would hold every later commit back
+            # (an orphan stalling the sorter) even after space is freed.
             self.disk_guard.check()
         if payload is None:
             payload = binlog.SerializeToString()
@@ -419,6 +422,11 @@ class Storage:
     def available_space_bytes(self) -> int:
         """Free bytes of the data dir's file system (polled at most every 3 s)."""
         return self.disk_guard.available_bytes()
+
+    def disk_guard_message(self) -> str:
+        """The guard's refusal while Prewrites are refused for lack of space, else ""
+        (for the pump's ``/status`` and its registry record)."""
+        return self.disk_guard.refusal()
 
     def stats(self) -> dict:
         with self._cond:

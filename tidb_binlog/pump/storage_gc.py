@@ -13,7 +13,9 @@
 
 :class:`DiskGuard` — ``check()`` raises :class:`~tidb_binlog.errors.DiskSpaceError`
 once the data dir's free space is at or below ``stop_write_at_available_space_bytes``
-(the storage calls it for every non-fake write); the free space comes from
+(the storage calls it for every Prewrite: Commits and Rollbacks of stored Prewrites
+are small and must get in, or those Prewrites would stall every later commit;
+``refusal()`` is the same message for ``/status``); the free space comes from
 ``statvfs``, polled at most every ``poll_s`` seconds, and is exported as
 ``binlog_pump_storage_storage_size_bytes{type=available|capacity}``.
 """
@@ -122,11 +124,19 @@ class DiskGuard:
             self._metrics.storage_size_bytes.labels("capacity").set(self.capacity)
         return self.available
 
+    def refusal(self) -> str:
+        """The refusal message while free space is at or below the limit, else ""."""
+        avail = self.available_bytes()
+        if avail > self.limit_bytes:
+            return ""
+        return (f"no available space: available {avail} bytes, stop-write-at-available-space "
+                f"{self.limit_bytes} bytes in {self._path}; free space or lower the option "
+                "(new transactions' Prewrites are refused; Commits and Rollbacks of stored "
+                "ones are still accepted)")
+
     def check(self) -> None:
         """Raise DiskSpaceError when free space is at or below the limit."""
-        avail = self.available_bytes()
-        if avail <= self.limit_bytes:
-            raise DiskSpaceError(
-                f"no available space: available {avail} bytes, stop-write-at-available-space "
-                f"{self.limit_bytes} bytes in {self._path}; free space or lower the option",
-                available_bytes=avail, threshold_bytes=self.limit_bytes)
+        msg = self.refusal()
+        if msg:
+            raise DiskSpaceError(msg, available_bytes=self.available,
+                                 threshold_bytes=self.limit_bytes)

@@ -4,7 +4,7 @@ It honours the storage contract the pump node relies on, without disks:
 
 - ``write_binlog`` stores a Prewrite under its start_ts and every other binlog
   under its commit_ts (a Rollback with commit_ts 0 only matches its prewrite).
-  Non-fake writes fail with :class:`DiskSpaceError` when
+  Prewrites fail with :class:`DiskSpaceError` when
   ``available_space_bytes() <= stop_write_at_available_space_bytes``.
 - Pairing: items are kept in arrival order; ``max_commit_ts`` advances past a
   commit only when every earlier-arrived prewrite is matched by its commit or
@@ -53,7 +53,8 @@ class MemoryStorage:
     # -- writing -----------------------------------------------------------------
     def write_binlog(self, binlog: bl.Binlog, payload: bytes | None = None) -> None:
         fake = bl.is_fake(binlog)
-        if not fake and self.available_space_bytes() <= self.stop_write_at_available_space_bytes:
+        if binlog.tp == bl.BinlogType.PREWRITE and \
+                self.available_space_bytes() <= self.stop_write_at_available_space_bytes:
             raise DiskSpaceError(
                 f"no available space: {self.available_space_bytes()} bytes free, "
                 f"stop-write-at-available-space is {self.stop_write_at_available_space_bytes}",
