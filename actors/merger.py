@@ -54,7 +54,7 @@ from tidb_binlog.drainer.collector import Collector, MergerSources
 from tidb_binlog.drainer.http_status import DrainerStatus
 from tidb_binlog.drainer.merge import Merger
 from tidb_binlog.drainer.metrics import build_drainer_metrics
-from tidb_binlog.errors import BinlogError, UnavailableError
+from tidb_binlog.errors import BinlogError, TransientDownstreamError, UnavailableError
 from tidb_binlog.node import OFFLINE, ONLINE, PAUSED, PUMP, NodeStatus
 from tidb_binlog.packed import pack
 
@@ -284,7 +284,10 @@ class MergerActor:
                          daemon=True).start()
 
     def _fail(self, exc: BaseException) -> None:
-        self.error = f"{type(exc).__name__}: {_one_line(exc)}"
+        text = _one_line(exc)
+        if isinstance(exc, TransientDownstreamError):  # its retries are over: say so
+            text = text.removesuffix("; will retry") + " (retried until the retry budget ran out)"
+        self.error = f"{type(exc).__name__}: {text}"
         self.state = "failed"
         self._started.set()
         log.error("replication task stopped: %s", self.error)
