@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 import urllib.request
 
 import pytest
@@ -94,7 +95,7 @@ def test_damaged_binlog_reaches_the_drainer_as_an_error(start_pump, tmp_path):
             for _ in range(200):
                 for items, _wm in feed.poll():
                     got += [ts for ts, _ in items]
-                feed.source._wakeup.wait(0.05)
+                time.sleep(0.05)  # the reader thread fills the queue
     finally:
         feed.close()
     assert got == [c for c in range(105, 200, 10) if c < victim.commit_ts]
@@ -109,6 +110,23 @@ def test_damaged_binlog_reaches_the_drainer_as_an_error(start_pump, tmp_path):
         "pump's storage is repaired, start the drainer again")
     assert metrics.registry.get_sample_value("binlog_drainer_error_count_total",
                                              {"type": "pump_damaged_binlog"}) == 1
+
+    # the operator gives that transaction up in pump.toml: the drainer goes on past it
+    proc.stop()
+    proc = start_pump(**{"storage.value-log-file-size": 200,
+                         "storage.skip-damaged-ts": [victim.commit_ts]})
+    feed = GrpcFeed("pump-1", GrpcPumpSource(proc.addr, CLUSTER_ID, node_id="pump-1"),
+                    got[-1], 4 << 20, metrics)
+    try:
+        for _ in range(400):
+            for items, _wm in feed.poll():
+                got += [ts for ts, _ in items]
+            if got[-1] == 195:
+                break
+            time.sleep(0.05)  # the reader thread fills the queue
+    finally:
+        feed.close()
+    assert got == [c for c in range(105, 200, 10) if c != victim.commit_ts]
 
 
 def test_orphan_commit_logged_once_and_the_stream_moves_past_it(start_pump, caplog):

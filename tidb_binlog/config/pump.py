@@ -16,10 +16,12 @@ from tidb_binlog.config._kinds import (
     _DAY_S,
     _MIB,
     _STR,
+    _UINT64,
     _bytes_kind,
     _duration_kind,
     _float_kind,
     _int_kind,
+    _list_kind,
     _opt,
     _section,
 )
@@ -58,6 +60,10 @@ class StorageConfig:
     stop_write_at_available_space_bytes: int = _opt(
         "stop-write-at-available-space", _bytes_kind(), 10 << 30)
     value_log_file_size_bytes: int = _opt("value-log-file-size", _bytes_kind(), 500 * _MIB)
+    # ts of damaged binlogs an operator gives up (named by the DamagedBinlog error); a
+    # pull skips them instead of stopping there. Their transactions miss downstream.
+    skip_damaged_ts: tuple[int, ...] = _opt(
+        "skip-damaged-ts", _list_kind(_UINT64, "an array of ts integers"), ())
     kv: KVConfig = _section("kv", KVConfig)
 
 

@@ -75,7 +75,7 @@ class StorageOptions:
     commit_delay_s: float = 0.001  # concurrent writers: wait for more per group (group_commit.py)
     # index keys (ts) of damaged binlogs an operator chose to give up: pulls skip them
     # (logged once) instead of stopping with DamagedBinlog; see the README
-    skip_damaged_ts: frozenset[int] = frozenset()
+    skip_damaged_ts: frozenset[int] | tuple[int, ...] = frozenset()
     kv: ix.KVOptions = field(default_factory=ix.KVOptions)
 
 
