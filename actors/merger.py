@@ -497,7 +497,12 @@ class MergerActor:
         return st
 
     def _http_status(self) -> DrainerStatus:
-        st = self._coordinator_status()
+        try:
+            st = self._coordinator_status()
+        except Exception as exc:  # answered 500 with this one line, not a coloured traceback
+            task = f"the task is {self.state}" + (f": {self.error}" if self.error else "")
+            raise UnavailableError(f"the coordinator does not answer ({_one_line(exc)}); "
+                                   f"{task}") from exc
         return DrainerStatus(checkpoint_ts=self.node.max_commit_ts, last_sync_s=self._last_sync_s,
                              pump_positions=dict(self.positions),
                              latest_commit_ts=st["commit_ts"])

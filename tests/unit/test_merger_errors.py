@@ -45,3 +45,24 @@ def test_a_transient_error_that_stops_the_task_does_not_say_will_retry():
     assert merger.state == "failed" and merger.error == (
         "TransientDownstreamError: executing on 127.0.0.1:3306: error 2013: Lost connection "
         "(retried until the retry budget ran out)")
+
+
+def test_http_status_without_a_coordinator_is_one_line_naming_the_task_error(monkeypatch):
+    import pytest
+
+    import actors.merger as merger_mod
+    from tidb_binlog.errors import UnavailableError
+
+    def dead(actor, timeout_s=10.0):
+        raise RuntimeError(RAY_TEXT)
+
+    monkeypatch.setattr(merger_mod._Ray, "status", staticmethod(dead))
+    merger = MergerActor.__new__(MergerActor)
+    merger.coordinator, merger.state = None, "failed"
+    merger.error = "UnavailableError: the pipeline actor CoordinatorActor could not start"
+    with pytest.raises(UnavailableError) as info:
+        merger._http_status()
+    text = str(info.value)
+    assert "\x1b" not in text and "\n" not in text
+    assert text.endswith("; the task is failed: UnavailableError: the pipeline actor "
+                         "CoordinatorActor could not start")
