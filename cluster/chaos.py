@@ -445,6 +445,7 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
                 verdict.problems.append(f"{fault.describe()}: {type(exc).__name__}: {exc}")
                 records.append(RecoveryRecord(fault.kind, fault.target, started - t0, None,
                                               str(exc)))
+                verdict.faults += 1
                 break
             records.append(RecoveryRecord(fault.kind, fault.target, started - t0, took))
             verdict.faults += 1
@@ -464,7 +465,10 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
         loads.stop()
         upstream.flush()
         target = cluster.get_ts()
-        if not verdict.problems:
+        if verdict.problems:  # diff/lost/dup below stay 0: say they were not measured
+            verdict.problems.append("final comparison not run (the run broke first): "
+                                    "diff, lost and dup were not measured")
+        else:
             try:
                 drainer.wait_for_checkpoint(target, timeout_s=300)
                 _final_checks(stack, verdict, note)
