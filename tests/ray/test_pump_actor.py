@@ -85,3 +85,55 @@ def test_crash_restart_serves_everything(ray_local, tmp_path, new_incarnation):
         assert [ts for ts, _ in got] == [3001 + 2 * i for i in range(5)] and watermark == 3009
     finally:
         ray.kill(actor)
+
+
+def test_damaged_binlog_stops_the_actor_feed_with_a_typed_error(ray_local, tmp_path):
+    """A pump actor whose sealed value-log file has a flipped byte: the drainer's
+    ActorFeed gets the binlogs before it, then DamagedBinlog naming the pump and ts
+    (counted), never the ones after it. It used to skip the transaction silently."""
+    import pytest
+
+    from actors.merger_feeds import ActorFeed
+    from tidb_binlog.drainer.metrics import build_drainer_metrics
+    from tidb_binlog.errors import DamagedBinlog
+    from tidb_binlog.pump.storage import Storage, StorageOptions
+    from tidb_binlog.pump.storage_metrics import StorageMetrics
+    from tidb_binlog.pump.vlog import _ScanResult, scan_segment
+
+    data_dir = tmp_path / "damaged"
+    s = Storage(data_dir, StorageOptions(sync_log=False, stop_write_at_available_space_bytes=0,
+                                         value_log_file_size_bytes=200),
+                metrics=StorageMetrics())
+    for i in range(10):
+        s.write_binlog(bl.prewrite(100 + 10 * i, b"v", prewrite_key=b"k"))
+        s.write_binlog(bl.commit(100 + 10 * i, 105 + 10 * i))
+    s.close()
+    sealed = data_dir / "value" / "000002.vlog"
+    raw = bytearray(sealed.read_bytes())
+    off, size, payload = next(r for r in scan_segment(bytes(raw), 0, len(raw) - 12, _ScanResult())
+                              if bl.decode(r[2]).tp == bl.BinlogType.COMMIT)
+    raw[off + size - 1] ^= 0xFF
+    sealed.write_bytes(bytes(raw))
+    victim = bl.decode(payload).commit_ts
+    actor = start_pump_actor(Cfg(str(data_dir), **{"storage.value-log-file-size": 200}))
+    metrics = build_drainer_metrics()
+    got: list[int] = []
+    feed = ActorFeed("pump-ray", actor, 0, 4 << 20, metrics)
+    try:
+        with pytest.raises(DamagedBinlog) as ei:
+            for _ in range(400):
+                for items, _wm in feed.poll():
+                    got += [ts for ts, _ in items]
+                if feed.refs():
+                    ray_local.wait(feed.refs(), num_returns=1, timeout=0.5)
+        assert got == [c for c in range(105, 200, 10) if c < victim]
+        assert ei.value.ts == victim
+        assert str(ei.value).startswith(
+            "pump pump-ray cannot serve an acknowledged binlog: pump storage cannot serve the "
+            f"binlog at ts {victim} (value log {sealed}: checksum mismatch at offset {off}); ")
+        assert "RayTaskError" not in str(ei.value)
+        assert metrics.registry.get_sample_value("binlog_drainer_error_count_total",
+                                                 {"type": "pump_damaged_binlog"}) == 1
+    finally:
+        feed.close()
+        ray_local.kill(actor)
