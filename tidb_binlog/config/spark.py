@@ -6,9 +6,10 @@ servers, and one section per job holds that job's options (``[diff]`` today). Th
 strict rules as pump.toml / drainer.toml apply (unknown keys are errors naming the key and
 the file; ``overrides`` are dotted keys and win over the file).
 
-The ``[spark]`` defaults fit a 2-core machine: one executor with one core and 1 GiB, and
-a master actor that reserves no CPU, so Spark holds one CPU and leaves the rest of the Ray
-cluster to pumps and drainers. ``spark_on_ray.session`` refuses a size that would take
+The ``[spark]`` defaults fit a 2-core machine: one executor of 1 GiB that reserves one Ray
+CPU (with four Spark task slots: the tasks mostly wait on the databases) and a master
+actor that reserves none, so Spark holds one CPU and leaves the rest of the Ray cluster
+to pumps and drainers. ``spark_on_ray.session`` refuses a size that would take
 every CPU of the cluster (RayDP hangs when Spark holds all resources).
 """
 
@@ -45,7 +46,12 @@ class SparkConfig:
 
     app_name: str = _opt("app-name", _STR, "tidb-binlog-spark")
     num_executors: int = _opt("num-executors", _int_kind(1), 1)
-    executor_cores: int = _opt("executor-cores", _int_kind(1), 1)
+    # Spark task slots per executor. The jobs' tasks mostly wait on JDBC (the databases do
+    # the work), so there are more slots than the CPUs the executor reserves on Ray.
+    executor_cores: int = _opt("executor-cores", _int_kind(1), 4)
+    # CPUs each executor actor reserves on the Ray cluster (RayDP's
+    # spark.ray.raydp_spark_executor.actor.resource.cpu).
+    executor_ray_cpus: float = _opt("executor-ray-cpus", _float_kind(unit="CPUs"), 1.0)
     executor_memory_bytes: int = _opt("executor-memory", _bytes_kind(), 1024 * _MIB)
     driver_memory_bytes: int = _opt("driver-memory", _bytes_kind(), 512 * _MIB)
     # Empty: the first of DEFAULT_JDBC_JARS that exists.
@@ -84,8 +90,6 @@ class DiffConfig:
     float_digits: int = _opt("float-digits", _int_kind(1, 17), 6)
     double_digits: int = _opt("double-digits", _int_kind(1, 17), 15)
     fix_sql_file: str = _opt("fix-sql-file", _STR, "fix.sql")
-    # Compare at this upstream/downstream point (0: now). See the README ("diff").
-    snapshot_ts: int = _opt("snapshot-ts", _int_kind(0), 0)
     timeout_s: float = _opt("connect-timeout", _float_kind(), 10.0)
 
 

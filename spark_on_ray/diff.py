@@ -1,0 +1,338 @@
+"""``diff``: the consistency check between the upstream and the downstream, on Spark.
+
+    from spark_on_ray import diff
+    result = diff.run(cfg)                 # cfg: tidb_binlog.config.spark.SparkJobConfig
+    result.equal, result.tables, result.fix_sql_file
+
+Steps (the SQL comes from :mod:`spark_on_ray.diff_plan`, which says why it is shaped so):
+
+1. Check both servers answer and every table exists on both sides with the same columns
+   (names and types); a problem is a :class:`~spark_on_ray.errors.SparkJobError` naming the
+   server (``user@host:port``, never the password), the table and what to do, raised
+   before Spark starts and before anything is written.
+2. Plan chunks on the upstream: key-range boundaries from its key index, or for a table
+   without a key a number of hash buckets from its row count.
+3. Checksum every chunk on both sides in parallel as Spark tasks, one aggregate query per
+   task (``COUNT(*)`` and the sums of the two MD5 halves, computed by the server).
+4. Cut mismatching key ranges into ~8 pieces at keys read from the servers, round by
+   round (each round checksums all pieces still mismatching in parallel), until a range
+   holds at most ``leaf-size`` rows; then read both sides' rows of the leaves and compare them by key
+   (keyless tables: the rows of the mismatching buckets, as multisets).
+5. Write the fix SQL (``REPLACE`` / ``DELETE`` / ``INSERT``) to ``fix-sql-file``: written
+   to a temporary file and renamed, so it is never half-written; running it on the
+   downstream makes the tables equal.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from spark_on_ray import diff_plan as plan
+from spark_on_ray.errors import SparkJobError
+from spark_on_ray.sql_task import connect, run_query, run_task
+from tidb_binlog.config.spark import DatabaseConfig, SparkJobConfig
+
+__all__ = ["TableResult", "DiffResult", "run", "introspect", "literal"]
+
+log = logging.getLogger("spark_on_ray.diff")
+
+_MAX_DEPTH = 20
+_FANOUT = 8
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def literal(value) -> str:
+    """A Python value as a SQL literal (pymysql's escaping; bytes as ``_binary'...'``)."""
+    from pymysql.converters import escape_item
+
+    return escape_item(value, "utf8mb4")
+
+
+@dataclass
+class TableResult:
+    """The verdict for one table."""
+
+    name: str
+    chunks: int = 0
+    upstream_rows: int = 0
+    downstream_rows: int = 0
+    missing: int = 0
+    extra: int = 0
+    changed: int = 0
+    diffs: list = field(default_factory=list)  # plan.RowDiff
+
+    @property
+    def equal(self) -> bool:
+        return not self.diffs
+
+
+@dataclass
+class DiffResult:
+    tables: list[TableResult]
+    fix_sql_file: str
+    fix_statements: int
+    seconds: float
+    spark_start_s: float = 0.0
+    bisect_rounds: int = 0
+
+    @property
+    def equal(self) -> bool:
+        return all(t.equal for t in self.tables)
+
+
+# ------------------------------------------------------------------ step 1
+
+def _connect(db: DatabaseConfig, side: str, timeout_s: float):
+    import pymysql
+
+    try:
+        return connect(db, timeout_s)
+    except pymysql.err.OperationalError as exc:
+        raise SparkJobError(f"cannot connect to the {side} {db.where()}: {exc.args[-1]}; check "
+                            f"[{side}] host/port/user/password in the config and that the "
+                            "server is running", where=db.where()) from exc  # fmt: skip
+
+
+def _expand(conn, entries: tuple[str, ...], where: str) -> list[tuple[str, str]]:
+    out = []
+    for entry in entries:
+        if "." in entry:
+            db, table = entry.split(".", 1)
+            out.append((db, table))
+            continue
+        rows = run_query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE "
+                         f"TABLE_SCHEMA = {literal(entry)} AND TABLE_TYPE = 'BASE TABLE' "
+                         "ORDER BY TABLE_NAME")  # fmt: skip
+        if not rows:
+            raise SparkJobError(f"database `{entry}` has no tables on the upstream {where} "
+                                "(or does not exist); check [diff] tables", where=where)
+        out.extend((entry, r[0]) for r in rows)
+    return out
+
+
+def introspect(conn, database: str, table: str, side: str, where: str) -> plan.TableInfo:
+    """Columns (visible ones, in order) and the key: the primary key, else the first unique
+    key whose columns are all NOT NULL, else none."""
+    cols = run_query(conn, "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME FROM "
+                     "information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+                     f"{literal(database)} AND TABLE_NAME = {literal(table)} AND EXTRA NOT "
+                     "LIKE '%INVISIBLE%' ORDER BY ORDINAL_POSITION")  # fmt: skip
+    if not cols:
+        raise SparkJobError(f"table `{database}`.`{table}` does not exist on the {side} {where};"
+                            " create it (e.g. with `tidb-binlog spark load`) or remove it from "
+                            "[diff] tables", where=where)  # fmt: skip
+    keys = run_query(conn, "SELECT INDEX_NAME, COLUMN_NAME, NULLABLE FROM "
+                     "information_schema.STATISTICS WHERE TABLE_SCHEMA = "
+                     f"{literal(database)} AND TABLE_NAME = {literal(table)} AND NON_UNIQUE = 0 "
+                     "ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX")  # fmt: skip
+    visible = {c[0] for c in cols}
+    by_index: dict[str, list] = {}
+    for index, column, nullable in keys:
+        by_index.setdefault(index, []).append((column, nullable))
+    key: tuple[str, ...] = ()
+    for parts in by_index.values():
+        if all(c in visible and n != "YES" for c, n in parts):
+            key = tuple(c for c, _ in parts)
+            break
+    columns = tuple(plan.Column(n, t.lower(), coll) for n, t, coll in cols)
+    return plan.TableInfo(database, table, columns, key)
+
+
+def _same_columns(up: plan.TableInfo, down: plan.TableInfo, where: str) -> None:
+    a = [(c.name, c.data_type) for c in up.columns]
+    b = [(c.name, c.data_type) for c in down.columns]
+    if sorted(a) != sorted(b):
+        only_up = sorted(set(a) - set(b))
+        only_down = sorted(set(b) - set(a))
+        raise SparkJobError(f"`{up.name}` has different columns on the two sides (upstream "
+                            f"only: {only_up}, downstream {where} only: {only_down}); the diff "
+                            "compares equal schemas: align them (or drop the table from "
+                            "[diff] tables) and rerun", where=where)  # fmt: skip
+
+
+# ------------------------------------------------------------------ the job
+
+def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=None,
+        progress: Progress | None = None, ray_address: str | None = None) -> DiffResult:
+    """Diff ``tables`` (default ``[diff] tables``); uses ``handle`` (a running
+    :class:`~spark_on_ray.session.SparkHandle`) or starts and stops its own Spark."""
+    t0 = time.monotonic()
+    d = cfg.diff
+    fd, dd = d.float_digits, d.double_digits
+    entries = tuple(tables) if tables else d.tables
+    if not entries:
+        raise SparkJobError("no tables to diff: set [diff] tables = [\"db\", \"db.table\"] or "
+                            "pass --tables")  # fmt: skip
+    report = progress or (lambda stage, done, total: None)
+    up_conn = _connect(cfg.upstream, "upstream", d.timeout_s)
+    down_conn = _connect(cfg.downstream, "downstream", d.timeout_s)
+    own = handle is None
+    try:
+        infos = []
+        for db, table in _expand(up_conn, entries, cfg.upstream.where()):
+            up = introspect(up_conn, db, table, "upstream", cfg.upstream.where())
+            down = introspect(down_conn, db, table, "downstream", cfg.downstream.where())
+            _same_columns(up, down, cfg.downstream.where())
+            infos.append(up)
+        chunks = _plan(up_conn, infos, d)
+        if own:
+            from spark_on_ray.session import start_spark
+
+            handle = start_spark(cfg.spark, ray_address=ray_address)
+        result = _diff(handle, cfg, infos, chunks, fd, dd, report)
+        result.spark_start_s = handle.started_s if own else 0.0
+        result.seconds = time.monotonic() - t0
+        return result
+    finally:
+        up_conn.close()
+        down_conn.close()
+        if own and handle is not None:
+            handle.stop()
+
+
+def _plan(conn, infos: list[plan.TableInfo], d) -> list[plan.Chunk]:
+    chunks = []
+    for info in infos:
+        if info.key:
+            bounds = run_query(conn, plan.boundaries_sql(info, d.chunk_size))
+            chunks += [plan.Chunk(info, r) for r in plan.chunk_ranges([tuple(b) for b in bounds])]
+        else:
+            (rows,), = run_query(conn, f"SELECT COUNT(*) FROM {info.qualified}")
+            chunks.append(plan.Chunk(info, None, buckets=plan.bucket_count(rows, d.leaf_size)))
+    return chunks
+
+
+def _checksum_tasks(cfg, chunks, fd, dd):
+    tasks = []
+    for chunk in chunks:
+        sql = (plan.checksum_sql(chunk, literal, fd, dd) if chunk.range is not None
+               else plan.bucket_checksum_sql(chunk.table, chunk.buckets, fd, dd))
+        tasks += [(cfg.upstream, sql), (cfg.downstream, sql)]
+    return tasks
+
+
+def checksum_all(runner, cfg, chunks, fd=6, dd=15):
+    """Checksums of ``chunks`` on both sides: per chunk ``(up, down)`` where each side is
+    ``{bucket: (cnt, s1, s2)}`` (key ranges use bucket 0). ``runner`` runs a task list
+    (Spark's :meth:`run_sql_tasks`, or a sequential loop for the baseline)."""
+    answers = runner(_checksum_tasks(cfg, chunks, fd, dd))
+    out = []
+    for i, chunk in enumerate(chunks):
+        sides = []
+        for rows in (answers[2 * i], answers[2 * i + 1]):
+            if chunk.range is not None:
+                sides.append({0: (int(rows[0][0]), str(rows[0][1]), str(rows[0][2]))})
+            else:
+                sides.append({int(b): (int(c), str(s1), str(s2)) for b, c, s1, s2 in rows})
+        out.append(tuple(sides))
+    return out
+
+
+def sequential_runner(tasks):
+    """Runs tasks one after the other in this process (the baseline of bench/spark.py)."""
+    return [run_task(t) for t in tasks]
+
+
+def _diff(handle, cfg, infos, chunks, fd, dd, report) -> DiffResult:
+    d = cfg.diff
+    results = {info.name: TableResult(info.name) for info in infos}
+    report("checksum chunks", 0, len(chunks))
+    sums = checksum_all(handle.run_sql_tasks, cfg, chunks, fd, dd)
+    report("checksum chunks", len(chunks), len(chunks))
+    pending: list[tuple[plan.Chunk, int]] = []  # key ranges to bisect, with their max count
+    leaves: list[plan.Chunk] = []
+    for chunk, (up, down) in zip(chunks, sums, strict=True):
+        res = results[chunk.table.name]
+        res.chunks += 1
+        res.upstream_rows += sum(v[0] for v in up.values())
+        res.downstream_rows += sum(v[0] for v in down.values())
+        if chunk.range is None:
+            bad = sorted(b for b in up.keys() | down.keys() if up.get(b) != down.get(b))
+            if bad:
+                leaves.append(plan.Chunk(chunk.table, None, buckets=chunk.buckets,
+                                         wanted=tuple(bad)))  # fmt: skip
+        elif up != down:
+            pending.append((chunk, max(up[0][0], down[0][0])))
+    rounds = 0
+    while True:
+        # A range that does not shrink below leaf-size within _MAX_DEPTH halvings (both
+        # sides disagree wildly on its rows) is compared row by row as it is.
+        leaves += [c for c, n in pending if n <= d.leaf_size or c.depth >= _MAX_DEPTH]
+        big = [(c, n) for c, n in pending if n > d.leaf_size and c.depth < _MAX_DEPTH]
+        if not big:
+            break
+        rounds += 1
+        report(f"bisect round {rounds}", 0, len(big))
+        halves = _bisect(handle, cfg, big)
+        sums = checksum_all(handle.run_sql_tasks, cfg, halves, fd, dd)
+        pending = [(c, max(up[0][0], down[0][0])) for c, (up, down) in zip(halves, sums,
+                                                                              strict=True)
+                   if up != down]  # fmt: skip
+        report(f"bisect round {rounds}", len(big), len(big))
+    report("compare rows", 0, len(leaves))
+    diffs = _compare_leaves(handle, cfg, leaves, fd, dd)
+    report("compare rows", len(leaves), len(leaves))
+    for diff in diffs:
+        res = results[diff.table.name]
+        res.diffs.append(diff)
+        setattr(res, diff.kind, getattr(res, diff.kind) + diff.count)
+    statements = plan.render_fix_sql(diffs, literal, fd, dd)
+    _write_fix_sql(d.fix_sql_file, statements, cfg.downstream)
+    return DiffResult(list(results.values()), d.fix_sql_file, len(statements), 0.0,
+                      bisect_rounds=rounds)
+
+
+def _bisect(handle, cfg, big: list[tuple[plan.Chunk, int]]) -> list[plan.Chunk]:
+    """Cut each range into ~_FANOUT pieces at keys read from both sides (a key present on
+    one side only is a cut point like any other)."""
+    tasks = []
+    for chunk, n in big:
+        sql = plan.split_points_sql(chunk.table, chunk.range, plan.split_step(n, _FANOUT),
+                                    literal)  # fmt: skip
+        tasks += [(cfg.upstream, sql), (cfg.downstream, sql)]
+    answers = handle.run_sql_tasks(tasks)
+    out = []
+    for i, (chunk, _n) in enumerate(big):
+        up, down = answers[2 * i], answers[2 * i + 1]
+        points = [tuple(r) for r in (up if len(up) >= len(down) else down)]
+        parts = plan.split_range(chunk.range, points)
+        out += [plan.Chunk(chunk.table, p, depth=chunk.depth + 1) for p in parts]
+    return out
+
+
+def _compare_leaves(handle, cfg, leaves, fd, dd) -> list[plan.RowDiff]:
+    tasks = []
+    for leaf in leaves:
+        if leaf.range is not None:
+            where = plan.range_predicate(leaf.table.key, leaf.range, literal)
+            sql = plan.rows_sql(leaf.table, where, fd, dd)
+        else:
+            sql = plan.bucket_rows_sql(leaf.table, leaf.buckets, list(leaf.wanted), fd, dd)
+        tasks += [(cfg.upstream, sql), (cfg.downstream, sql)]
+    answers = handle.run_sql_tasks(tasks)
+    diffs = []
+    for i, leaf in enumerate(leaves):
+        up, down = answers[2 * i], answers[2 * i + 1]
+        compare = plan.compare_keyed if leaf.table.key else plan.compare_multiset
+        diffs += compare(leaf.table, up, down)
+    return diffs
+
+
+def _write_fix_sql(path: str, statements: list[str], downstream: DatabaseConfig) -> None:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    head = (f"-- fix SQL written by `tidb-binlog spark diff` at {stamp}\n"
+            f"-- run it on the downstream {downstream.where()}, e.g.\n"
+            f"--   mariadb -h {downstream.host} -P {downstream.port} -u {downstream.user} -p "
+            f"< {os.path.basename(path)}\n"
+            f"-- {len(statements)} statement(s)\n"
+            "SET NAMES utf8mb4;\nSET time_zone = '+00:00';\n")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(head + "".join(s + ";\n" for s in statements))
+    os.replace(tmp, path)

@@ -1,0 +1,109 @@
+"""The pure half of the Spark consistency diff (spark_on_ray.diff_plan) and the [spark]
+config section: chunk ranges, cut points, SQL shapes, row compare and fix SQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_on_ray import diff_plan as plan
+from tidb_binlog.config.spark import load_spark_config
+from tidb_binlog.errors import ConfigError
+
+
+def lit(v):
+    return "NULL" if v is None else repr(v) if isinstance(v, str) else str(v)
+
+
+INFO = plan.TableInfo("db", "t", (plan.Column("id", "int"), plan.Column("name", "varchar"),
+                                  plan.Column("f", "float"), plan.Column("ts", "timestamp")),
+                      key=("id",))
+NOKEY = plan.TableInfo("db", "n", (plan.Column("a", "int"), plan.Column("s", "varchar")))
+
+
+def test_chunk_ranges_cover_everything_without_overlap():
+    assert plan.chunk_ranges([]) == [plan.KeyRange(None, None)]
+    assert plan.chunk_ranges([(10,), (20,)]) == [
+        plan.KeyRange(None, (10,)), plan.KeyRange((10,), (20,)), plan.KeyRange((20,), None)]
+
+
+def test_split_range_ignores_points_outside_and_duplicates():
+    rng = plan.KeyRange((10,), (50,))
+    assert plan.split_range(rng, [(5,), (10,), (20,), (20,), (30,), (50,)]) == [
+        plan.KeyRange((10,), (20,)), plan.KeyRange((20,), (30,)), plan.KeyRange((30,), (50,))]
+    assert plan.split_range(rng, [(10,)]) == [rng]        # cannot cut: one range back
+    assert plan.split_step(400, 8) == 50 and plan.split_step(3, 8) == 1
+
+
+def test_range_predicate_expands_composite_keys_for_the_index():
+    where = plan.range_predicate(("a", "b"), plan.KeyRange((1, "x"), (2, "y")), lit)
+    assert where == ("((`a` > 1) OR (`a` = 1 AND `b` >= 'x')) AND "
+                     "((`a` < 2) OR (`a` = 2 AND `b` < 'y'))")
+    assert plan.range_predicate(("a",), plan.KeyRange(), lit) == "TRUE"
+
+
+def test_row_hash_is_prefix_free_and_null_aware():
+    h = plan.row_hash_expr(INFO)
+    # NULL is 'N', a value is <byte length>:<text>: NULL vs '' and 'a,b'|'c' vs 'a'|'b,c'
+    # cannot produce the same text.
+    assert "COALESCE(CONCAT(LENGTH(CONVERT(`name` USING utf8mb4)), ':', " in h
+    assert "'N')" in h and h.startswith("MD5(CONCAT(")
+    assert "UNIX_TIMESTAMP(`ts`)" in h                     # time-zone independent
+    assert "ROUND(`f` / POW(10, FLOOR(LOG10(ABS(`f`)))), 5)" in h  # 6 significant digits
+
+
+def test_checksum_sql_sums_both_md5_halves_exactly():
+    sql = plan.checksum_sql(plan.Chunk(INFO, plan.KeyRange((1,), None)), lit)
+    assert sql.startswith("SELECT COUNT(*) AS cnt, CAST(COALESCE(SUM(CAST(CONV(LEFT(MD5(")
+    assert "CONV(RIGHT(MD5(" in sql and sql.endswith("WHERE ((`id` >= 1))")
+    bucket = plan.bucket_checksum_sql(NOKEY, 7)
+    assert "MOD(CAST(CONV(LEFT(MD5(" in bucket and bucket.endswith("GROUP BY bucket")
+    assert plan.bucket_count(1000, 256) == 4 and plan.bucket_count(0, 256) == 1
+
+
+def _row(*raw):
+    return tuple(raw) + tuple(None if v is None else str(v) for v in raw)
+
+
+def test_compare_keyed_finds_missing_extra_changed():
+    info = plan.TableInfo("db", "t", (plan.Column("id", "int"), plan.Column("v", "varchar")),
+                          ("id",))
+    up = [_row(1, "a"), _row(2, None), _row(3, "c")]
+    down = [_row(2, ""), _row(3, "c"), _row(4, "d")]
+    diffs = plan.compare_keyed(info, up, down)
+    assert [(d.kind, d.key()) for d in diffs] == [
+        ("missing", (1,)), ("changed", (2,)), ("extra", (4,))]
+    sql = plan.render_fix_sql(diffs, lit)
+    assert sql == ["REPLACE INTO `db`.`t` (`id`, `v`) VALUES (1, 'a')",
+                   "REPLACE INTO `db`.`t` (`id`, `v`) VALUES (2, NULL)",
+                   "DELETE FROM `db`.`t` WHERE `id` = 4"]
+
+
+def test_compare_multiset_counts_copies():
+    up = [_row(1, "x"), _row(1, "x"), _row(2, "y")]
+    down = [_row(1, "x"), _row(2, "y"), _row(3, "z"), _row(3, "z")]
+    diffs = plan.compare_multiset(NOKEY, up, down)
+    assert [(d.kind, d.count) for d in diffs] == [("missing", 1), ("extra", 2)]
+    sql = plan.render_fix_sql(diffs, lit)
+    assert sql[0] == "INSERT INTO `db`.`n` (`a`, `s`) VALUES (1, 'x')"
+    assert sql[1] == ("DELETE FROM `db`.`n` WHERE CAST(`a` AS CHAR) <=> '3' AND "
+                      "CONVERT(`s` USING utf8mb4) <=> 'z' LIMIT 2")
+
+
+def test_spark_config_defaults_and_errors(tmp_path):
+    cfg = load_spark_config(None)
+    assert (cfg.spark.num_executors, cfg.spark.executor_cores, cfg.spark.executor_ray_cpus) == \
+        (1, 4, 1.0)
+    assert cfg.spark.executor_memory_bytes == 1 << 30 and cfg.diff.chunk_size == 50_000
+    path = tmp_path / "spark.toml"
+    path.write_text('[spark]\nexecutor-memory = "2 GiB"\n[diff]\ntables = ["shop", "a.b"]\n'
+                    '[upstream]\nport = 4000\n')
+    cfg = load_spark_config(path, {"diff.chunk-size": "1000"})
+    assert cfg.spark.executor_memory_bytes == 2 << 30 and cfg.upstream.port == 4000
+    assert cfg.diff.tables == ("shop", "a.b") and cfg.diff.chunk_size == 1000
+    assert load_spark_config(path.write_text(cfg.to_toml()) and path) == cfg
+    path.write_text("[spark]\nexecutors = 2\n")
+    with pytest.raises(ConfigError, match=r"unknown key `spark.executors` in .*spark.toml"):
+        load_spark_config(path)
+    path.write_text('[diff]\ntables = ["a.b.c"]\n')
+    with pytest.raises(ConfigError, match=r"`diff.tables`.*'a.b.c'"):
+        load_spark_config(path)

@@ -1,0 +1,98 @@
+"""``tidb-binlog spark <job>``: the Spark jobs (RayDP on the Ray cluster) from the command line.
+
+    tidb-binlog spark diff --config spark.toml [--tables db db.table ...] [--fix-sql-file f]
+
+Each job reads spark.toml (``tidb_binlog/config/spark.py``; every key in
+``tidb_binlog/CONFIG.md``), joins the Ray cluster of ``--ray-address`` / ``$RAY_ADDRESS``
+(under ``ray job submit`` that is the job's cluster) or starts a local one, shows a live
+progress display, and ends with a summary table. Exit codes: 0 equal / done, 1 the job
+found differences or failed (the error names what and where).
+"""
+
+from __future__ import annotations
+
+import time
+
+__all__ = ["register"]
+
+JOBS = ("diff",)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("spark", help="Spark jobs on the Ray cluster (diff)",
+                       description=__doc__.split("\n\n")[1])
+    jobs = p.add_subparsers(dest="job", metavar="JOB")
+    d = jobs.add_parser("diff", help="compare upstream and downstream tables chunk by chunk; "
+                        "write fix SQL for the differences")
+    _common(d)
+    d.add_argument("--tables", nargs="+", help='"db" or "db.table" (default: [diff] tables)')
+    d.add_argument("--fix-sql-file", help="where the fix SQL goes (default: [diff] fix-sql-file)")
+    d.add_argument("--chunk-size", type=int, help="rows per checksum chunk (default 50000)")
+    d.set_defaults(func=run_diff)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _common(p) -> None:
+    p.add_argument("--config", "-config", help="spark.toml")
+    p.add_argument("--ray-address", help="Ray cluster to join (default $RAY_ADDRESS, else a "
+                   "local Ray)")
+
+
+def _load(args, overrides: dict):
+    from tidb_binlog.config.spark import load_spark_config
+
+    return load_spark_config(args.config, {k: v for k, v in overrides.items() if v is not None})
+
+
+class _Progress:
+    """A rich progress display fed by a job's ``progress(stage, done, total)`` callback."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                 TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                                 console=console, transient=False)  # fmt: skip
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.__exit__(*exc)
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=max(total, 1))
+        self.progress.update(self.tasks[stage], completed=done, total=max(total, 1))
+
+
+def run_diff(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from spark_on_ray import diff
+
+    cfg = _load(args, {"diff.fix-sql-file": args.fix_sql_file,
+                       "diff.chunk-size": args.chunk_size})
+    console = Console()
+    t0 = time.monotonic()
+    with _Progress(console) as progress:
+        progress("start", 0, 1)
+        result = diff.run(cfg, tables=tuple(args.tables or ()), progress=progress,
+                          ray_address=args.ray_address)
+    table = Table(title=f"diff: {cfg.upstream.where()} vs {cfg.downstream.where()}")
+    for col in ("table", "chunks", "upstream rows", "downstream rows", "missing", "extra",
+                "changed", "verdict"):
+        table.add_column(col, justify="left" if col in ("table", "verdict") else "right")
+    for t in result.tables:
+        table.add_row(t.name, str(t.chunks), str(t.upstream_rows), str(t.downstream_rows),
+                      str(t.missing), str(t.extra), str(t.changed),
+                      "[green]equal" if t.equal else "[red]differs")  # fmt: skip
+    console.print(table)
+    console.print(f"{len(result.tables)} table(s), "
+                  f"{sum(not t.equal for t in result.tables)} differing; "
+                  f"fix SQL ({result.fix_statements} statements): {result.fix_sql_file}; "
+                  f"{time.monotonic() - t0:.1f} s (Spark start {result.spark_start_s:.1f} s)")
+    return 0 if result.equal else 1
