@@ -219,12 +219,20 @@ class _Runner:
         sql = undo_sql(self.stmt, self.db)
         if sql is None:
             return None
-        self.conn.ping(reconnect=True)
+        try:
+            self.conn.ping()
+        except pymysql.err.Error:  # broken by the failure: undo on a new connection
+            self.close()
+            self.conn = connect(self.up.params, autocommit=True)
+            self.cur = self.conn.cursor()
         self.sql(sql)
         return sql
 
     def close(self) -> None:
-        self.conn.close()
+        try:
+            self.conn.close()
+        except pymysql.err.Error:
+            pass  # already closed or broken: nothing left to release
 
 
 class _RoundFailed(Exception):
