@@ -173,7 +173,11 @@ class Storage:
         end = self.vlog.end()
         # A pointer past the end means the tail it covered was cut as torn or corrupt.
         stored_head = self.index.get_pointer(ix.HEAD_POINTER_KEY)
-        if self.vlog.truncations or (stored_head is not None and stored_head > end):
+        # Every indexed record lies below the stored head pointer: only a cut below it (a
+        # damaged acknowledged tail, not an ordinary torn, unindexed one) can leave entries
+        # pointing at bytes that are gone.
+        if stored_head is not None and (stored_head > end or any(
+                stored_head > ValuePointer(fid, cut) for fid, cut in self.vlog.truncations)):
             self._drop_entries_past_cuts(end)
         head = min(stored_head or first, end)
         handle = min(self.index.get_pointer(ix.HANDLE_POINTER_KEY) or first, end)
