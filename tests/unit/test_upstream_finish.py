@@ -108,3 +108,65 @@ def test_direct_path_counts_a_send_that_raises_instead_of_failing_the_commit():
     sender.submit(commits([1])[0])  # returns: the transaction already committed
     sender.flush()
     assert sender.errors == 1
+
+
+class PumpNowaitWriter(NowaitWriter):
+    """A pump-client-like writer: knows which pump took each Prewrite."""
+
+    def pump_of(self, start_ts):
+        return "pump-a:8250" if start_ts % 2 else "pump-b:8250"
+
+
+def test_direct_flush_and_close_are_bounded_and_name_what_is_in_flight():
+    """A Commit whose first attempt never completes (a pump hangs): flush and close
+    give up after their timeout and say how many binlogs, to which pumps."""
+    import pytest
+
+    from tidb_binlog.errors import FinishTimeout, UpstreamError
+    from tidb_binlog.upstream.core import _FinishDirect
+
+    w = PumpNowaitWriter()
+    sender = _FinishDirect(w)
+    for b in commits([1, 2, 3]):
+        sender.submit(b)
+    w.futures[1].set_result(SimpleNamespace(node_id="pump-b:8250", error=None, pending=None))
+    with pytest.raises(FinishTimeout) as err:
+        sender.flush(0.05)
+    assert isinstance(err.value, UpstreamError)
+    assert err.value.pending == 2 and err.value.pumps == {"pump-a:8250": 2}
+    assert "2 Commit/Rollback binlog(s) are still in flight (2 to pump-a:8250)" in str(err.value)
+    with pytest.raises(FinishTimeout, match=r"Upstream\.close\(\) waited"):
+        sender.close(0.05)
+    for fut in (w.futures[0], w.futures[2]):
+        fut.set_result(SimpleNamespace(node_id="pump-a:8250", error=None, pending=None))
+    sender.flush(0.05)  # nothing left
+
+
+def test_sender_flush_and_close_are_bounded_for_a_writer_that_hangs():
+    import pytest
+
+    from tidb_binlog.errors import FinishTimeout
+
+    w = BatchWriter()
+    sender = _FinishSender(w)
+    sender.submit(commits([5])[0])
+    assert w.entered.wait(30)  # the sender thread is stuck in write_binlog
+    with pytest.raises(FinishTimeout) as err:
+        sender.flush(0.05)
+    assert err.value.pending == 1 and err.value.pumps == {"BatchWriter": 1}
+    with pytest.raises(FinishTimeout, match="close"):
+        sender.close(0.05)
+    w.release.set()
+    sender._thread.join(30)
+    assert w.calls == [[5]]
+
+
+def test_upstream_rejects_a_timeout_that_is_not_positive():
+    import pytest
+
+    from tidb_binlog.upstream.core import _check_timeout
+
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="timeout must be a positive"):
+            _check_timeout(bad)
+    assert _check_timeout(2) == 2.0
