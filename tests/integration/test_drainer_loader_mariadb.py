@@ -446,3 +446,129 @@ def test_downstream_stopped_mid_load_converges(mariadb_factory):
     assert rows(server, db, "events", "kind, n") == rows(server, "refdb", "events", "kind, n")
     # no downstream transaction committed twice: every INSERT ran exactly once
     assert scalar(server, f"SELECT n FROM {db}.insert_count") == expected_inserts
+
+
+def _wait_until(predicate, what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``predicate`` (a condition, never a timing assertion)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.05)
+
+
+def _lock_waits(server) -> int:
+    # InnoDB refreshes this view only when it was not read for 100 ms: poll slower than that.
+    time.sleep(0.15)
+    return scalar(server, "SELECT COUNT(*) FROM information_schema.INNODB_TRX "
+                          "WHERE trx_state = 'LOCK WAIT'")
+
+
+def _load_in_thread(loader, batch):
+    box: dict = {}
+
+    def target():
+        try:
+            box["ack"] = loader.execute_batch(batch)
+        except BaseException as exc:  # handed to the test
+            box["error"] = exc
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+
+    def join():
+        th.join(120)
+        assert not th.is_alive(), "the batch never finished"
+        if "error" in box:
+            raise box["error"]
+        return box["ack"]
+
+    return join
+
+
+@pytest.mark.parametrize("exactly_once", [True, False])
+def test_lock_wait_timeout_downstream_is_retried_and_rows_land_once(mariadb, fresh_database,
+                                                                    exactly_once):
+    """A second connection holds a gap lock on ``users`` past the worker's
+    innodb_lock_wait_timeout (1 s): the worker's transaction gets 1205, is rolled back
+    and retried until the lock goes; the tables equal the reference, and with
+    exactly-once every row lands exactly once (insert triggers count them) and the
+    progress row is the batch's last commit_ts."""
+    ref, got = fresh_database(), fresh_database()
+    create_tables(mariadb, ref)
+    create_tables(mariadb, got)
+    add_insert_counter(mariadb, got)
+    txns = workload(ref, 40, seed=21)
+    apply_one_by_one(mariadb, ref, txns)
+    batch = retarget(txns, got)
+    expected_inserts = sum(1 for t in batch for d in t.dmls if d.tp is DMLType.INSERT)
+    cluster_id = next(_cluster_ids)
+    loader = Loader(Downstream(cfg_of(mariadb, params={"innodb_lock_wait_timeout": 1})),
+                    LoaderConfig(worker=2, merge=False, exactly_once=exactly_once,
+                                 txn_batch=15, retry=FAST_RETRY, cluster_id=cluster_id))
+    blocker = mariadb.connect(got)
+    try:
+        with blocker.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT * FROM users WHERE id = 1 FOR UPDATE")  # empty: a gap lock
+            join = _load_in_thread(loader, batch)
+            _wait_until(lambda: loader.retries >= 1, "the worker hit a lock wait timeout")
+            blocker.rollback()
+        ack = join()
+    finally:
+        blocker.close()
+        loader.close()
+    assert ack.parts == len(batch) and loader.retries >= 1
+    assert rows(mariadb, got, "users") == rows(mariadb, ref, "users")
+    assert rows(mariadb, got, "events", "kind, n") == rows(mariadb, ref, "events", "kind, n")
+    if exactly_once:  # without it a retry runs in safe mode: REPLACEs count as inserts
+        assert scalar(mariadb, f"SELECT n FROM `{got}`.insert_count") == expected_inserts
+        assert scalar(mariadb, f"SELECT commitTS FROM tidb_binlog.worker_progress WHERE "
+                               f"clusterID = {cluster_id} AND worker = 2") == batch[-1].commit_ts
+
+
+def test_deadlock_downstream_is_retried_and_rows_land_once(mariadb, fresh_database):
+    """The worker's transaction is made a deadlock victim: it holds the rows it inserted
+    and waits for a row a second connection locked; that connection (heavier: 2 000 rows
+    of undo) then asks for one of the worker's rows. InnoDB rolls the worker back (1213),
+    the worker retries the transaction, and every row lands once, progress included."""
+    ref, got = fresh_database(), fresh_database()
+    for db in (ref, got):
+        create_tables(mariadb, db)
+        run(mariadb, db, "INSERT INTO users VALUES (1000, 'keep@x', 1, NULL)")
+    run(mariadb, got, "CREATE TABLE scratch (id INT PRIMARY KEY)")
+    add_insert_counter(mariadb, got)
+    users, _ = schemas(ref)
+    txns = workload(ref, 40, seed=22)
+    old = {"id": 1000, "email": "keep@x", "score": 1, "note": None}
+    txns.append(Txn(txns[-1].commit_ts + 1, (
+        DML(ref, "users", DMLType.UPDATE, {**old, "score": 2}, old, users),)))
+    apply_one_by_one(mariadb, ref, txns)
+    batch = retarget(txns, got)
+    expected_inserts = sum(1 for t in batch for d in t.dmls if d.tp is DMLType.INSERT)
+    cluster_id = next(_cluster_ids)
+    # One downstream transaction for the whole batch, the update of row 1000 last.
+    loader = Loader(Downstream(cfg_of(mariadb)),
+                    LoaderConfig(worker=3, merge=False, exactly_once=True, txn_batch=10_000,
+                                 retry=FAST_RETRY, cluster_id=cluster_id))
+    blocker = mariadb.connect(got)
+    try:
+        with blocker.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.executemany("INSERT INTO scratch VALUES (%s)", [(i,) for i in range(2000)])
+            cur.execute("SELECT * FROM users WHERE id = 1000 FOR UPDATE")
+            join = _load_in_thread(loader, batch)
+            _wait_until(lambda: _lock_waits(mariadb) >= 1, "the worker waits for row 1000")
+            # The cycle; the worker is the lighter transaction, so it is the victim and
+            # this read gets the lock (were this connection the victim, it would raise).
+            cur.execute("SELECT * FROM users WHERE id = 1 FOR UPDATE")
+            blocker.rollback()
+        ack = join()
+    finally:
+        blocker.close()
+        loader.close()
+    assert ack.parts == len(batch) and loader.retries >= 1
+    assert rows(mariadb, got, "users") == rows(mariadb, ref, "users")
+    assert rows(mariadb, got, "events", "kind, n") == rows(mariadb, ref, "events", "kind, n")
+    assert scalar(mariadb, f"SELECT n FROM `{got}`.insert_count") == expected_inserts
+    assert scalar(mariadb, f"SELECT commitTS FROM tidb_binlog.worker_progress WHERE "
+                           f"clusterID = {cluster_id} AND worker = 3") == batch[-1].commit_ts
