@@ -4,9 +4,11 @@ See ``tidb_binlog/upstream/README.md``. Public surface::
 
     Upstream(params, writer, get_ts, *, database=None, clustered_index="on", faults=None)
       .session(database=None) -> Session;  .ddl(sql) -> Job | None;  .meta() -> UpstreamMeta
+      .flush(timeout=60) / .close(timeout=60): bounded waits for the Commit binlogs in flight
     Session.begin() -> Txn: insert / update / delete / replace / execute / query / commit / rollback
     UpstreamMeta(params): history_jobs / job / txn_status / cluster_id / snapshot_tables
-    Faults(drop_commit_binlog=, crash_after_prewrite=, fail_prewrite=); BinlogCollector
+    Faults(drop_commit_binlog=, crash_after_prewrite=, fail_prewrite=, ddl_round_conflict=);
+    BinlogCollector; errors: tidb_binlog.errors.UpstreamError and its subclasses (README)
     TsoBatcher(source).get_ts: concurrent sessions' timestamps from one TSO call (PD client)
 """
 
