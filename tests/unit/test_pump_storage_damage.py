@@ -50,10 +50,14 @@ def _flip(path, offset: int) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
 
 
-def test_cut_tail_drops_stale_index_entries_so_new_commits_are_served_once(tmp_path, caplog):
+def test_cut_tail_marks_stale_index_entries_lost_so_new_commits_are_served_once(tmp_path,
+                                                                               caplog):
     """The issue's case: the last file's tail is cut while the pump is stopped. Before
     the fix the index still named the cut records' offsets, new writes landed there,
-    and a pull served a new commit twice (first under a stale ts)."""
+    and a pull served a new commit twice (first under a stale ts). Now those entries are
+    marked lost: a pull stops there with DamagedBinlog (the cut binlogs were
+    acknowledged), and once the operator gives them up every new commit is served once,
+    under its own ts."""
     s = _open(tmp_path)
     for i in range(10):
         _pair(s, 100 + 10 * i, 105 + 10 * i)
@@ -67,18 +71,64 @@ def test_cut_tail_drops_stale_index_entries_so_new_commits_are_served_once(tmp_p
     with caplog.at_level(logging.ERROR, logger="tidb_binlog.pump.storage"):
         s = _open(tmp_path, metrics=metrics)
     assert (f"storage {tmp_path}: 3 index entries pointed at value-log bytes that were cut on "
-            "recovery (ts 185, 190, 195); dropped: those binlogs are lost from this pump (a "
-            "lost Commit whose Prewrite survived is recovered through the resolver)"
+            "recovery (ts 185, 190, 195); marked lost: a pull stops there with DamagedBinlog "
+            "(a lost Commit whose Prewrite survived is written again through the resolver)"
             ) in caplog.messages
     assert metrics.value("binlog_pump_storage_error_count_total",
-                         {"type": "dropped_index_entry"}) == 3
+                         {"type": "cut_on_recovery"}) == 3
     for i in range(3):
         _pair(s, 1000 + 10 * i, 1005 + 10 * i)
     assert s.flush()
+    assert [ts for ts, _ in _served(s)] == [105 + 10 * i for i in range(8)]
+    with pytest.raises(DamagedBinlog) as ei:
+        _served(s, 175)
+    assert (str(ei.value), ei.value.ts, ei.value.offset) == (
+        "pump storage cannot serve the binlog at ts 185 (its record was cut from the value log "
+        "when the pump recovered from a damaged tail); pulls stop before it so no reader skips "
+        "an acknowledged binlog: restore this pump's data dir from a copy, or let the drainers "
+        "skip it with [storage] skip-damaged-ts = [185] in pump.toml (its transaction is then "
+        "missing downstream)", 185, None)
+    assert s.get_binlog(190) is None
+    s.close()
+    s = _open(tmp_path, replace(FAST, skip_damaged_ts=frozenset({185, 190, 195})))
     got = _served(s)
     assert [ts for ts, _ in got] == [105 + 10 * i for i in range(8)] + [1005, 1015, 1025]
     assert all(b.commit_ts == ts and b.prewrite_value == b"v%d" % b.start_ts for ts, b in got)
-    assert s.get_binlog(190) is None
+    s.close()
+    # reopened with no new cut: the markers stay, nothing is counted again
+    metrics = StorageMetrics()
+    s = _open(tmp_path, metrics=metrics)
+    assert metrics.value("binlog_pump_storage_error_count_total",
+                         {"type": "cut_on_recovery"}) == 0
+    with pytest.raises(DamagedBinlog):
+        _served(s, 175)
+    s.close()
+
+
+def test_lost_commit_is_written_again_by_the_resolver(tmp_path):
+    """A cut tail that took a Commit but not its Prewrite: the Prewrite waits again, the
+    resolver writes the Commit, and its new record replaces the lost marker."""
+    from tidb_binlog.node import TxnStatus
+
+    class Committed:
+        def txn_status(self, start_ts, key):
+            return TxnStatus(TxnStatus.COMMITTED, start_ts + 5)
+
+    s = _open(tmp_path)
+    for i in range(3):
+        _pair(s, 100 + 10 * i, 105 + 10 * i)
+    assert s.flush()
+    s.index.write([], {b"!binlog!handlePointer": s.index.lookup(120).encode()})  # P120 re-fed
+    s.close(drain_index=False)
+    last = tmp_path / "value" / "000001.vlog"
+    off, size, victim = _records(last)[-1]
+    assert victim.commit_ts == 125
+    with open(last, "r+b") as f:
+        f.truncate(off + size - 1)
+    s = Storage(tmp_path, replace(FAST, max_txn_timeout_s=0), metrics=StorageMetrics(),
+                resolver=Committed())
+    assert s.resolve_pending() == 1 and s.flush()
+    assert [ts for ts, _ in _served(s)] == [105, 115, 125]
     s.close()
 
 

@@ -2,7 +2,7 @@
 
 Keys (TiDB Binlog's names and encodings):
 
-- ``ts:`` + 8-byte big-endian ts → 12-byte value pointer. The ts is the
+- ``ts:`` + 8-byte big-endian ts → 12-byte value pointer (or :data:`LOST`). The ts is the
   start_ts of a Prewrite and the commit_ts of a Commit or fake binlog, so
   iterating ``ts:`` keys in order walks binlogs by timestamp. Rollbacks with
   commit_ts 0 are not indexed (TiDB writes them all to ``ts:0``, which nobody
@@ -33,6 +33,7 @@ __all__ = [
     "HANDLE_POINTER_KEY",
     "HEAD_POINTER_KEY",
     "KVOptions",
+    "LOST",
     "ts_key",
     "Index",
 ]
@@ -53,6 +54,11 @@ HANDLE_POINTER_KEY = b"!binlog!handlePointer"
 # the index (written in the same batch as those entries); a restart re-indexes
 # from here.
 HEAD_POINTER_KEY = b"!binlog!headPointer"
+
+# The pointer of an index entry whose record was cut from the value log on recovery (a
+# damaged tail): kept as a marker, so a pull reaching that ts stops with DamagedBinlog
+# instead of passing a lost acknowledged binlog silently. No file has this id.
+LOST = ValuePointer(0xFFFFFFFF, 0)
 
 _U64 = struct.Struct("<Q")
 _KEY_LEN = len(TS_KEY_PREFIX) + 8
@@ -148,15 +154,6 @@ class Index:
                         yield from_bytes(k[3:], "big"), ptr
         except (plyvel.Error, OSError) as exc:
             raise StorageError(f"index {self.path}: read failed: {exc}") from exc
-
-    def delete(self, keys: list[bytes]) -> None:
-        """Delete ``keys`` in one synced batch (recovery's drop of stale entries)."""
-        try:
-            with self._db.write_batch(sync=True) as wb:
-                for k in keys:
-                    wb.delete(k)
-        except (plyvel.Error, OSError) as exc:
-            raise StorageError(f"index {self.path}: delete failed: {exc}") from exc
 
     def delete_upto(self, ts: int, batch_size: int = 1024) -> int:
         """Delete ``ts:`` keys at or below ``ts`` in batches; return how many."""

@@ -23,7 +23,8 @@ Damage stops the pull (:class:`~tidb_binlog.errors.DamagedBinlog`, counted in
 ``binlog_pump_storage_error_count{type=read_value}``): a record whose magic, length or
 CRC does not check out, or that is not the binlog its index key names (a Prewrite's
 start_ts, a Commit's or fake binlog's commit_ts: a stale index entry pointing at
-another record), and a Commit whose Prewrite record is damaged. It is raised, not
+another record), an entry recovery marked lost (:data:`~.index.LOST`: its bytes were
+cut with a damaged tail), and a Commit whose Prewrite record is damaged or lost. It is raised, not
 skipped, because the binlog was acknowledged: serving what comes after it would be a
 silent gap downstream. The error names the ts; nothing after it is served until an
 operator repairs the storage (see the README's "Damaged binlogs").
@@ -45,6 +46,7 @@ from google.protobuf.message import DecodeError
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import CorruptRecord, DamagedBinlog
+from tidb_binlog.pump.index import LOST
 
 __all__ = ["CommitReader"]
 
@@ -103,6 +105,8 @@ class CommitReader:
         read_first = self._vlog.block_reader().read_first
         for ts, ptr in self._index.iter_range(since_commit_ts, upto_ts):
             try:
+                if ptr == LOST:
+                    raise self._lost("its record")
                 payload, complete = read_first(ptr, _FIRST_READ_BYTES)
                 if payload.startswith(_PREWRITE_PREFIX):
                     start_ts = _start_ts_of_prewrite(payload)
@@ -154,6 +158,8 @@ class CommitReader:
     def _damaged(self, ts: int, ptr, exc: Exception) -> DamagedBinlog:
         path = getattr(exc, "path", None) or str(self._vlog.dir / f"{ptr.fid:06d}.vlog")
         offset = getattr(exc, "offset", None)
+        if ptr == LOST:
+            path, offset = str(self._vlog.dir), None
         msg = (f"pump storage cannot serve the binlog at ts {ts} ({exc}); pulls stop before "
                "it so no reader skips an acknowledged binlog: restore this pump's data dir "
                "from a copy, or let the drainers skip it with [storage] skip-damaged-ts = "
@@ -161,8 +167,9 @@ class CommitReader:
         if ts not in self._reported_damage:  # once per ts: a reader may ask again and again
             self._reported_damage.add(ts)
             log.error("%s", msg)
-        return DamagedBinlog(msg, path=path, offset=offset if offset is not None else ptr.offset,
-                             ts=ts)
+        if offset is None and ptr != LOST:
+            offset = ptr.offset
+        return DamagedBinlog(msg, path=path, offset=offset, ts=ts)
 
     def filled(self, payload: bytes, ts: int, seen: dict[int, bytes] | None = None
                ) -> bytes | None:
@@ -183,10 +190,12 @@ class CommitReader:
         raw = seen.pop(c.start_ts, None) if seen else None
         if raw is None:
             ptr = self._index.lookup(c.start_ts)
-            if ptr is None or not self._vlog.has_file(ptr.fid):
+            if ptr is None or (ptr != LOST and not self._vlog.has_file(ptr.fid)):
                 self._orphan(ts, c.start_ts)
                 return None
             try:
+                if ptr == LOST:
+                    raise self._lost("the record")
                 raw = self._vlog.read(ptr)
                 p = bl.Binlog.FromString(raw)
             except (CorruptRecord, DecodeError) as exc:
@@ -211,6 +220,10 @@ class CommitReader:
         c.ddl_schema_state = p.ddl_schema_state
         return c.SerializeToString()
 
+    def _lost(self, what: str) -> CorruptRecord:
+        return CorruptRecord(f"{what} was cut from the value log when the pump recovered "
+                             "from a damaged tail", path=str(self._vlog.dir), offset=None)
+
     def _orphan(self, commit_ts: int, start_ts: int) -> None:
         """A Commit whose Prewrite is not here: skipped, logged and counted once per
         start_ts (every later pass over it would say the same)."""
@@ -227,4 +240,4 @@ class CommitReader:
     def get_binlog(self, ts: int) -> bl.Binlog | None:
         """The stored binlog under index key ``ts`` (P by start_ts, C by commit_ts)."""
         ptr = self._index.lookup(ts)
-        return None if ptr is None else bl.decode(self._vlog.read(ptr))
+        return None if ptr is None or ptr == LOST else bl.decode(self._vlog.read(ptr))

@@ -178,7 +178,7 @@ class Storage:
         # pointing at bytes that are gone.
         if stored_head is not None and (stored_head > end or any(
                 stored_head > ValuePointer(fid, cut) for fid, cut in self.vlog.truncations)):
-            self._drop_entries_past_cuts(end)
+            self._mark_entries_past_cuts(end)
         head = min(stored_head or first, end)
         handle = min(self.index.get_pointer(ix.HANDLE_POINTER_KEY) or first, end)
         self._max_commit_ts = self.index.get_int(ix.MAX_COMMIT_TS_KEY)
@@ -204,25 +204,29 @@ class Storage:
                      self._sorter.waiting_count())
         return end
 
-    def _drop_entries_past_cuts(self, end: ValuePointer) -> None:
-        """Delete index entries that point into a cut tail or past the log's end.
+    def _mark_entries_past_cuts(self, end: ValuePointer) -> None:
+        """Mark lost the index entries that point into a cut tail or past the log's end.
 
-        The indexer writes an entry only for a durable record, so such an entry names a
-        binlog whose bytes were lost (a cut or damaged tail, a removed file). Left in
-        place it would point at whatever is appended there next: a pull would serve a
-        new binlog under the old ts. One pass over the index, only after a cut."""
+        The indexer writes an entry only for a durable record, so such an entry names an
+        acknowledged binlog whose bytes are gone (a damaged tail, a removed file). Left in
+        place it would point at whatever is appended there next, and a pull would serve a
+        new binlog under the old ts; dropped, the binlog would vanish from the stream
+        unnoticed. Rewritten to :data:`~.index.LOST`, a pull stops there with
+        DamagedBinlog (``reader.py``), and a lost Commit written again by the resolver
+        (its Prewrite survived) replaces the marker. One pass over the index, only after
+        a cut below the stored head pointer."""
         cuts = dict(self.vlog.truncations)
-        stale = [(ts, ptr) for ts, ptr in self.index.iter_range(-1, (1 << 64) - 1)
-                 if ptr >= end or ptr.offset >= cuts.get(ptr.fid, 1 << 63)]
-        if not stale:
+        lost = [ts for ts, ptr in self.index.iter_range(-1, (1 << 64) - 1)
+                if ptr != ix.LOST and (ptr >= end or ptr.offset >= cuts.get(ptr.fid, 1 << 63))]
+        if not lost:
             return
-        self.index.delete([ix.ts_key(ts) for ts, _ in stale])
-        self.metrics.error_count.labels("dropped_index_entry").inc(len(stale))
-        shown = ", ".join(str(ts) for ts, _ in stale[:10])
+        self.index.write([(ix.ts_key(ts), ix.LOST.encode()) for ts in lost], {}, sync=True)
+        self.metrics.error_count.labels("cut_on_recovery").inc(len(lost))
+        shown = ", ".join(str(ts) for ts in lost[:10])
         log.error("storage %s: %d index entries pointed at value-log bytes that were cut on "
-                  "recovery (ts %s%s); dropped: those binlogs are lost from this pump (a lost "
-                  "Commit whose Prewrite survived is recovered through the resolver)",
-                  self.dir, len(stale), shown, ", ..." if len(stale) > 10 else "")
+                  "recovery (ts %s%s); marked lost: a pull stops there with DamagedBinlog (a "
+                  "lost Commit whose Prewrite survived is written again through the resolver)",
+                  self.dir, len(lost), shown, ", ..." if len(lost) > 10 else "")
 
     def close(self, *, drain_index: bool = True) -> None:
         """Finish writes, index everything (unless ``drain_index=False``, a test knob

@@ -184,7 +184,7 @@ class ValueLog:
         self._segments: dict[int, _Segment] = {}
         self._retired_fds: list[int] = []  # closed on close(): a reader may still hold one
         # (fid, new size) of every file whose torn tail was cut on open: index entries
-        # pointing at or past the cut name records that are gone (the storage drops them)
+        # pointing at or past the cut name records that are gone (the storage marks them lost)
         self.truncations: list[tuple[int, int]] = []
         self._wfd = -1
         self.sync_count = 0  # fdatasync calls made by append()
