@@ -5,7 +5,7 @@
     <expected>"), payload decoding ("malformed binlog payload ..."), the empty probe
     (start_ts == commit_ts == 0: acknowledged, not stored), Prewrite only while
     online and after the start's Notify round ("no online: <state>"), then the
-    storage ("no available space ..." below the disk guard). Any refusal is an
+    storage ("no available space ..." for a Prewrite below the disk guard). Any refusal is an
     ``errmsg`` (never a gRPC error), stores nothing, and counts
     ``binlog_pump_loss_binlog_count``. The answer is sent only once the record is
     durable (after its group's fdatasync). A payload above
