@@ -315,6 +315,9 @@ def run_ddl(upstream, sql: str, database: str | None = None) -> Job | None:
     finally:
         try:
             r.sql("DO RELEASE_LOCK(%s)", (DDL_LOCK,))
+        except UpstreamError as exc:  # a broken connection: its named lock went with it
+            log.warning("releasing the DDL owner lock failed (%s); closing the connection "
+                        "releases it", exc)
         finally:
             r.close()
 
