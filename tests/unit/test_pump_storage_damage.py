@@ -215,3 +215,24 @@ def test_orphan_commit_logged_once_and_pulls_move_past_it(tmp_path, caplog):
     assert metrics.value("binlog_pump_storage_error_count_total",
                          {"type": "feed_pre_write_value"}) == 1
     s.close()
+
+
+def test_ordinary_torn_tail_is_cut_without_marking_anything(tmp_path, caplog):
+    """A crash mid-write leaves a torn, never-indexed tail: it is truncated as before,
+    nothing is marked lost (and the index is not scanned for it)."""
+    s = _open(tmp_path)
+    for i in range(5):
+        _pair(s, 100 + 10 * i, 105 + 10 * i)
+    s.close()
+    last = tmp_path / "value" / "000001.vlog"
+    with open(last, "ab") as f:
+        f.write(bytes.fromhex("e8563a82") + b"\x40" + b"\x00" * 20)  # a header, no payload
+    metrics = StorageMetrics()
+    with caplog.at_level(logging.WARNING):
+        s = _open(tmp_path, metrics=metrics)
+    assert any("truncating torn tail" in m for m in caplog.messages)
+    assert not any("marked lost" in m for m in caplog.messages)
+    assert metrics.value("binlog_pump_storage_error_count_total",
+                         {"type": "cut_on_recovery"}) == 0
+    assert [ts for ts, _ in _served(s)] == [105, 115, 125, 135, 145]
+    s.close()
