@@ -37,7 +37,7 @@ from spark_on_ray.errors import SparkJobError
 from spark_on_ray.sql_task import connect, run_query, run_task
 from tidb_binlog.config.spark import DatabaseConfig, SparkJobConfig
 
-__all__ = ["TableResult", "DiffResult", "run", "introspect", "literal"]
+__all__ = ["TableResult", "DiffResult", "run", "introspect", "literal", "open_checked"]
 
 log = logging.getLogger("spark_on_ray.diff")
 
@@ -87,7 +87,7 @@ class DiffResult:
 
 # ------------------------------------------------------------------ step 1
 
-def _connect(db: DatabaseConfig, side: str, timeout_s: float):
+def open_checked(db: DatabaseConfig, side: str, timeout_s: float):
     import pymysql
 
     try:
@@ -169,8 +169,8 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
         raise SparkJobError("no tables to diff: set [diff] tables = [\"db\", \"db.table\"] or "
                             "pass --tables")  # fmt: skip
     report = progress or (lambda stage, done, total: None)
-    up_conn = _connect(cfg.upstream, "upstream", d.timeout_s)
-    down_conn = _connect(cfg.downstream, "downstream", d.timeout_s)
+    up_conn = open_checked(cfg.upstream, "upstream", d.timeout_s)
+    down_conn = open_checked(cfg.downstream, "downstream", d.timeout_s)
     own = handle is None
     try:
         infos = []

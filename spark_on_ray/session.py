@@ -27,6 +27,7 @@ SQL) live in modules that import neither Ray nor Spark.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -148,6 +149,18 @@ class SparkHandle:
             reader = reader.option(key, value)
         return reader.option("dbtable", f"({sql}) AS q").load()
 
+    def run_barrier(self, fn, payloads: list) -> list:
+        """Run ``fn(index, payload, sync)`` for every payload as one Spark *barrier* stage:
+        all tasks start together (so there must be at most :attr:`slots` payloads) and
+        ``sync(message) -> [every task's message]`` waits for all of them (Spark's
+        ``allGather``). A failed task fails the stage; the error is raised here."""
+        if not 0 < len(payloads) <= self.slots:
+            raise ValueError(f"{len(payloads)} barrier tasks; this Spark has {self.slots} "
+                             "task slots")
+        rdd = self.spark.sparkContext.parallelize(list(enumerate(payloads)), len(payloads))
+        done = rdd.barrier().mapPartitions(functools.partial(_barrier_partition, fn)).collect()
+        return [result for _, result in sorted(done, key=lambda item: item[0])]
+
     @property
     def slots(self) -> int:
         return self.config.num_executors * self.config.executor_cores
@@ -177,6 +190,14 @@ def _run_partition(items):
     items = list(items)
     rows = run_tasks([task for _, task in items])
     return [(index, r) for (index, _), r in zip(items, rows, strict=True)]
+
+
+def _barrier_partition(fn, items):
+    from pyspark import BarrierTaskContext
+
+    ctx = BarrierTaskContext.get()
+    for index, payload in items:
+        yield index, fn(index, payload, ctx.allGather)
 
 
 def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None) -> SparkHandle:

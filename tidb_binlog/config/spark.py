@@ -2,7 +2,7 @@
 
 One file configures every ``tidb-binlog spark <job>``: ``[spark]`` sizes the Spark that
 RayDP starts on the Ray cluster, ``[upstream]`` / ``[downstream]`` name the two MySQL
-servers, and one section per job holds that job's options (``[diff]`` today). The same
+servers, and one section per job holds that job's options (``[diff]``, ``[load]``). The same
 strict rules as pump.toml / drainer.toml apply (unknown keys are errors naming the key and
 the file; ``overrides`` are dotted keys and win over the file).
 
@@ -34,7 +34,7 @@ from tidb_binlog.config._toml import _load, _to_toml
 from tidb_binlog.errors import ConfigError
 
 __all__ = ["SparkConfig", "DatabaseConfig", "DiffConfig", "SparkJobConfig",
-           "load_spark_config", "DEFAULT_JDBC_JARS"]  # fmt: skip
+           "LoadConfig", "load_spark_config", "DEFAULT_JDBC_JARS"]  # fmt: skip
 
 # Where Debian's libmariadb-java (installed by scripts/setup.sh) puts the driver.
 DEFAULT_JDBC_JARS = ("/usr/share/java/mariadb-java-client.jar",)
@@ -94,6 +94,22 @@ class DiffConfig:
 
 
 @dataclass(frozen=True)
+class LoadConfig:
+    """``[load]``: the initial snapshot load (``tidb-binlog spark load``)."""
+
+    # "db" (every table of it) or "db.table" (the upstream's catalog schema is never copied).
+    tables: tuple[str, ...] = _opt("tables", _list_kind(_STR, "an array of strings"), ())
+    chunk_size: int = _opt("chunk-size", _int_kind(16), 50_000)
+    batch_size: int = _opt("batch-size", _int_kind(1), 1000)
+    # Parallel copy tasks (each holds one upstream read view); 0 = every Spark task slot.
+    parallelism: int = _opt("parallelism", _int_kind(0), 0)
+    # Seconds to wait for a running DDL (the upstream's DDL owner lock) before giving up.
+    ddl_lock_timeout_s: float = _opt("ddl-lock-timeout", _float_kind(), 60.0)
+    # drainer.toml to name in the printed `tidb-binlog drainer ... --initial-commit-ts` line.
+    drainer_config: str = _opt("drainer-config", _STR, "config/drainer.toml")
+
+
+@dataclass(frozen=True)
 class SparkJobConfig:
     """spark.toml: ``[spark]``, the two servers, and each job's section."""
 
@@ -101,6 +117,7 @@ class SparkJobConfig:
     upstream: DatabaseConfig = _section("upstream", DatabaseConfig)
     downstream: DatabaseConfig = _section("downstream", DatabaseConfig)
     diff: DiffConfig = _section("diff", DiffConfig)
+    load: LoadConfig = _section("load", LoadConfig)
 
     def to_toml(self) -> str:
         return _to_toml(self)
@@ -118,11 +135,12 @@ def load_spark_config(path: str | Path | None, overrides: dict | None = None) ->
         if not db.host:
             raise ConfigError(f"`{name}.host` in {source} is empty; name the server",
                               key=f"{name}.host", path=source)  # fmt: skip
-    for entry in cfg.diff.tables:
-        parts = entry.split(".")
-        if len(parts) not in (1, 2) or not all(parts):
-            raise ConfigError(f"`diff.tables` in {source} has {entry!r}; expected \"db\" or "
-                              "\"db.table\"", key="diff.tables", path=source)  # fmt: skip
+    for key, entries in (("diff.tables", cfg.diff.tables), ("load.tables", cfg.load.tables)):
+        for entry in entries:
+            parts = entry.split(".")
+            if len(parts) not in (1, 2) or not all(parts):
+                raise ConfigError(f"`{key}` in {source} has {entry!r}; expected \"db\" or "
+                                  "\"db.table\"", key=key, path=source)  # fmt: skip
     return cfg
 
 

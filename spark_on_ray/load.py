@@ -1,0 +1,195 @@
+"""``load``: the initial snapshot load (dumpling + loader's job) as a Spark job.
+
+    from spark_on_ray import load
+    result = load.run(cfg)          # cfg: tidb_binlog.config.spark.SparkJobConfig
+    result.ts                       # start the drainer with initial-commit-ts = result.ts
+
+Copies the chosen databases/tables from the upstream (our TiDB emulator over MariaDB) to
+the downstream in parallel, all copy tasks reading the upstream at ONE point whose
+commit_ts the job returns: every upstream transaction with commit_ts <= ts is in the copy
+and none above it (``spark_on_ray/load_task.py`` proves it; a real TiDB would use
+``tidb_snapshot = ts`` instead, which is not implemented here).
+
+1. Check both servers, that the upstream is the emulator (its catalog schema exists),
+   take the upstream's DDL owner lock (no DDL until the copy ends), read each table's
+   definition and key, and refuse a downstream table that already holds rows: all
+   before anything is written.
+2. Create the downstream databases and tables from the upstream's definitions (without
+   the hidden ``_tidb_rowid``), plan key-range units and schedule them onto the tasks.
+3. One Spark barrier stage: the tasks freeze commits, open their read views, resume
+   commits, and copy (``load_task.copy_task``).
+4. Release the DDL lock; return the ts, the rows per table and the drainer command line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from spark_on_ray import diff_plan as dplan
+from spark_on_ray import load_plan as plan
+from spark_on_ray.diff import introspect, literal, open_checked
+from spark_on_ray.errors import SparkJobError
+from spark_on_ray.load_task import copy_task
+from spark_on_ray.sql_task import run_query
+from tidb_binlog.config.spark import SparkJobConfig
+from tidb_binlog.upstream.catalog import CATALOG_DB
+from tidb_binlog.upstream.ddl import DDL_LOCK
+
+__all__ = ["LoadResult", "run"]
+
+log = logging.getLogger("spark_on_ray.load")
+
+_SYSTEM = {"mysql", "information_schema", "performance_schema", "sys", CATALOG_DB}
+
+
+@dataclass
+class LoadResult:
+    ts: int                                  # the snapshot's commit_ts
+    rows: dict[str, int] = field(default_factory=dict)  # "db.table" -> rows copied
+    units: int = 0
+    tasks: int = 0
+    seconds: float = 0.0
+    spark_start_s: float = 0.0
+    drainer_command: str = ""
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.rows.values())
+
+
+def _tables(conn, entries, where) -> list[tuple[str, str]]:
+    out = []
+    for entry in entries:
+        db, _, table = entry.partition(".")
+        if db in _SYSTEM:
+            raise SparkJobError(f"`{db}` is a system or catalog schema of the upstream {where};"
+                                " it is never copied: remove it from [load] tables", where=where)
+        if table:
+            out.append((db, table))
+            continue
+        rows = run_query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE "
+                         f"TABLE_SCHEMA = {literal(db)} AND TABLE_TYPE = 'BASE TABLE' "
+                         "ORDER BY TABLE_NAME")  # fmt: skip
+        if not rows:
+            raise SparkJobError(f"database `{db}` has no tables on the upstream {where} (or does"
+                                " not exist); check [load] tables", where=where)
+        out.extend((db, r[0]) for r in rows)
+    return out
+
+
+def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=None,
+        progress=None, ray_address: str | None = None) -> LoadResult:
+    """Load ``tables`` (default ``[load] tables``); uses ``handle`` (a running
+    :class:`~spark_on_ray.session.SparkHandle`) or starts and stops its own Spark."""
+    t0 = time.monotonic()
+    lc = cfg.load
+    entries = tuple(tables) if tables else lc.tables
+    if not entries:
+        raise SparkJobError('no tables to load: set [load] tables = ["db", "db.table"] or pass '
+                            "--tables")
+    report = progress or (lambda stage, done, total: None)
+    up_where, down_where = cfg.upstream.where(), cfg.downstream.where()
+    up = open_checked(cfg.upstream, "upstream", 10)
+    down = open_checked(cfg.downstream, "downstream", 10)
+    own = handle is None
+    created: list[str] = []
+    try:
+        if not run_query(up, "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = "
+                         f"{literal(CATALOG_DB)}"):  # fmt: skip
+            raise SparkJobError(f"the upstream {up_where} has no `{CATALOG_DB}` catalog: it is "
+                                "not the TiDB emulator (tidb_binlog.upstream), and reading a "
+                                "real TiDB at a snapshot (tidb_snapshot) is not implemented",
+                                where=up_where)  # fmt: skip
+        (got,), = run_query(up, f"SELECT GET_LOCK({literal(DDL_LOCK)}, {lc.ddl_lock_timeout_s})")
+        if got != 1:
+            raise SparkJobError(f"a DDL on the upstream {up_where} held the DDL owner lock for "
+                                f"{lc.ddl_lock_timeout_s:g} s; rerun when it is done or raise "
+                                "[load] ddl-lock-timeout", where=up_where)  # fmt: skip
+        report("plan", 0, 1)
+        units, ddl = _plan(up, down, _tables(up, entries, up_where), cfg, up_where, down_where)
+        if own:
+            from spark_on_ray.session import start_spark
+
+            handle = start_spark(cfg.spark, ray_address=ray_address)
+        for name, sql in ddl:
+            db = name.split(".", 1)[0]
+            run_query(down, f"CREATE DATABASE IF NOT EXISTS {dplan.quote_ident(db)}")
+            run_query(down, f"USE {dplan.quote_ident(db)}")
+            run_query(down, sql)
+            created.append(name)
+        report("plan", 1, 1)
+        tasks = min(lc.parallelism or handle.slots, handle.slots, max(len(units), 1))
+        shares = plan.schedule(units, tasks)
+        report("copy", 0, len(units))
+        payloads = [(share, cfg.upstream, cfg.downstream, lc.batch_size) for share in shares]
+        try:
+            answers = handle.run_barrier(_copy, payloads)
+        except Exception as exc:
+            touched = ", ".join(created) or "none created by this run"
+            raise SparkJobError(f"the copy failed: {type(exc).__name__}: {str(exc)[:400]}; "
+                                f"downstream tables may be partially filled ({touched}): "
+                                f"drop or truncate them on {down_where} before rerunning",
+                                where=down_where) from exc  # fmt: skip
+        report("copy", len(units), len(units))
+        result = LoadResult(ts=answers[0]["ts"], units=len(units), tasks=tasks)
+        for info in units:
+            result.rows.setdefault(f"{info.database}.{info.table}", 0)
+        for answer in answers:
+            for name, n in answer["rows"].items():
+                result.rows[name] += n
+        result.drainer_command = (f"tidb-binlog drainer --config {lc.drainer_config} "
+                                  f"--initial-commit-ts {result.ts}")
+        result.spark_start_s = handle.started_s if own else 0.0
+        result.seconds = time.monotonic() - t0
+        log.info("loaded %d rows of %d tables at ts %d in %.1f s", result.total_rows,
+                 len(result.rows), result.ts, result.seconds)
+        return result
+    finally:
+        try:
+            run_query(up, f"DO RELEASE_LOCK({literal(DDL_LOCK)})")
+        finally:
+            up.close()
+            down.close()
+            if own and handle is not None:
+                handle.stop()
+
+
+def _copy(index, payload, sync):
+    share, up, down, batch = payload
+    return copy_task(index, share, up, down, batch, sync, literal)
+
+
+def _plan(up, down, tables, cfg, up_where, down_where):
+    units: list[plan.CopyUnit] = []
+    ddl: list[tuple[str, str]] = []
+    for db, table in tables:
+        info = introspect(up, db, table, "upstream", up_where)
+        key = info.key
+        if not key and run_query(up, "SELECT 1 FROM information_schema.COLUMNS WHERE "
+                                 f"TABLE_SCHEMA = {literal(db)} AND TABLE_NAME = "
+                                 f"{literal(table)} AND COLUMN_NAME = '{plan.ROWID}'"):
+            key = (plan.ROWID,)
+        exists = run_query(down, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+                           f"{literal(db)} AND TABLE_NAME = {literal(table)}")  # fmt: skip
+        if exists:
+            if run_query(down, f"SELECT 1 FROM {info.qualified} LIMIT 1"):
+                raise SparkJobError(f"`{db}`.`{table}` already holds rows on the downstream "
+                                    f"{down_where}; the load copies into empty tables only: "
+                                    "drop or truncate it, or leave it out of [load] tables",
+                                    where=down_where)  # fmt: skip
+        else:
+            (_, create), = run_query(up, f"SHOW CREATE TABLE {info.qualified}")
+            ddl.append((f"{db}.{table}", plan.downstream_ddl(create)))
+        columns = tuple(c.name for c in info.columns)
+        if key:
+            keyed = dplan.TableInfo(db, table, info.columns, key)
+            bounds = [tuple(b) for b in run_query(up, dplan.boundaries_sql(
+                keyed, cfg.load.chunk_size))]
+            ranges = dplan.chunk_ranges(bounds)
+        else:
+            ranges = [dplan.KeyRange()]
+        units += [plan.CopyUnit(db, table, columns, key, r, cfg.load.chunk_size)
+                  for r in ranges]  # fmt: skip
+    return units, ddl
