@@ -26,6 +26,7 @@ the foreign library, with the original kept as ``__cause__``.
     │   │   └── UpstreamUnsupportedDDL  a DDL the emulator cannot run (also an UnsupportedDDL)
     │   ├── TxnConflict              deadlock / lock wait timeout: rolled back (retryable)
     │   ├── PumpUnavailable          no pump took the Prewrite binlog: rolled back (retryable)
+    │   ├── UpstreamUnreachable      the connection to MariaDB was lost or refused
     │   ├── DDLNotRecorded           a DDL ran in MariaDB but its job/binlogs could not be recorded
     │   └── FinishTimeout            flush()/close() gave up waiting for Commit binlogs in flight
     ├── DownstreamError              the downstream database refused a statement
@@ -68,6 +69,7 @@ __all__ = [
     "UpstreamUnsupportedDDL",
     "TxnConflict",
     "PumpUnavailable",
+    "UpstreamUnreachable",
     "DDLNotRecorded",
     "FinishTimeout",
     "DownstreamError",
@@ -219,6 +221,17 @@ class PumpUnavailable(UpstreamError):
     is back."""
 
     retryable = True
+
+
+class UpstreamUnreachable(UpstreamError):
+    """The upstream MariaDB could not be reached or the connection was lost mid-statement
+    (server gone, restarting, refused).
+
+    Not ``retryable`` in the tree's sense: a connection lost during COMMIT leaves the
+    transaction's outcome unknown to the client (the pump resolves its Prewrite from the
+    catalog after ``max-txn-timeout``). A read, such as the catalog lookups of pumps and
+    drainers (:class:`~tidb_binlog.upstream.meta.UpstreamMeta`), can simply be asked
+    again once the server is back, and is."""
 
 
 class DDLNotRecorded(UpstreamError):

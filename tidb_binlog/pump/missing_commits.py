@@ -14,7 +14,9 @@ Each old prewrite is asked about through the ``resolver``
 - rolled back → dropped from the sorter (nothing is served for it);
 - unknown → keeps waiting; logged at most every 10 s.
 
-Without a resolver old prewrites wait forever (logged at most every 10 s).
+Without a resolver old prewrites wait forever (logged at most every 10 s). An
+upstream that cannot be reached (restarting) is asked again next round, logged at
+most every 10 s without a traceback.
 :meth:`MissingCommits.resolve_pending` is one round; :meth:`start` runs it every
 ``interval_s`` on a background thread.
 """
@@ -27,6 +29,7 @@ import time
 from collections.abc import Callable
 
 from tidb_binlog import binlog as bl
+from tidb_binlog.errors import UnavailableError, UpstreamUnreachable
 from tidb_binlog.node import TxnStatus
 from tidb_binlog.tso import extract_physical
 
@@ -67,6 +70,9 @@ class MissingCommits:
             while not self._stop.wait(interval_s):
                 try:
                     self.resolve_pending()
+                except (UpstreamUnreachable, UnavailableError) as exc:  # a restart upstream
+                    self._log_waiting(f"cannot ask the upstream about unmatched prewrites "
+                                      f"({exc}); asking again every {interval_s:g} s")
                 except Exception:
                     log.exception("resolving unmatched prewrites failed; will retry")
 

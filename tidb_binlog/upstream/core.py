@@ -35,19 +35,24 @@ from collections.abc import Callable
 import pymysql
 from pymysql.constants import CLIENT
 
-from tidb_binlog.errors import FinishTimeout, TxnConflict, UpstreamError
+from tidb_binlog.errors import FinishTimeout, TxnConflict, UpstreamError, UpstreamUnreachable
 from tidb_binlog.model import Job, TableInfo
 from tidb_binlog.upstream.catalog import Catalog, Snapshot
 from tidb_binlog.upstream.faults import Faults
 from tidb_binlog.upstream.introspect import CLUSTERED_INT_ONLY, CLUSTERED_ON
 from tidb_binlog.upstream.rows import TableCodec
 
-__all__ = ["Upstream", "connect", "translate", "CONFLICT_CODES", "DEFAULT_WAIT_TIMEOUT_S"]
+__all__ = ["Upstream", "connect", "translate", "CONFLICT_CODES", "CONNECTION_LOST_CODES", "DEFAULT_WAIT_TIMEOUT_S"]
 
 # MariaDB's "this transaction lost a lock conflict and was rolled back" codes: deadlock
 # victim, lock wait timeout (the whole transaction is rolled back for 1205 only with
 # innodb_rollback_on_timeout; callers roll back themselves before retrying).
 CONFLICT_CODES = (1213, 1205)
+# The server is gone or unreachable: can't connect (2002 socket, 2003 TCP), gone away
+# (2006), lost during a query (2013, 2055), shutting down (1053), connection killed
+# (1927), dropped for inactivity (4031). pymysql's InterfaceError (a use of a connection
+# it already closed) is counted with them.
+CONNECTION_LOST_CODES = (2002, 2003, 2006, 2013, 2055, 1053, 1927, 4031)
 DEFAULT_WAIT_TIMEOUT_S = 60.0
 
 log = logging.getLogger(__name__)
@@ -61,7 +66,12 @@ def translate(exc: pymysql.err.MySQLError, sql: str = "") -> UpstreamError:
     deadlock or lock wait timeout is a :class:`TxnConflict` (retryable)."""
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
     msg = exc.args[1] if len(exc.args) > 1 else str(exc)
-    cls = TxnConflict if code in CONFLICT_CODES else UpstreamError
+    if code in CONFLICT_CODES:
+        cls = TxnConflict
+    elif code in CONNECTION_LOST_CODES or isinstance(exc, pymysql.err.InterfaceError):
+        cls = UpstreamUnreachable
+    else:
+        cls = UpstreamError
     return cls(f"upstream MariaDB error {code}: {msg} (statement: {sql[:300]!r})",
                sql=sql[:2000], code=code)
 

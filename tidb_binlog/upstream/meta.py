@@ -14,14 +14,24 @@
 
 It holds only connection parameters, so it pickles and a pump or drainer actor can
 build its own; the connection is opened lazily and reopened after an error.
+
+A lookup that finds the upstream MariaDB unreachable (restarting, connection lost:
+:class:`~tidb_binlog.errors.UpstreamUnreachable`) is asked again with backoff for up
+to ``retry_s`` (300 s by default; a drainer's schema keeper cannot translate a DDL
+without its job, so it waits rather than failing the task), logging a warning every
+10 s. ``txn_status`` is not retried here: the pump's resolver asks again on its next
+round anyway, and must not block its shutdown.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 
 import pymysql
 
+from tidb_binlog.errors import UpstreamUnreachable
 from tidb_binlog.model import DBInfo, Job, TableInfo
 from tidb_binlog.node import TxnStatus
 from tidb_binlog.upstream.catalog import CATALOG_DB, Catalog
@@ -30,19 +40,27 @@ from tidb_binlog.upstream.core import connect, translate
 __all__ = ["UpstreamMeta"]
 
 _LOCKED = (1205, 3572)  # lock wait timeout (MariaDB's NOWAIT error), MySQL's NOWAIT error
+DEFAULT_RETRY_S = 300.0
+_LOG_EVERY_S = 10.0
+
+log = logging.getLogger(__name__)
 
 
 class UpstreamMeta:
-    def __init__(self, params: dict):
+    def __init__(self, params: dict, *, retry_s: float = DEFAULT_RETRY_S,
+                 clock=time.monotonic, sleep=time.sleep):
         self.params = dict(params)
+        self.retry_s = retry_s
+        self._clock = clock
+        self._sleep = sleep
         self._conn = None
         self._lock = threading.Lock()
 
     def __getstate__(self):
-        return {"params": self.params}
+        return {"params": self.params, "retry_s": self.retry_s}
 
     def __setstate__(self, state):
-        self.__init__(state["params"])
+        self.__init__(state["params"], retry_s=state.get("retry_s", DEFAULT_RETRY_S))
 
     def _cursor(self):
         if self._conn is None:
@@ -51,7 +69,7 @@ class UpstreamMeta:
                 cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         return self._conn.cursor()
 
-    def _call(self, fn):
+    def _call_once(self, fn):
         with self._lock:
             try:
                 with self._cursor() as cur:
@@ -59,6 +77,45 @@ class UpstreamMeta:
             except pymysql.err.MySQLError as exc:
                 self.close()
                 raise translate(exc, "upstream meta query") from exc
+            except UpstreamUnreachable:  # connect() failed
+                self.close()
+                raise
+
+    def _call(self, fn, *, retry: bool = True):
+        """``fn(cursor)``; an unreachable upstream is asked again for up to ``retry_s``."""
+        if not retry:
+            return self._call_once(fn)
+        deadline = self._clock() + self.retry_s
+        delay, last_log, attempts = 0.1, None, 0
+        while True:
+            try:
+                result = self._call_once(fn)
+            except UpstreamUnreachable as exc:
+                attempts += 1
+                now = self._clock()
+                if now >= deadline:
+                    raise UpstreamUnreachable(
+                        f"the upstream MariaDB at {self._where()} stayed unreachable for "
+                        f"{self.retry_s:g} s ({attempts} attempts); last error: {exc}. Start it "
+                        "again (the lookup is safe to repeat) and restart the task",
+                        sql=exc.sql, code=exc.code) from exc
+                if last_log is None or now - last_log >= _LOG_EVERY_S:
+                    last_log = now
+                    log.warning("upstream MariaDB at %s unreachable (%s); asking again for up "
+                                "to %.0f s more", self._where(), exc, deadline - now)
+                self._sleep(min(delay, max(0.0, deadline - now)))
+                delay = min(delay * 2, 2.0)
+                continue
+            if attempts:
+                log.info("upstream MariaDB at %s answers again after %d failed attempts",
+                         self._where(), attempts)
+            return result
+
+    def _where(self) -> str:
+        p = self.params
+        if p.get("unix_socket"):
+            return str(p["unix_socket"])
+        return f"{p.get('host', '127.0.0.1')}:{p.get('port', 3306)}"
 
     def history_jobs(self, up_to_schema_version: int | None = None) -> list[Job]:
         return self._call(lambda cur: Catalog.jobs(cur, up_to_schema_version))
@@ -93,7 +150,7 @@ class UpstreamMeta:
                 return TxnStatus(TxnStatus.COMMITTED, commit_ts=int(row[0]))
             return TxnStatus(TxnStatus.UNKNOWN, detail="status row without commit_ts")
 
-        return self._call(probe)
+        return self._call(probe, retry=False)
 
     def close(self) -> None:
         if self._conn is not None:
