@@ -516,3 +516,17 @@ def test_a_zero_read_timeout_is_refused(tmp_path):
     path = write(tmp_path, '[syncer.to]\nread-timeout = "0s"\n')
     with pytest.raises(ConfigError, match=r"is '0s'; expected a duration string .* \(must be > 0\)"):
         load_drainer_config(path, env={})
+
+
+def test_passwords_never_show_in_a_repr(tmp_path):
+    """A config or downstream object printed in a log, a status page or an error keeps
+    its passwords out (the values stay readable as attributes)."""
+    from tidb_binlog.drainer.downstream import DownstreamConfig
+
+    path = tmp_path / "drainer.toml"
+    path.write_text('[syncer.to]\npassword = "hunter2"\n[syncer.to.checkpoint]\n'
+                    'password = "s3cret"\n')
+    cfg = load_drainer_config(str(path))
+    assert cfg.syncer.to.password == "hunter2"
+    for text in (repr(cfg), str(cfg), repr(DownstreamConfig.from_drainer_config(cfg))):
+        assert "hunter2" not in text and "s3cret" not in text

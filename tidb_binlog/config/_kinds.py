@@ -258,9 +258,10 @@ _INT, _UINT64 = _int_kind(), _int_kind(0, (1 << 64) - 1)
 
 def _opt(key: str, kind: _Kind, default: Any, **extra: Any):
     meta = {"key": key, "kind": kind, **extra}
+    repr_ = not extra.get("secret", False)  # a password never shows in a repr, log or error
     if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
+        return field(default_factory=lambda: type(default)(default), metadata=meta, repr=repr_)
+    return field(default=default, metadata=meta, repr=repr_)
 
 
 def _section(key: str, cls: type, *, shape: str = "table", default: Any = MISSING):

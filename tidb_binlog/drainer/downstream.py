@@ -167,7 +167,7 @@ class DownstreamConfig:
     host: str = "127.0.0.1"
     port: int = 3306
     user: str = "root"
-    password: str = ""
+    password: str = field(default="", repr=False)  # never in a log, status or error
     params: Mapping[str, Any] = field(default_factory=dict)
     sql_mode: str | None = None
     read_timeout_s: float = 60.0
