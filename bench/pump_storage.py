@@ -28,8 +28,8 @@ import time
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.pump.storage import Storage, StorageOptions
-from tidb_binlog.pump.storage_metrics import StorageMetrics
-from tidb_binlog.pump.vlog import encode_record
+from tidb_binlog.pump.storage.metrics import StorageMetrics
+from tidb_binlog.pump.storage.vlog import encode_record
 
 __all__ = ["run"]
 

@@ -19,7 +19,7 @@ from tidb_binlog.drainer.pump_source import GrpcPumpSource
 from tidb_binlog.errors import DamagedBinlog
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.server import open_channel, open_pump
-from tidb_binlog.pump.vlog import FILE_END_MAGIC, _ScanResult, scan_segment
+from tidb_binlog.pump.storage.vlog import FILE_END_MAGIC, _ScanResult, scan_segment
 
 pytestmark = pytest.mark.integration
 
@@ -136,7 +136,7 @@ def test_orphan_commit_logged_once_and_the_stream_moves_past_it(start_pump, capl
     assert _write(proc.addr, *_pairs(10, 1), bl.commit(5, 20)) == ["", "", ""]
     assert proc.node.storage.wait_for_commit(19, 10) == 20
     servicer = proc.grpc_server.servicer
-    with caplog.at_level(logging.ERROR, logger="tidb_binlog.pump.reader"):
+    with caplog.at_level(logging.ERROR, logger="tidb_binlog.pump.storage.reader"):
         assert servicer._read_ahead(15) == (20, [])  # the next read waits above 20
         with open_channel(proc.addr) as ch:
             call = pump_pb2_grpc.PumpStub(ch).PullBinlogs(

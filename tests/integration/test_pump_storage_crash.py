@@ -18,8 +18,8 @@ from tidb_binlog import binlog as bl
 from tidb_binlog.errors import DamagedBinlog
 from tidb_binlog.node import TxnStatus
 from tidb_binlog.pump.storage import Storage, StorageOptions
-from tidb_binlog.pump.storage_metrics import StorageMetrics
-from tidb_binlog.pump.vlog import FILE_END_MAGIC, HEADER_SIZE, _ScanResult, scan_segment
+from tidb_binlog.pump.storage.metrics import StorageMetrics
+from tidb_binlog.pump.storage.vlog import FILE_END_MAGIC, HEADER_SIZE, _ScanResult, scan_segment
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ import os, sys, threading
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import DamagedBinlog
 from tidb_binlog.pump.storage import Storage, StorageOptions
-from tidb_binlog.pump.storage_metrics import StorageMetrics
+from tidb_binlog.pump.storage.metrics import StorageMetrics
 from tidb_binlog.tso import TimestampOracle
 
 data_dir, file_size = sys.argv[1], int(sys.argv[2])

@@ -97,8 +97,8 @@ def test_damaged_binlog_stops_the_actor_feed_with_a_typed_error(ray_local, tmp_p
     from tidb_binlog.drainer.metrics import build_drainer_metrics
     from tidb_binlog.errors import DamagedBinlog
     from tidb_binlog.pump.storage import Storage, StorageOptions
-    from tidb_binlog.pump.storage_metrics import StorageMetrics
-    from tidb_binlog.pump.vlog import _ScanResult, scan_segment
+    from tidb_binlog.pump.storage.metrics import StorageMetrics
+    from tidb_binlog.pump.storage.vlog import _ScanResult, scan_segment
 
     data_dir = tmp_path / "damaged"
     s = Storage(data_dir, StorageOptions(sync_log=False, stop_write_at_available_space_bytes=0,

@@ -11,8 +11,8 @@ from cluster.drainer import Drainer
 from cluster.launch import PumpOptions
 from tidb_binlog import binlog as bl
 from tidb_binlog.pump.storage import Storage, StorageOptions
-from tidb_binlog.pump.storage_metrics import StorageMetrics
-from tidb_binlog.pump.vlog import FILE_END_MAGIC, _ScanResult, scan_segment
+from tidb_binlog.pump.storage.metrics import StorageMetrics
+from tidb_binlog.pump.storage.vlog import FILE_END_MAGIC, _ScanResult, scan_segment
 
 pytestmark = pytest.mark.timeout(300)
 

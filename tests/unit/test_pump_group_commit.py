@@ -9,9 +9,9 @@ import time
 import pytest
 
 from tidb_binlog.errors import StorageError
-from tidb_binlog.pump import group_commit
-from tidb_binlog.pump.group_commit import GroupCommitter
-from tidb_binlog.pump.storage_metrics import StorageMetrics
+from tidb_binlog.pump.storage import group_commit
+from tidb_binlog.pump.storage.group_commit import GroupCommitter
+from tidb_binlog.pump.storage.metrics import StorageMetrics
 
 
 class _Disk:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidb_binlog.pump.sorter import COMMIT, PREWRITE, ROLLBACK, Sorter
+from tidb_binlog.pump.storage.sorter import COMMIT, PREWRITE, ROLLBACK, Sorter
 
 
 def test_waits_for_earlier_prewrite():

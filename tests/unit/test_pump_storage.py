@@ -10,7 +10,7 @@ from tidb_binlog import binlog as bl
 from tidb_binlog.errors import DiskSpaceError, ProtocolError, PurgedError, StorageError
 from tidb_binlog.node import TxnStatus
 from tidb_binlog.pump.storage import Storage, StorageOptions
-from tidb_binlog.pump.storage_metrics import StorageMetrics
+from tidb_binlog.pump.storage.metrics import StorageMetrics
 from tidb_binlog.tso import compose
 
 FAST = StorageOptions(sync_log=False, stop_write_at_available_space_bytes=0,
@@ -383,7 +383,7 @@ def test_failed_index_batches_are_retried_not_lost(tmp_path, metrics):
 
 
 def test_io_failure_fails_the_group_and_leaves_nothing_behind(tmp_path, monkeypatch, metrics):
-    from tidb_binlog.pump import vlog as vlog_module
+    from tidb_binlog.pump.storage import vlog as vlog_module
 
     opts = StorageOptions(stop_write_at_available_space_bytes=0, resolve_interval_s=3600)
     s = _open(tmp_path, opts, metrics=metrics)

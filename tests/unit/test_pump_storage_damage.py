@@ -16,8 +16,8 @@ import pytest
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import DamagedBinlog
 from tidb_binlog.pump.storage import Storage, StorageOptions
-from tidb_binlog.pump.storage_metrics import StorageMetrics
-from tidb_binlog.pump.vlog import FILE_END_MAGIC, HEADER_SIZE, _ScanResult, scan_segment
+from tidb_binlog.pump.storage.metrics import StorageMetrics
+from tidb_binlog.pump.storage.vlog import FILE_END_MAGIC, HEADER_SIZE, _ScanResult, scan_segment
 
 FAST = StorageOptions(sync_log=False, stop_write_at_available_space_bytes=0,
                       resolve_interval_s=3600)
@@ -173,7 +173,7 @@ def test_flipped_byte_in_sealed_file_stops_the_pull_with_an_error(tmp_path, capl
     before = [ts for ts, _ in _served(s)]
     commits = [105 + 10 * i for i in range(10)]
     assert before and before == [c for c in commits if c < key]
-    with caplog.at_level(logging.ERROR, logger="tidb_binlog.pump.reader"), \
+    with caplog.at_level(logging.ERROR, logger="tidb_binlog.pump.storage.reader"), \
             pytest.raises(DamagedBinlog) as ei:
         s.pull_commit_binlogs(before[-1])
     msg = (f"pump storage cannot serve the binlog at ts {key} (value log {first}: checksum "
@@ -183,7 +183,7 @@ def test_flipped_byte_in_sealed_file_stops_the_pull_with_an_error(tmp_path, capl
            "then missing downstream)")
     assert (str(ei.value), ei.value.ts, ei.value.path, ei.value.offset) == (
         msg, key, str(first), off)
-    with caplog.at_level(logging.ERROR, logger="tidb_binlog.pump.reader"), \
+    with caplog.at_level(logging.ERROR, logger="tidb_binlog.pump.storage.reader"), \
             pytest.raises(DamagedBinlog):  # again: the gap is never passed (logged once)
         s.pull_commit_binlogs(before[-1])
     assert caplog.messages == [msg]
@@ -205,7 +205,7 @@ def test_orphan_commit_logged_once_and_pulls_move_past_it(tmp_path, caplog):
     _pair(s, 10, 11)
     s.write_binlog(bl.commit(5, 20))   # orphan
     assert s.flush() and s.max_commit_ts == 20
-    with caplog.at_level(logging.ERROR, logger="tidb_binlog.pump.reader"):
+    with caplog.at_level(logging.ERROR, logger="tidb_binlog.pump.storage.reader"):
         for _ in range(50):
             assert s.pull_commits(11) == ([], 20)
         assert [ts for ts, _ in s.pull_commits(0)[0]] == [11]

@@ -9,7 +9,7 @@ import google_crc32c
 import pytest
 
 from tidb_binlog.errors import CorruptRecord, StorageError
-from tidb_binlog.pump.vlog import (
+from tidb_binlog.pump.storage.vlog import (
     FILE_END_MAGIC,
     FOOTER_SIZE,
     HEADER_SIZE,
@@ -171,7 +171,7 @@ def test_corrupt_last_record_is_truncated(tmp_path):
 def test_scan_segment_finds_records_after_garbage():
     recs = [encode_record(_payload(t)) for t in (1, 2)]
     buf = b"\xe8\x56\x3a\x82garbage" + recs[0] + b"zz" + recs[1] + b"\xe8\x56"
-    from tidb_binlog.pump.vlog import _ScanResult
+    from tidb_binlog.pump.storage.vlog import _ScanResult
 
     res = _ScanResult()
     got = list(scan_segment(buf, 0, len(buf), res))
@@ -271,7 +271,7 @@ def test_block_reader_raises_on_a_bad_crc_like_read_first(tmp_path):
 
 def test_index_reads_pointers_in_the_value_logs_layout():
     """pump.index decodes pointers with its own Struct (no constructor call per key)."""
-    from tidb_binlog.pump.index import _POINTER_STRUCT
+    from tidb_binlog.pump.storage.index import _POINTER_STRUCT
 
     ptr = ValuePointer(7, 1 << 40)
     assert _POINTER_STRUCT.unpack(ptr.encode()) == tuple(ptr)

@@ -202,6 +202,7 @@ def new_event_loop(kind: str | None = None) -> asyncio.AbstractEventLoop:
                           key=EVENT_LOOP_ENV)
     if kind != "asyncio":
         try:
+            # Optional: the pump falls back to asyncio's loop when uvloop is not installed.
             import uvloop
         except ImportError:
             if kind == "uvloop":

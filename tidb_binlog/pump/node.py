@@ -41,6 +41,7 @@ is not above the current ``gc_ts`` or not below ``max_commit_ts``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -61,6 +62,8 @@ from tidb_binlog.pump.node_rules import (
     next_state,
     resolve_node_id,
 )
+from tidb_binlog.pump.transport import notify_drainer
+from tidb_binlog.tso import TimestampOracle
 
 __all__ = [
     "NODE_ID_FILE",
@@ -122,7 +125,6 @@ class PumpNode:
             if registry is not None:
                 tso = registry.get_ts
             else:
-                from tidb_binlog.tso import TimestampOracle
                 tso = TimestampOracle(Path(options.data_dir) / "tso").get_ts
         self._tso = tso
         self._notifier = notifier
@@ -240,8 +242,6 @@ class PumpNode:
         write_async = getattr(self.storage, "write_binlog_async", None)
         if write_async is not None:
             return write_async(b, payload)
-        import asyncio
-
         return asyncio.get_running_loop().run_in_executor(None, self.storage.write_binlog, b,
                                                           payload)
 
@@ -378,7 +378,7 @@ class PumpNode:
     def _notify_drainers(self) -> None:
         notifier = self._notifier
         if notifier is None:
-            from tidb_binlog.pump.server import notify_drainer as notifier
+            notifier = notify_drainer
         failed = []
         for d in self.drainers():
             if d.state != ONLINE:

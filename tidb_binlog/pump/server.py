@@ -22,6 +22,10 @@ from pathlib import Path
 
 from tidb_binlog.errors import ConfigError
 from tidb_binlog.pump.grpc_server import PumpGrpcServer, PumpServicer, build_server
+from tidb_binlog.pump.http_status import StatusServer, derive_status_addr
+from tidb_binlog.pump.metrics import PumpMetrics
+from tidb_binlog.pump.node import PumpNode, PumpNodeOptions
+from tidb_binlog.pump.storage import Storage, StorageMetrics, StorageOptions
 from tidb_binlog.pump.transport import (
     MAX_GRPC_MESSAGE_BYTES,
     channel_credentials,
@@ -31,6 +35,7 @@ from tidb_binlog.pump.transport import (
     open_channel,
     server_credentials,
 )
+from tidb_binlog.tso import TimestampOracle
 
 __all__ = [
     "MAX_GRPC_MESSAGE_BYTES",
@@ -89,8 +94,6 @@ def serve_pump(node, addr: str, *, status_addr: str = "", socket_path: str = "",
     The node's advertised address must already be right; with port 0 in ``addr`` the
     caller builds the node after binding (see ``tidb_binlog.cli.pump``).
     """
-    from tidb_binlog.pump.http_status import StatusServer, derive_status_addr
-
     # With port 0 and no status_addr, HTTP goes on the picked port + 1, which nobody
     # checked was free: when it is taken, pick another gRPC port (another pair).
     repick = http and not status_addr and addr.rsplit(":", 1)[-1] == "0"
@@ -181,9 +184,6 @@ def open_storage(cfg, *, resolver=None, current_ts=None, registry=None):
     With a Prometheus ``registry`` (the pump's ``PumpMetrics.registry``) the storage
     metrics join it, minus the three gauges the pump refreshes itself at scrape time.
     """
-    from tidb_binlog.pump.storage import Storage, StorageOptions
-    from tidb_binlog.pump.storage_metrics import StorageMetrics
-
     options = _by_name(StorageOptions, getattr(cfg, "storage", None), cfg)
     metrics = StorageMetrics(registry, gauges=False) if registry is not None else None
     return Storage(cfg.data_dir, options, resolver=resolver, current_ts=current_ts,
@@ -197,10 +197,6 @@ def open_pump(cfg, *, registry=None, resolver=None, storage=None, status_addr: s
     Without a registry the node is standalone (``cfg.cluster_id``, embedded TSO in
     ``<data_dir>/tso``). ``storage`` overrides the durable storage (tests).
     """
-    from tidb_binlog.pump.metrics import PumpMetrics
-    from tidb_binlog.pump.node import PumpNode, PumpNodeOptions
-    from tidb_binlog.tso import TimestampOracle
-
     check_data_dir(cfg.data_dir)
     options = PumpNodeOptions.from_config(cfg)
     tso = registry.get_ts if registry is not None else \

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 import grpc
@@ -105,8 +106,6 @@ def make_notifier(security=None, timeout_s: float = 3.0):
 
 def http_ssl_context(security):
     """An ``ssl.SSLContext`` for an HTTP status server, or None without a certificate."""
-    import ssl
-
     if security is None or not getattr(security, "ssl_cert", ""):
         return None
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

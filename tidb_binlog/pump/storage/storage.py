@@ -24,11 +24,12 @@ which ignores commits at or below the persisted ``maxCommitTS``.
 Missing commits (:mod:`.missing_commits`): a prewrite still unmatched
 ``max_txn_timeout_s`` after it was stored is looked up through the ``resolver``
 (committed → the storage writes the Commit itself; rolled back → dropped).
-GC and the disk-space guard: :mod:`.storage_gc`.
+GC and the disk-space guard: :mod:`.gc`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import logging
 import os
@@ -41,15 +42,15 @@ from google.protobuf.message import DecodeError
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import ProtocolError, PurgedError, StorageError
-from tidb_binlog.pump import index as ix
-from tidb_binlog.pump.chaser import Indexer
-from tidb_binlog.pump.group_commit import GroupCommitter
-from tidb_binlog.pump.missing_commits import MissingCommits
-from tidb_binlog.pump.reader import CommitReader
-from tidb_binlog.pump.sorter import Sorter
-from tidb_binlog.pump.storage_gc import DiskGuard, GarbageCollector
-from tidb_binlog.pump.storage_metrics import StorageMetrics, default_metrics
-from tidb_binlog.pump.vlog import ValueLog, ValuePointer, encode_record
+from tidb_binlog.pump.storage import index as ix
+from tidb_binlog.pump.storage.chaser import Indexer
+from tidb_binlog.pump.storage.gc import DiskGuard, GarbageCollector
+from tidb_binlog.pump.storage.group_commit import GroupCommitter
+from tidb_binlog.pump.storage.metrics import StorageMetrics, default_metrics
+from tidb_binlog.pump.storage.missing_commits import MissingCommits
+from tidb_binlog.pump.storage.reader import CommitReader
+from tidb_binlog.pump.storage.sorter import Sorter
+from tidb_binlog.pump.storage.vlog import ValueLog, ValuePointer, encode_record
 from tidb_binlog.tso import extract_physical
 
 __all__ = ["StorageOptions", "Storage"]
@@ -261,8 +262,6 @@ class Storage:
         """:meth:`write_binlog` for an event loop: checks and frames the binlog now
         (raising the same errors), then returns an ``asyncio.Future`` of the running
         loop that completes once the record is durable. Call it on the loop's thread."""
-        import asyncio
-
         item, ts = self._framed(binlog, payload)
         return self._committer.submit_async(item, ts, asyncio.get_running_loop())
 
@@ -424,7 +423,7 @@ class Storage:
     def gc(self, ts: int, *, wait: bool = False) -> None:
         """Persist gc_ts = ts, then delete (in the background unless ``wait``) sealed vlog
         files whose max ts <= ts - gc_margin and index keys at or below that
-        (:mod:`.storage_gc`)."""
+        (:mod:`.gc`)."""
         self._gc.request(ts, self._max_commit_ts, wait=wait)
 
     def available_space_bytes(self) -> int:

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tidb_binlog.pump.vlog import ValueLog, ValuePointer
+from tidb_binlog.pump.storage.vlog import ValueLog, ValuePointer
 
 __all__ = ["Indexer"]
 

@@ -28,7 +28,7 @@ import threading
 import time
 
 from tidb_binlog.errors import DiskSpaceError
-from tidb_binlog.pump import index as ix
+from tidb_binlog.pump.storage import index as ix
 from tidb_binlog.tso import compose, extract_physical
 
 __all__ = ["GarbageCollector", "DiskGuard"]

@@ -10,7 +10,7 @@ paired) and returns ``(commit_ts, payload)`` for
 - each fake binlog (Rollback with ``start_ts == commit_ts``), unchanged.
 
 Prewrites share the key space (indexed by start_ts) and are not served: every
-key is read through a :class:`~tidb_binlog.pump.vlog.BlockReader` (one ``pread`` of
+key is read through a :class:`~tidb_binlog.pump.storage.vlog.BlockReader` (one ``pread`` of
 256 KiB serves the records of a pass that lie near each other; a record outside it
 costs one ``pread`` of header + 4 KiB); a payload starting ``08 00``
 (tp = Prewrite) that fits whole is kept for its Commit later in the same pass
@@ -46,7 +46,7 @@ from google.protobuf.message import DecodeError
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import CorruptRecord, DamagedBinlog
-from tidb_binlog.pump.index import LOST
+from tidb_binlog.pump.storage.index import LOST
 
 __all__ = ["CommitReader"]
 
