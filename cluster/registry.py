@@ -221,5 +221,12 @@ def join_registry(namespace: str = DEFAULT_NAMESPACE, name: str = REGISTRY_NAME,
     actor started elsewhere; keeps the ``ray`` import out of the pure core.
     """
     if not ray.is_initialized():
-        ray.init(address=address, namespace=namespace, log_to_driver=False)
+        try:
+            ray.init(address=address, namespace=namespace, log_to_driver=False)
+        except ConnectionError as exc:
+            where = "on this host" if address == "auto" else f"at {address}"
+            raise UnavailableError(
+                f"no Ray cluster {where} to find the registry in ({exc}); start the cluster "
+                "(`ray up` / `ray start`) or pass its GCS address (--ray-address host:port "
+                "or $RAY_ADDRESS)") from exc
     return connect_registry(namespace=namespace, name=name)

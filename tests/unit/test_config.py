@@ -236,7 +236,7 @@ def test_bad_values_name_key_file_value_and_expectation(tmp_path, loader, text, 
         (load_drainer_config, "[[syncer.table-migrate-rule]]\nbinlog-filter-rule = ['r']\n"
          "source = {schema = 'a'}\n", "syncer.table-migrate-rule[0].binlog-filter-rule", "r]"),
         (load_drainer_config, "[syncer.to]\nencrypted_password = 'x'\n",
-         "syncer.to.encrypted_password", "plain password"),
+         "syncer.to.encrypted_password", "not valid base64"),
         (load_drainer_config, "[syncer]\ndb-type = 'file'\n[syncer.to.checkpoint]\ntype = "
          "'mysql'\n", "syncer.to.checkpoint.host", "host and port"),
         (load_drainer_config, "[syncer.to.checkpoint]\ntype = 'oracle'\n",

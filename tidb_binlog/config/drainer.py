@@ -40,6 +40,7 @@ from tidb_binlog.config._kinds import (
     _str_map_kind,
 )
 from tidb_binlog.config._toml import _load, _to_toml
+from tidb_binlog.errors import ConfigError
 
 __all__ = [
     "TableName",
@@ -260,12 +261,27 @@ def _resolve_syncer(cfg: DrainerConfig, source: str, env) -> SyncerConfig:
                    replicate_do_table=tuple(lower), to=to)  # fmt: skip
 
 
+def _decrypted(sec, key: str, source: str, env) -> str:
+    """``password``, or the decrypted ``encrypted_password`` when that is set (it wins,
+    as in TiDB Binlog): binlogctl ``encrypt``'s format and key (``$BINLOG_SECRET_KEY``
+    from ``env``, else TiDB's default), so a value TiDB's binlogctl made works here."""
+    if not sec.encrypted_password:
+        return sec.password
+    from tidb_binlog.binlogctl.encrypt import decrypt, secret_key
+
+    where = f"{key}.encrypted_password"
+    try:
+        return decrypt(sec.encrypted_password, key=secret_key(env), where=where)
+    except ConfigError as exc:
+        raise _fail(where, source, str(exc).removeprefix(f"{where}: ")) from None
+
+
 def _resolve_to(to: ToConfig, db_type: str, data_dir: str, source: str, env) -> ToConfig:
     for key, sec in (("syncer.to", to), ("syncer.to.checkpoint", to.checkpoint)):
-        if sec.encrypted_password:
-            raise _fail(f"{key}.encrypted_password", source, "encrypted passwords are not "
-                        "supported; put the plain password in `password`")  # fmt: skip
         _check_security(sec.security, f"{key}.security", source)
+    to = replace(to, password=_decrypted(to, "syncer.to", source, env),
+                 checkpoint=replace(to.checkpoint, password=_decrypted(
+                     to.checkpoint, "syncer.to.checkpoint", source, env)))  # fmt: skip
     if db_type == "file":
         to = replace(to, dir=to.dir or data_dir)
     else:
