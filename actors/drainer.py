@@ -51,12 +51,10 @@ and their logic testable without Ray.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 from actors.process import tune_gc
 from actors.ray_calls import PipelineReset
@@ -64,6 +62,7 @@ from actors.ray_calls import RayCalls as _Ray
 from tidb_binlog.drainer.checkpoint import Advancer, Checkpoint
 from tidb_binlog.drainer.dispatch import Dispatcher, Flush, RunDDL, Send
 from tidb_binlog.drainer.dml import Txn
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.routing import FLUSH, ROWS, PlanStep
 from tidb_binlog.errors import (
     BinlogError,  # noqa: F401 (re-exported errors live here)
@@ -72,71 +71,12 @@ from tidb_binlog.errors import (
 )
 from tidb_binlog.packed import unpack
 
-__all__ = ["TaskSettings", "SchemaKeeperActor", "CoordinatorActor", "MergerActor", "PipelineReset"]
+__all__ = ["CoordinatorActor"]
 
 log = logging.getLogger(__name__)
 
 APPLY_SAMPLES = 100_000
 """How many (commit_ts, committed_at_s) samples the coordinator keeps for the lag."""
-
-
-@dataclass(frozen=True)
-class TaskSettings:
-    """Everything the pipeline actors need, derived once from drainer.toml."""
-
-    cluster_id: int
-    worker_count: int = 16
-    txn_batch: int = 20
-    exactly_once: bool = True
-    safe_mode: bool = False
-    merge: bool = True
-    initial_commit_ts: int = -1
-    ignore_schemas: tuple[str, ...] = ("information_schema", "performance_schema", "mysql")
-    ignore_txn_commit_ts: tuple[int, ...] = ()
-    time_zone: str = "+00:00"
-    downstream: object = None  # tidb_binlog.drainer.downstream.DownstreamConfig
-    checkpoint_schema: str = "tidb_binlog"
-    checkpoint_table: str = "checkpoint"
-    upstream_meta: dict = field(default_factory=dict)  # UpstreamMeta params
-    max_inflight: int = 4
-    merge_batch: int = 512
-    pull_max_bytes: int = 4 << 20
-    save_interval_s: float = 3.0
-
-    @classmethod
-    def from_config(cls, cfg, *, upstream_meta: dict, **overrides) -> TaskSettings:
-        """From a resolved :class:`~tidb_binlog.config.DrainerConfig`."""
-        from tidb_binlog.drainer.downstream import DownstreamConfig
-
-        s = cfg.syncer
-        exactly_once = s.exactly_once if s.exactly_once is not None else True
-        values = dict(
-            cluster_id=cfg.cluster_id, worker_count=s.worker_count, txn_batch=s.txn_batch,
-            exactly_once=exactly_once, safe_mode=s.safe_mode, merge=s.to.merge,
-            initial_commit_ts=cfg.initial_commit_ts,
-            ignore_schemas=tuple(x.lower() for x in s.ignore_schemas),
-            ignore_txn_commit_ts=tuple(s.ignore_txn_commit_ts),
-            time_zone=str(s.to.params.get("time_zone", "+00:00")),
-            downstream=DownstreamConfig.from_drainer_config(cfg),
-            checkpoint_schema=s.to.checkpoint.schema or "tidb_binlog",
-            checkpoint_table=s.to.checkpoint.table or "checkpoint",
-            upstream_meta=dict(upstream_meta))
-        values.update(overrides)
-        return cls(**values)
-
-    def tzinfo(self) -> datetime.tzinfo:
-        """The downstream time zone: ``+HH:MM`` offsets, ``UTC``, or an IANA name."""
-        text = self.time_zone.strip()
-        if text.upper() in ("UTC", "Z", "+00:00", "-00:00"):
-            return datetime.UTC
-        if text[:1] in "+-" and ":" in text:
-            sign = -1 if text.startswith("-") else 1
-            hours, _, minutes = text[1:].partition(":")
-            return datetime.timezone(sign * datetime.timedelta(hours=int(hours),
-                                                               minutes=int(minutes)))
-        from zoneinfo import ZoneInfo
-
-        return ZoneInfo(text)
 
 
 # -- coordinator ------------------------------------------------------------------------
@@ -408,6 +348,3 @@ class CoordinatorActor:
                 return
             self.advancer.saved(cp, now)
 
-
-from actors.merger import MergerActor  # noqa: E402  (re-export: the pipeline's driver)
-from actors.schema_keeper import SchemaKeeperActor  # noqa: E402  (re-export)

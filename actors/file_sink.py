@@ -7,7 +7,7 @@ They take the schema keeper's and the coordinator's places in the pipeline of
                                                                               │ append
                                                             [syncer.to] dir: binlog-<16 digits>-<date>
 
-- :class:`PbKeeperActor` is a :class:`~actors.drainer.SchemaKeeperActor` (same
+- :class:`PbKeeperActor` is a :class:`~actors.schema_keeper.SchemaKeeperActor` (same
   ``reset(schema_version)``, same history-job waiting, same "refuse until
   placed" rule after a restart) whose ``translate(items)`` returns
   ``(commit_ts, pb record bytes | None, schema_version)``
@@ -34,10 +34,11 @@ import logging
 import os
 import time
 
-from actors.drainer import SchemaKeeperActor, TaskSettings
-from actors.ray_calls import PipelineReset
+from actors.ray_calls import PipelineReset, RayCalls
+from actors.schema_keeper import SchemaKeeperActor
 from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.checkpoint import Checkpoint
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.packed import unpack
 
 __all__ = ["PbKeeperActor", "FileSinkActor", "start_file_sink_actors", "absolute_dirs"]
@@ -163,12 +164,8 @@ def absolute_dirs(cfg):
 
 def start_file_sink_actors(cfg, settings: TaskSettings, **opts):
     """``(keeper, sink)`` actor handles for db-type file; the sink is pinned here."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     cfg = absolute_dirs(cfg)
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    sink = ray.remote(concurrency_groups={"status": 1}, scheduling_strategy=here, **opts)(
-        FileSinkActor).remote(settings, cfg)
-    keeper = ray.remote(**opts)(PbKeeperActor).remote(settings)
+    sink = RayCalls.start_actor(FileSinkActor, settings, cfg, options={
+        **opts, "concurrency_groups": {"status": 1}, "scheduling_strategy": RayCalls.pinned()})
+    keeper = RayCalls.start_actor(PbKeeperActor, settings, options=opts)
     return keeper, sink

@@ -8,8 +8,8 @@ translated rows never pass through the merger. In exactly-once mode the keeper
 also routes the rows and plans the flushes (``translate_routed``: one returned
 object per worker and a plan) and the coordinator, which receives only the plan
 (``apply_routed``), hands each worker its own object: rows travel keeper → worker.
-A keeper/coordinator pair without those methods (the file sink's) is driven with
-``translate`` → ``apply``. At most ``max_inflight`` batches are outstanding
+The file sink's pair (``settings.sink == "file"``) and the causality mode are
+driven with ``translate`` → ``apply``. At most ``max_inflight`` batches are outstanding
 (backpressure). On a :class:`~actors.ray_calls.PipelineReset`
 (an actor of the pipeline died and Ray restarted it) it replays from the
 durable checkpoint.
@@ -21,7 +21,7 @@ start, every ``detect-interval`` and at once on ``Cistern.Notify``, and applies
 pump is merged from the merger's latest ts, paused pumps are not pulled (the
 merge waits for them), offline pumps are retired once their final
 ``maxCommitTS`` was pulled, then removed. A pump is pulled as the PumpActor named
-:func:`cluster.drainer.pump_actor_name` of its node id in the task's namespace
+:func:`~tidb_binlog.drainer.pipeline.names.pump_actor_name` of its node id in the task's namespace
 (pipelined pulls, :class:`~tidb_binlog.drainer.pump_source.ActorPumpSource`)
 when one exists, else over gRPC from its registered host
 (:class:`~tidb_binlog.drainer.pump_source.GrpcPumpSource`, a standalone pump).
@@ -43,23 +43,23 @@ import re
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING
 
 from actors.drainer_node import DrainerNode, ServiceSettings, merge_expositions
 from actors.merger_feeds import RETRY_S as _RETRY_S
 from actors.merger_feeds import ActorFeed, GrpcFeed
-from actors.ray_calls import PipelineReset
-from actors.ray_calls import RayCalls as _Calls
+from actors.ray_calls import PipelineReset, RayCalls
+from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
+from tidb_binlog.drainer.cistern import collector_notifier
 from tidb_binlog.drainer.collector import Collector, MergerSources
 from tidb_binlog.drainer.http_status import DrainerStatus
 from tidb_binlog.drainer.merge import Merger
 from tidb_binlog.drainer.metrics import build_drainer_metrics
+from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE, pump_actor_name
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.pump_source import GrpcPumpSource
 from tidb_binlog.errors import BinlogError, TransientDownstreamError, UnavailableError
 from tidb_binlog.node import OFFLINE, ONLINE, PAUSED, PUMP, NodeStatus
 from tidb_binlog.packed import pack
-
-if TYPE_CHECKING:
-    from actors.drainer import TaskSettings
 
 __all__ = ["MergerActor"]
 
@@ -68,51 +68,6 @@ log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.05       # longest wait for a pull when idle (bounds the Notify latency)
 _BIND_WAIT_S = 10.0       # how long a (re)started merger tries to bind its addresses
 _BACKLOG_BATCHES = 16     # a merged batch grows up to this many merge_batch when backed up
-
-
-class _Ray:
-    """The Ray calls of the merger beyond :class:`actors.ray_calls.RayCalls`."""
-
-    @staticmethod
-    def find_actor(name: str, namespace: str):
-        import ray
-
-        try:
-            return ray.get_actor(name, namespace=namespace)
-        except ValueError:
-            return None
-
-    @staticmethod
-    def reconstructed() -> bool:
-        """Whether this actor process is a restart (Ray reconstructed it)."""
-        import ray
-
-        try:
-            return ray.get_runtime_context().was_current_actor_reconstructed
-        except Exception:  # not in an actor (unit tests)
-            return False
-
-    @staticmethod
-    def status(actor, timeout_s: float = 10.0) -> dict:
-        import ray
-
-        return ray.get(actor.status.options(concurrency_group="status").remote(),
-                       timeout=timeout_s)
-
-    @staticmethod
-    def worker_metrics(workers: list, timeout_s: float) -> list:
-        """Each SQL worker's Prometheus text, from those answering within ``timeout_s``."""
-        import ray
-
-        refs = [w.metrics.remote() for w in workers]
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        out = []
-        for ref in done:
-            try:
-                out.append(ray.get(ref))
-            except ray.exceptions.RayError as exc:
-                log.warning("worker metrics unavailable: %s", exc)
-        return out
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -190,8 +145,6 @@ class MergerActor:
         self.node = None
         self._thread = threading.Thread(target=self._run, name="merger", daemon=True)
         if service is not None:
-            from tidb_binlog.drainer.cistern import collector_notifier
-
             def registry_lost(exc):  # HEARTBEAT_MAX_FAILURES heartbeats failed: stop
                 self._fail(exc)
                 self._stop.set()
@@ -262,7 +215,7 @@ class MergerActor:
                 try:
                     self.stop_stage = ("waiting for the coordinator's close(): the SQL workers "
                                        "finishing, then the final checkpoint save")
-                    cp = _Calls.get(_Calls.call(self.coordinator, "close"))
+                    cp = RayCalls.get(RayCalls.call(self.coordinator, "close"))
                     final_ts = cp.commit_ts
                     self._result = {"commit_ts": cp.commit_ts, "consistent": cp.consistent}
                     self.state = "stopped"
@@ -299,7 +252,7 @@ class MergerActor:
 
     # -- loop ---------------------------------------------------------------------------------
     def _run(self) -> None:
-        replay = _Ray.reconstructed()  # a restarted merger replays too
+        replay = RayCalls.reconstructed()  # a restarted merger replays too
         while not self._stop.is_set():
             try:
                 self._pipeline(replay)
@@ -316,7 +269,7 @@ class MergerActor:
                 if (failed := _init_failure(exc)) is not None:
                     self._fail(failed)
                     return
-                if _Calls.is_actor_died(exc):
+                if RayCalls.is_actor_died(exc):
                     self.resets += 1
                     log.warning("a pipeline actor died (%s); replaying from the checkpoint",
                                 _one_line(exc))
@@ -329,11 +282,11 @@ class MergerActor:
 
     def _pipeline(self, replay: bool = False) -> None:
         if self.settings.downstream is not None:  # the SQL coordinator counts the replays
-            cp = _Calls.get(_Calls.call(self.coordinator, "reset", replay))
+            cp = RayCalls.get(RayCalls.call(self.coordinator, "reset", replay))
             self.resets = max(self.resets, cp.resets)
         else:
-            cp = _Calls.get(_Calls.call(self.coordinator, "reset"))
-        _Calls.get(_Calls.call(self.keeper, "reset", cp.schema_version))
+            cp = RayCalls.get(RayCalls.call(self.coordinator, "reset"))
+        RayCalls.get(RayCalls.call(self.keeper, "reset", cp.schema_version))
         self._start_ts = cp.commit_ts
         merger = Merger(start_ts=cp.commit_ts)
         target = MergerSources(merger, self._open_feed)
@@ -381,15 +334,8 @@ class MergerActor:
             return min(backlog, _BACKLOG_BATCHES * limit)
         return limit
 
-    def _routed(self) -> bool:
-        """Route in the keeper (exactly-once, and a keeper/coordinator pair offering it;
-        a file sink's pair speaks only translate/apply)."""
-        return (self.settings.exactly_once
-                and _Calls.has_method(self.keeper, "translate_routed")
-                and _Calls.has_method(self.coordinator, "apply_routed"))
-
     def _merge(self, merger: Merger, target: MergerSources) -> None:
-        routed, workers = self._routed(), self.settings.worker_count
+        routed, workers = self.settings.routed, self.settings.worker_count
         seq = 0
         inflight: deque = deque()
         last_idle = 0.0
@@ -407,13 +353,13 @@ class MergerActor:
             if ready:
                 items = pack(ready)
                 if routed:  # rows go keeper -> workers; the coordinator sees the plan
-                    refs = _Calls.call_n(self.keeper, "translate_routed", workers + 1,
+                    refs = RayCalls.call_n(self.keeper, "translate_routed", workers + 1,
                                          items, workers)
-                    inflight.append(_Calls.call(self.coordinator, "apply_routed", seq,
+                    inflight.append(RayCalls.call(self.coordinator, "apply_routed", seq,
                                                 refs[0], refs[1:]))
                 else:
-                    translated = _Calls.call(self.keeper, "translate", items)
-                    inflight.append(_Calls.call(self.coordinator, "apply", seq, translated))
+                    translated = RayCalls.call(self.keeper, "translate", items)
+                    inflight.append(RayCalls.call(self.coordinator, "apply", seq, translated))
                 seq += 1
                 self.merged += len(ready)
                 progressed = True
@@ -422,18 +368,18 @@ class MergerActor:
                 self.metrics.disorder_binlog_count.inc(disorder - self._disorder)
                 self._disorder = disorder
             while inflight and (len(inflight) >= self.settings.max_inflight
-                                or _Calls.ready(inflight[0])):
-                _Calls.get(inflight.popleft())
+                                or RayCalls.ready(inflight[0])):
+                RayCalls.get(inflight.popleft())
             self._buffered, self._inflight_batches = merger.buffered(), len(inflight)
             now = time.monotonic()
             if not progressed:
                 if not inflight and now - last_idle > 0.5:
-                    _Calls.get(_Calls.call(self.coordinator, "idle"))
+                    RayCalls.get(RayCalls.call(self.coordinator, "idle"))
                     last_idle = now
-                _Calls.wait_any([r for f in feeds.values() for r in f.refs()],
+                RayCalls.wait_any([r for f in feeds.values() for r in f.refs()],
                                 timeout_s=_IDLE_WAIT_S)
         while inflight:
-            _Calls.get(inflight.popleft())
+            RayCalls.get(inflight.popleft())
 
     # -- pump sources ------------------------------------------------------------------
     def _list_pumps(self) -> list[NodeStatus]:
@@ -448,16 +394,12 @@ class MergerActor:
         if self.static_pumps is not None:
             actor = self.static_pumps[node_id]
         else:
-            from cluster.drainer import DEFAULT_NAMESPACE, pump_actor_name
-
             namespace = self.service.namespace if self.service else DEFAULT_NAMESPACE
-            actor = _Ray.find_actor(pump_actor_name(node_id), namespace)
+            actor = RayCalls.find_actor(pump_actor_name(node_id), namespace)
         if actor is not None:
             log.info("merging pump %s (PumpActor) after commit_ts %d", node_id, since_ts)
             self.feed_kinds[node_id] = "actor"
             return ActorFeed(node_id, actor, since_ts, max_bytes, self.metrics)
-        from tidb_binlog.drainer.pump_source import GrpcPumpSource
-
         s = self.service
         log.info("merging pump %s over gRPC at %s after commit_ts %d", node_id, host, since_ts)
         self.feed_kinds[node_id] = "grpc"
@@ -479,8 +421,6 @@ class MergerActor:
             saved = st.get("saved_commit_ts", 0) if st is not None else 0
         else:
             if self._store is None:
-                from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
-
                 s = self.settings
                 self._store = MySQLCheckpointStore(s.downstream, s.cluster_id,
                                                    schema=s.checkpoint_schema,
@@ -490,7 +430,7 @@ class MergerActor:
         return max(saved, self._start_ts)
 
     def _coordinator_status(self) -> dict:
-        st = _Ray.status(self.coordinator)
+        st = RayCalls.status(self.coordinator)
         if st["applied_rows"] != self._applied_rows:
             self._applied_rows = st["applied_rows"]
             self._last_sync_s = time.time()
@@ -519,5 +459,5 @@ class MergerActor:
             log.warning("coordinator status unavailable for /metrics: %s", exc)
         texts = [m.exposition()]
         if self.workers:
-            texts += _Ray.worker_metrics(self.workers, timeout_s=5.0)
+            texts += RayCalls.gather_metrics(self.workers, timeout_s=5.0)
         return merge_expositions(texts)

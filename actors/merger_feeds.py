@@ -30,6 +30,8 @@ from __future__ import annotations
 import logging
 import time
 
+from actors.ray_calls import PumpPullCalls
+from tidb_binlog.drainer.pump_source import ActorPumpSource, damaged_error
 from tidb_binlog.errors import DamagedBinlog, UnavailableError
 from tidb_binlog.tso import extract_physical
 
@@ -41,18 +43,9 @@ RETRY_S = 1.0   # a pump (or the registry) that failed is tried again after this
 FIRST_PULL_BYTES = 64 << 10  # a feed's first pull: the merge starts before the pump read 4 MiB
 
 
-def _ray():
-    """The ray module, handed to ActorPumpSource (the pure core never imports it)."""
-    import ray
-
-    return ray
-
-
 def _damaged(metrics, node_id: str, exc: DamagedBinlog) -> DamagedBinlog:
     """Count and log a damaged binlog on pump ``node_id``; the error to raise (one
     naming the pump, without the Ray wrapper an actor call adds)."""
-    from tidb_binlog.drainer.pump_source import damaged_error
-
     cause = getattr(exc, "cause", None) or exc  # a RayTaskError(DamagedBinlog) wraps it
     metrics.error_count.labels("pump_damaged_binlog").inc()
     err = cause if str(cause).startswith(f"pump {node_id}") else damaged_error(
@@ -76,12 +69,10 @@ class ActorFeed:
     """A PumpActor, pipelined; restarted from the last watermark after a failure."""
 
     def __init__(self, node_id: str, actor, since_ts: int, max_bytes: int, metrics):
-        from tidb_binlog.drainer.pump_source import ActorPumpSource
-
         self.node_id = node_id
         self.since_ts = since_ts
         self.metrics = metrics
-        self.source = ActorPumpSource(actor, _ray(), node_id=node_id,
+        self.source = ActorPumpSource(actor, PumpPullCalls(), node_id=node_id,
                                       max_bytes=max_bytes, pull_timeout_s=0.5,
                                       max_outstanding=2, first_max_bytes=FIRST_PULL_BYTES)
         self._retry_at: float | None = None

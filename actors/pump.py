@@ -4,8 +4,8 @@
 (:func:`tidb_binlog.pump.server.open_pump`: storage, node, gRPC and HTTP
 servers), so TiDB and the pump client write to it over gRPC exactly as to a
 standalone pump. :func:`start_pump_actor` is the one factory that makes it
-remote, and :class:`_Ray` holds every Ray API call, so the plain class is usable
-(and testable) without Ray.
+remote, and every Ray API call goes through :mod:`actors.ray_calls`, so the plain
+class is usable (and testable) without Ray.
 
 - Placement: ``NodeAffinitySchedulingStrategy(<node id>, soft=False)`` (the
   caller's node by default): the data dir lives on that node's disk.
@@ -37,7 +37,12 @@ without passing through the caller.
 
 from __future__ import annotations
 
+import os
+
+from actors.ray_calls import RayCalls
 from tidb_binlog.node import NodeStatus
+from tidb_binlog.packed import pack
+from tidb_binlog.pump.server import open_pump
 
 __all__ = ["PumpActor", "start_pump_actor"]
 
@@ -48,8 +53,6 @@ class PumpActor:
     """A running pump (storage, node, gRPC and HTTP servers) for one data dir."""
 
     def __init__(self, config, *, registry=None, resolver=None, storage_factory=None):
-        from tidb_binlog.pump.server import open_pump
-
         storage = storage_factory(config) if storage_factory is not None else None
         self._proc = open_pump(config, registry=registry, resolver=resolver, storage=storage)
 
@@ -71,8 +74,6 @@ class PumpActor:
              timeout_s: float = DEFAULT_PULL_TIMEOUT_S, packed: bool = False):
         batch, watermark = self._proc.node.pull(since_commit_ts, max_bytes, timeout_s)
         if packed:
-            from tidb_binlog.packed import pack
-
             return pack(batch), watermark
         return batch, watermark
 
@@ -88,33 +89,7 @@ class PumpActor:
         self._proc.stop()
 
     def pid(self) -> int:
-        import os
-
         return os.getpid()
-
-
-class _Ray:
-    """Every Ray API call the pump shell makes."""
-
-    @staticmethod
-    def current_node_id() -> str:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-
-    @staticmethod
-    def remote_class(*, max_restarts: int, max_task_retries: int, max_concurrency: int,
-                     num_cpus: float):
-        import ray
-
-        return ray.remote(max_restarts=max_restarts, max_task_retries=max_task_retries,
-                          max_concurrency=max_concurrency, num_cpus=num_cpus)(PumpActor)
-
-    @staticmethod
-    def pinned(node_id: str):
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
 def start_pump_actor(config, *, name: str | None = None, namespace: str | None = None,
@@ -123,14 +98,10 @@ def start_pump_actor(config, *, name: str | None = None, namespace: str | None =
                      max_task_retries: int = 3, max_concurrency: int = 16,
                      num_cpus: float = 0, lifetime: str | None = None):
     """Create a PumpActor pinned to ``node_id`` (default: the caller's node)."""
-    cls = _Ray.remote_class(max_restarts=max_restarts, max_task_retries=max_task_retries,
-                            max_concurrency=max_concurrency, num_cpus=num_cpus)
-    options = {"scheduling_strategy": _Ray.pinned(node_id or _Ray.current_node_id())}
-    if name is not None:
-        options["name"] = name
-    if namespace is not None:
-        options["namespace"] = namespace
-    if lifetime is not None:
-        options["lifetime"] = lifetime
-    return cls.options(**options).remote(config, registry=registry, resolver=resolver,
-                                         storage_factory=storage_factory)
+    return RayCalls.start_actor(
+        PumpActor, config, registry=registry, resolver=resolver,
+        storage_factory=storage_factory, options=dict(
+            max_restarts=max_restarts, max_task_retries=max_task_retries,
+            max_concurrency=max_concurrency, num_cpus=num_cpus, name=name,
+            namespace=namespace, lifetime=lifetime,
+            scheduling_strategy=RayCalls.pinned(node_id)))

@@ -1,21 +1,45 @@
-"""Every Ray API call the drainer's actors make, in one place (unit tests never start Ray)."""
+"""Every Ray API call of ``actors/`` and ``cluster/drainer.py``, in one module.
+
+The actor classes are plain Python around the pipeline's plain objects
+(:mod:`tidb_binlog.drainer.pipeline`); whatever they need from Ray (a remote call, a
+wait, a lookup by name, an actor class made remote) is a function here, so:
+
+- the shells and the pure core are importable and unit-tested without Ray (a test
+  swaps the one object it needs: :class:`WorkerCalls`, :class:`PumpPullCalls`, ...);
+- Ray's errors are translated in one place: a dead or restarting pipeline actor is a
+  :class:`PipelineReset` (replay from the checkpoint), a pump actor that is gone an
+  :class:`~tidb_binlog.errors.UnavailableError`, a remote
+  :class:`~tidb_binlog.errors.BinlogError` arrives as itself.
+
+``ray`` is imported here only. (Ray Serve keeps the same rule for its replicas.)
+"""
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Sequence
 
-from tidb_binlog.errors import BinlogError
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-__all__ = ["RayCalls", "PipelineReset"]
+from tidb_binlog.drainer.pipeline.gate import PipelineReset
+from tidb_binlog.errors import BinlogError, UnavailableError
+from tidb_binlog.packed import unpack
 
+__all__ = ["RayCalls", "PipelineReset", "WorkerCalls", "PumpPullCalls", "GetTimeoutError"]
 
-class PipelineReset(BinlogError):
-    """An actor of the pipeline restarted: replay from the durable checkpoint."""
+log = logging.getLogger(__name__)
+
+GetTimeoutError = ray.exceptions.GetTimeoutError
+_UNAVAILABLE = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                ray.exceptions.ObjectLostError)
 
 
 class RayCalls:
-    """Every Ray API call the drainer actors make."""
+    """The Ray calls of the drainer's shells and of ``cluster/drainer.py``."""
 
+    # -- remote calls and their results ---------------------------------------------------
     @staticmethod
     def call(actor, method: str, *args):
         return getattr(actor, method).remote(*args)
@@ -27,22 +51,15 @@ class RayCalls:
         return list(refs) if num_returns > 1 else [refs]
 
     @staticmethod
-    def has_method(actor, method: str) -> bool:
-        """Whether an actor handle (or a plain object) offers ``method``."""
-        try:
-            getattr(actor, method)
-        except AttributeError:
-            return False
-        return True
-
-    @staticmethod
-    def pull(pump, since_ts: int, max_bytes: int):
-        return tuple(pump.pull.options(num_returns=2).remote(since_ts, max_bytes, 0.5))
+    def call_group(actor, method: str, group: str, *args):
+        """A call in the actor's concurrency group ``group`` (``status``: answered while
+        the actor is busy applying)."""
+        return getattr(actor, method).options(concurrency_group=group).remote(*args)
 
     @staticmethod
     def get(ref):
-        import ray
-
+        """The call's result; a remote BinlogError as itself, a dead actor (or a lost
+        object) as :class:`PipelineReset`."""
         try:
             return ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
@@ -51,20 +68,23 @@ class RayCalls:
                 cause = cause.cause  # a task whose argument (another task) failed nests
             if isinstance(cause, BinlogError):
                 raise cause from None
-            if isinstance(cause, (ray.exceptions.RayActorError,
-                                  ray.exceptions.ActorUnavailableError,
-                                  ray.exceptions.ObjectLostError)):
+            if isinstance(cause, _UNAVAILABLE):
                 raise PipelineReset(f"a pipeline actor is unavailable: {cause}") from exc
             raise
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
-                ray.exceptions.ObjectLostError) as exc:
+        except _UNAVAILABLE as exc:
             # ObjectLostError: a routed payload whose owner (the merger) died
             raise PipelineReset(f"a pipeline actor is unavailable: {exc}") from exc
 
     @staticmethod
-    def ready(ref) -> bool:
-        import ray
+    def get_within(ref, timeout_s: float):
+        """:meth:`get` within ``timeout_s``; :data:`GetTimeoutError` if not ready by then."""
+        ready, _ = ray.wait([ref], timeout=max(timeout_s, 0.0))
+        if not ready:
+            raise GetTimeoutError(f"not ready within {timeout_s} s")
+        return RayCalls.get(ref)
 
+    @staticmethod
+    def ready(ref) -> bool:
         done, _ = ray.wait([ref], timeout=0)
         return bool(done)
 
@@ -72,8 +92,6 @@ class RayCalls:
     def wait(refs: list, timeout_s: float | None, all_ready: bool = False) -> list:
         """The first ref to be ready (within ``timeout_s``); with ``all_ready``, every
         ref ready by then (``timeout_s = 0``: those ready now)."""
-        import ray
-
         done, _ = ray.wait(refs, num_returns=len(refs) if all_ready else 1,
                            timeout=timeout_s)
         return done
@@ -81,15 +99,159 @@ class RayCalls:
     @staticmethod
     def wait_any(refs: list, timeout_s: float) -> None:
         if refs:
-            import ray
-
             ray.wait(refs, num_returns=1, timeout=timeout_s)
         else:
             time.sleep(timeout_s)
 
     @staticmethod
-    def is_actor_died(exc: BaseException) -> bool:
-        import ray
+    def resolve(value):
+        """``value``, or what it refers to when it is an ObjectRef (or a list of one)."""
+        if isinstance(value, ray.ObjectRef):
+            return ray.get(value)
+        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], ray.ObjectRef):
+            return ray.get(value[0])
+        return value
 
+    @staticmethod
+    def is_actor_died(exc: BaseException) -> bool:
         return isinstance(exc, (ray.exceptions.RayActorError,
                                 ray.exceptions.ActorUnavailableError))
+
+    @staticmethod
+    def status(actor, timeout_s: float = 10.0) -> dict:
+        """``actor.status()`` in its ``status`` concurrency group, within ``timeout_s``."""
+        return ray.get(actor.status.options(concurrency_group="status").remote(),
+                       timeout=timeout_s)
+
+    @staticmethod
+    def gather_metrics(actors: list, timeout_s: float) -> list:
+        """Each actor's ``metrics()`` (Prometheus text), from those answering in time."""
+        refs = [a.metrics.remote() for a in actors]
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        out = []
+        for ref in done:
+            try:
+                out.append(ray.get(ref))
+            except ray.exceptions.RayError as exc:
+                log.warning("worker metrics unavailable: %s", exc)
+        return out
+
+    # -- actors: creating, finding, ending --------------------------------------------------
+    @staticmethod
+    def start_actor(cls, *args, options: dict, **kwargs):
+        """A new actor of the plain class ``cls``: ``ray.remote(**options)(cls)``, its
+        constructor called with ``args`` and ``kwargs``. ``options``: Ray's actor options
+        (``max_restarts``, ``name``, ``namespace``, ``lifetime``, ``scheduling_strategy``,
+        ``concurrency_groups``, ...); a None value is left out."""
+        options = {k: v for k, v in options.items() if v is not None}
+        return ray.remote(**options)(cls).remote(*args, **kwargs)
+
+    @staticmethod
+    def pinned(node_id: str | None = None):
+        """A scheduling strategy that keeps an actor on ``node_id`` (default: this node)."""
+        return NodeAffinitySchedulingStrategy(node_id or RayCalls.current_node_id(), soft=False)
+
+    @staticmethod
+    def current_node_id() -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    @staticmethod
+    def find_actor(name: str, namespace: str):
+        """The named actor's handle, or None."""
+        try:
+            return ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return None
+
+    @staticmethod
+    def reconstructed() -> bool:
+        """Whether this actor process is a restart (Ray reconstructed it)."""
+        try:
+            return ray.get_runtime_context().was_current_actor_reconstructed
+        except Exception:  # not in an actor (unit tests)
+            return False
+
+    @staticmethod
+    def kill(actor) -> None:
+        ray.kill(actor, no_restart=True)
+
+    # -- the driver: joining a cluster --------------------------------------------------------
+    @staticmethod
+    def is_initialized() -> bool:
+        return ray.is_initialized()
+
+    @staticmethod
+    def init(**options) -> None:
+        ray.init(**options)
+
+    @staticmethod
+    def gcs_address() -> str:
+        return ray.get_runtime_context().gcs_address
+
+    @staticmethod
+    def recorded_cluster() -> str | None:
+        """The cluster ``ray start`` recorded on this host (a private Ray API: None when
+        it is missing or fails)."""
+        try:
+            from ray._private.services import find_bootstrap_address  # private: may move
+
+            return find_bootstrap_address(None)
+        except Exception as exc:
+            log.debug("cannot read the recorded Ray cluster: %s", exc)
+            return None
+
+
+class WorkerCalls:
+    """The coordinator's calls to its SQL workers
+    (:class:`~tidb_binlog.drainer.pipeline.coordinator.WorkerCalls`), over Ray."""
+
+    def __init__(self, workers: Sequence):
+        self.workers = list(workers)
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def execute(self, worker: int, parts):
+        return self.workers[worker].execute.remote(parts)
+
+    def execute_slice(self, worker: int, payload, lo: int, hi: int):
+        return self.workers[worker].execute_slice.remote(payload, lo, hi)
+
+    def execute_ddl(self, worker: int, ddl):
+        return RayCalls.get(self.workers[worker].execute_ddl.remote(ddl))
+
+    def done(self, handles: list, block: bool) -> list:
+        if block:
+            return RayCalls.wait(handles, timeout_s=None)
+        return RayCalls.wait(handles, timeout_s=0, all_ready=True)
+
+    def result(self, handle):
+        return RayCalls.get(handle)
+
+
+class PumpPullCalls:
+    """:class:`~tidb_binlog.drainer.pump_source.ActorPumpSource`'s calls to a PumpActor."""
+
+    def pull(self, actor, since_commit_ts: int, max_bytes: int, timeout_s: float):
+        """``(batch_ref, watermark_ref)`` of one ``PumpActor.pull``; the batch comes packed
+        (:mod:`tidb_binlog.packed`), :meth:`get` of it unpacks."""
+        return actor.pull.options(num_returns=2).remote(since_commit_ts, max_bytes, timeout_s,
+                                                        packed=True)
+
+    def ready(self, refs: Sequence, timeout_s: float) -> set:
+        """The refs already resolved, waiting up to ``timeout_s`` for the first one."""
+        if not refs:
+            return set()
+        done, _ = ray.wait(list(refs), num_returns=1, timeout=timeout_s, fetch_local=False)
+        if done:
+            done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0, fetch_local=False)
+        return set(done)
+
+    def get(self, ref, what: str):
+        try:
+            return unpack(ray.get(ref))
+        except BinlogError:
+            raise
+        except ray.exceptions.RayActorError as exc:
+            raise UnavailableError(f"{what}: the pump actor is unavailable ({exc}); "
+                                   "start fetching again from the last watermark") from exc

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from actors.process import tune_gc
 from actors.ray_calls import PipelineReset
 from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.dml import Txn
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.routing import BatchPlanner
 from tidb_binlog.packed import pack, unpack
-
-if TYPE_CHECKING:
-    from actors.drainer import TaskSettings
 
 __all__ = ["SchemaKeeperActor"]
 

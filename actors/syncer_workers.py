@@ -3,8 +3,8 @@
 :class:`SqlWorkerActor` is a plain class owning one
 :class:`~tidb_binlog.drainer.loader.Loader` and its downstream connection;
 :func:`start_sql_worker` is the one factory that makes it remote and
-:class:`_Ray` holds every Ray API call, so the class is usable (and testable)
-without Ray.
+every Ray API call goes through :mod:`actors.ray_calls`, so the class is usable
+(and testable) without Ray.
 
 - ``execute(batch) -> Ack``: apply one batch (a list of parts in ascending
   commit_ts: ``(commit_ts, dmls)`` tuples, Txns or DDLs).  The coordinator passes
@@ -38,6 +38,7 @@ import os
 import threading
 
 from actors.process import tune_gc
+from actors.ray_calls import RayCalls
 from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig
 from tidb_binlog.drainer.loader import Ack, Loader, LoaderConfig
 from tidb_binlog.drainer.loader_metrics import LoaderMetrics
@@ -77,15 +78,15 @@ class SqlWorkerActor:
         tune_gc()
 
     def execute(self, batch) -> Ack:
-        return self.loader.execute_batch(_Ray.resolve(batch))
+        return self.loader.execute_batch(RayCalls.resolve(batch))
 
     def execute_slice(self, parts, lo: int, hi: int) -> Ack:
-        parts = unpack(_Ray.resolve(parts))
+        parts = unpack(RayCalls.resolve(parts))
         return self.loader.execute_batch(parts if lo == 0 and hi == len(parts)
                                          else parts[lo:hi])
 
     def execute_ddl(self, ddl) -> Ack:
-        return self.loader.execute_batch([_Ray.resolve(ddl)])
+        return self.loader.execute_batch([RayCalls.resolve(ddl)])
 
     def flush(self) -> int:
         return self.loader.applied_ts
@@ -108,46 +109,14 @@ class SqlWorkerActor:
         return os.getpid()
 
 
-class _Ray:
-    """Every Ray API call the worker shell makes."""
-
-    @staticmethod
-    def resolve(value):
-        """``value``, or what it refers to when it is an ObjectRef (or a list of one)."""
-        if type(value).__name__ == "ObjectRef":
-            import ray
-
-            return ray.get(value)
-        if (isinstance(value, list) and len(value) == 1
-                and type(value[0]).__name__ == "ObjectRef"):
-            import ray
-
-            return ray.get(value[0])
-        return value
-
-    @staticmethod
-    def remote_class(*, max_restarts: int, max_task_retries: int, num_cpus: float):
-        import ray
-
-        return ray.remote(max_restarts=max_restarts, max_task_retries=max_task_retries,
-                          num_cpus=num_cpus)(SqlWorkerActor)
-
-
 def start_sql_worker(downstream: DownstreamConfig, config: LoaderConfig, *,
                      name: str | None = None, namespace: str | None = None,
                      max_restarts: int = -1, max_task_retries: int = 0, num_cpus: float = 0,
                      lifetime: str | None = None):
     """Create one SqlWorkerActor (restartable; calls are not retried by Ray)."""
-    cls = _Ray.remote_class(max_restarts=max_restarts, max_task_retries=max_task_retries,
-                            num_cpus=num_cpus)
-    options = {}
-    if name is not None:
-        options["name"] = name
-    if namespace is not None:
-        options["namespace"] = namespace
-    if lifetime is not None:
-        options["lifetime"] = lifetime
-    return cls.options(**options).remote(downstream, config)
+    return RayCalls.start_actor(SqlWorkerActor, downstream, config, options=dict(
+        max_restarts=max_restarts, max_task_retries=max_task_retries, num_cpus=num_cpus,
+        name=name, namespace=namespace, lifetime=lifetime))
 
 
 def start_sql_workers(cfg, count: int | None = None, *, downstream: DownstreamConfig | None = None,

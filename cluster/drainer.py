@@ -58,34 +58,40 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
+import socket
 import time
 
-from actors.drainer import CoordinatorActor, MergerActor, SchemaKeeperActor, TaskSettings
+from actors.drainer import CoordinatorActor
 from actors.drainer_node import ServiceSettings
-from actors.ray_calls import RayCalls
-from tidb_binlog.errors import ConfigError, UnavailableError
+from actors.file_sink import start_file_sink_actors
+from actors.merger import MergerActor
+from actors.ray_calls import GetTimeoutError, RayCalls
+from actors.schema_keeper import SchemaKeeperActor
+from actors.syncer_workers import start_sql_workers
+from cluster.registry import REGISTRY_NAME, connect_registry
+from tidb_binlog.config import DrainerConfig, split_registry
+from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
+from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE, UPSTREAM_META_KEY
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.errors import (
+    ConfigError,
+    DownstreamError,
+    TransientDownstreamError,
+    UnavailableError,
+)
 from tidb_binlog.node import PAUSED
 
-__all__ = ["Drainer", "pump_actor_name", "join_cluster", "choose_ray_address", "check_downstream",
-           "UPSTREAM_META_KEY", "DEFAULT_NAMESPACE", "DOWNSTREAM_WAIT_S"]
+__all__ = ["Drainer", "join_cluster", "choose_ray_address", "check_downstream",
+           "DOWNSTREAM_WAIT_S"]
 
 log = logging.getLogger(__name__)
-
-UPSTREAM_META_KEY = "upstream/meta"
-"""Registry KV key: JSON connection parameters of the upstream meta (UpstreamMeta)."""
-
-DEFAULT_NAMESPACE = "tidb-binlog"
 
 STATUS_TIMEOUT_S = 30.0
 """Default bound of :meth:`Drainer.status` / :meth:`Drainer.task_state`."""
 STOP_TIMEOUT_S = 180.0
 """Default bound of :meth:`Drainer.stop` (the merger gives its thread 60 s, then waits
 for the SQL workers and saves the final checkpoint)."""
-
-
-def pump_actor_name(node_id: str) -> str:
-    """The Ray actor name a pump with this node id runs under."""
-    return f"tidb-binlog-pump-{node_id}"
 
 
 class Drainer:
@@ -127,11 +133,6 @@ class Drainer:
         waiting up to ``downstream_wait_s``, default :data:`DOWNSTREAM_WAIT_S`): a
         refusal raises DownstreamError, no answer UnavailableError, and nothing starts.
         """
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from actors.syncer_workers import start_sql_workers
-
         if cfg.syncer.db_type not in ("mysql", "tidb", "file"):
             raise ConfigError(f"db-type {cfg.syncer.db_type!r} is not supported by the Ray "
                               "drainer yet; use mysql, tidb or file", key="syncer.db-type")
@@ -163,10 +164,8 @@ class Drainer:
                                               node_id=node_id) if serve else None
         opts = dict(max_restarts=-1, max_task_retries=0, num_cpus=0)
         if file_sink:  # pb records in [syncer.to] dir: no SQL workers, no downstream
-            from actors.file_sink import start_file_sink_actors
-
             settings = dataclasses.replace(settings, downstream=None, exactly_once=False,
-                                           worker_count=1)
+                                           worker_count=1, sink="file")
             workers = []
             keeper, coordinator = start_file_sink_actors(cfg, settings, **opts)
         else:
@@ -174,17 +173,17 @@ class Drainer:
             if layout is not None and layout.safe_mode:  # another count's replay window
                 worker_overrides["safe_mode_until_ts"] = layout.safe_mode_until_ts
             workers = start_sql_workers(cfg, settings.worker_count, **worker_overrides)
-            coordinator = ray.remote(concurrency_groups={"status": 1}, **opts)(
-                CoordinatorActor).remote(settings, workers)
-            keeper = ray.remote(**opts)(SchemaKeeperActor).remote(settings)
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
-                                              soft=False)  # addr is this host's
-        merger = ray.remote(max_concurrency=8, scheduling_strategy=here, **opts)(
-            MergerActor).remote(settings, keeper, coordinator, pumps, registry=registry,
-                                service=service, workers=workers)
+            coordinator = RayCalls.start_actor(
+                CoordinatorActor, settings, workers,
+                options={**opts, "concurrency_groups": {"status": 1}})
+            keeper = RayCalls.start_actor(SchemaKeeperActor, settings, options=opts)
+        merger = RayCalls.start_actor(  # pinned here: addr is this host's
+            MergerActor, settings, keeper, coordinator, pumps, registry=registry,
+            service=service, workers=workers,
+            options={**opts, "max_concurrency": 8, "scheduling_strategy": RayCalls.pinned()})
         drainer = cls(settings, merger, keeper, coordinator, workers)
         try:
-            addresses = _answer(merger.addresses.remote(), "merger", "addresses()",
+            addresses = _answer(RayCalls.call(merger, "addresses"), "merger", "addresses()",
                                 start_timeout_s)
         except BaseException:
             drainer._kill()
@@ -193,7 +192,7 @@ class Drainer:
         drainer.addr = addresses["addr"]
         drainer.status_addr = addresses["status_addr"]
         # Online (and merging) before returning: a pump started afterwards notifies us.
-        state = RayCalls.get(merger.wait_started.remote(start_timeout_s))
+        state = RayCalls.get(RayCalls.call(merger, "wait_started", start_timeout_s))
         if state == "starting":
             log.warning("the replication task is still starting after %.0f s (reading the "
                         "checkpoint from the downstream?); see status()", start_timeout_s)
@@ -211,8 +210,8 @@ class Drainer:
         actor has ``timeout`` seconds to answer (UnavailableError names the one that
         did not: busy, restarting, or its node is gone)."""
         deadline = time.monotonic() + timeout
-        merger = _answer(self.merger.status.remote(), "merger", "status()", timeout)
-        coord = _answer(self.coordinator.status.options(concurrency_group="status").remote(),
+        merger = _answer(RayCalls.call(self.merger, "status"), "merger", "status()", timeout)
+        coord = _answer(RayCalls.call_group(self.coordinator, "status", "status"),
                         "coordinator", "status()", max(deadline - time.monotonic(), 0.0),
                         budget=timeout)
         return {**merger, **{f"checkpoint_{k}" if k == "commit_ts" else k: v
@@ -220,7 +219,7 @@ class Drainer:
 
     def task_state(self, timeout: float = STATUS_TIMEOUT_S) -> dict:
         """The merger's status alone (cheap): ``state``, ``error``, ``node_state``, ..."""
-        return _answer(self.merger.status.remote(), "merger", "status()", timeout)
+        return _answer(RayCalls.call(self.merger, "status"), "merger", "status()", timeout)
 
     def checkpoint_ts(self, timeout: float = STATUS_TIMEOUT_S) -> int:
         return self.status(timeout)["checkpoint_commit_ts"]
@@ -260,13 +259,13 @@ class Drainer:
         from the last saved checkpoint, so nothing is lost)."""
         if self._stopped is not None:
             return self._stopped
-        ref = self.merger.stop.remote(final_state)
+        ref = RayCalls.call(self.merger, "stop", final_state)
         try:
             self._stopped = _answer(ref, "merger", f"stop({final_state!r})", timeout)
         except UnavailableError as exc:
             stage = "unknown (the merger does not answer status() either)"
             try:
-                stage = _answer(self.merger.status.remote(), "merger", "status()",
+                stage = _answer(RayCalls.call(self.merger, "status"), "merger", "status()",
                                 5.0).get("stop_stage") or "not started"
             except Exception as status_exc:  # noqa: BLE001 - the stage is a best effort
                 log.debug("merger status unavailable: %s", status_exc)
@@ -278,39 +277,24 @@ class Drainer:
         return self._stopped
 
     def _kill(self) -> None:
-        import ray
-
         for actor in [self.merger, self.keeper, self.coordinator, *self.workers]:
             if actor is not None:
-                ray.kill(actor, no_restart=True)
+                RayCalls.kill(actor)
 
 
 def _answer(ref, actor: str, call: str, timeout: float, *, budget: float | None = None):
     """``ray.get(ref)`` within ``timeout`` seconds; an actor that does not answer is an
     UnavailableError naming it, the call and the wait."""
-    import ray
-
     try:
-        return _get_within(ref, timeout)
-    except ray.exceptions.GetTimeoutError:
+        return RayCalls.get_within(ref, timeout)
+    except GetTimeoutError:
         raise UnavailableError(
             f"the drainer's {actor} actor did not answer {call} within "
             f"{budget if budget is not None else timeout:.3g} s (busy, restarting, or its node "
             "is gone; see the drainer log and `ray list actors`)") from None
 
 
-def _get_within(ref, timeout: float):
-    import ray
-
-    ready, _ = ray.wait([ref], timeout=max(timeout, 0.0))
-    if not ready:
-        raise ray.exceptions.GetTimeoutError(f"not ready within {timeout} s")
-    return RayCalls.get(ref)
-
-
 def _default_addr() -> str:
-    from tidb_binlog.config import DrainerConfig
-
     return next(f.default for f in dataclasses.fields(DrainerConfig) if f.name == "addr")
 
 
@@ -326,15 +310,8 @@ def join_cluster(cfg, *, ray_address: str | None = None):
     ``registry = "<namespace>[/<actor name>]"`` names the registry actor ("" =
     namespace ``tidb-binlog``, the default actor name).
     """
-    import os
-
-    import ray
-
-    from cluster.registry import REGISTRY_NAME, connect_registry
-    from tidb_binlog.config import split_registry
-
     namespace, name = split_registry(cfg.registry) or (DEFAULT_NAMESPACE, REGISTRY_NAME)
-    if not ray.is_initialized():
+    if not RayCalls.is_initialized():
         address, why = choose_ray_address(ray_address, os.environ.get("RAY_ADDRESS"),
                                           _recorded_ray_cluster())
         if address is not None and why == _RECORDED and _refused(address) is not None:
@@ -344,12 +321,12 @@ def join_cluster(cfg, *, ray_address: str | None = None):
         if address is None:
             log.info("starting a local Ray (%s; set --ray-address or $RAY_ADDRESS to join "
                      "a cluster)", why)
-            ray.init(address="local", namespace=namespace, log_to_driver=False,
-                     include_dashboard=False)
+            RayCalls.init(address="local", namespace=namespace, log_to_driver=False,
+                          include_dashboard=False)
         else:
             _init_ray(address, why, namespace)
         log.info("joined the Ray cluster at %s (%s), namespace %r",
-                 ray.get_runtime_context().gcs_address, why, namespace)
+                 RayCalls.gcs_address(), why, namespace)
     return connect_registry(namespace=namespace, name=name), namespace
 
 
@@ -371,21 +348,13 @@ def choose_ray_address(flag: str | None, env_value: str | None,
 
 
 def _recorded_ray_cluster() -> str | None:
-    try:
-        from ray._private.services import find_bootstrap_address
-
-        return find_bootstrap_address(None)
-    except Exception as exc:  # a private API: without it, behave as if none is recorded
-        log.debug("cannot read the recorded Ray cluster: %s", exc)
-        return None
+    return RayCalls.recorded_cluster()
 
 
 def _refused(address: str, timeout_s: float = 5.0) -> str | None:
     """Why nothing answers at a ``host:port`` Ray address (None: something does, or the
     address is not host:port). ``ray.init`` itself retries such an address for a long
     time, printing its own warnings, before it gives up."""
-    import socket
-
     if address == "auto" or "://" in address:
         return None
     host, sep, port = address.rpartition(":")
@@ -399,8 +368,6 @@ def _refused(address: str, timeout_s: float = 5.0) -> str | None:
 
 
 def _init_ray(address: str, why: str, namespace: str) -> None:
-    import ray
-
     fix = ("check --ray-address / $RAY_ADDRESS (the cluster's GCS host:port, as `ray start "
            "--head` prints it), or unset both to start a local Ray")
     reason = _refused(address)
@@ -408,7 +375,7 @@ def _init_ray(address: str, why: str, namespace: str) -> None:
         raise UnavailableError(f"cannot join the Ray cluster at {address!r} ({why}): nothing "
                                f"answers there ({reason}); {fix}")
     try:
-        ray.init(address=address, namespace=namespace, log_to_driver=False)
+        RayCalls.init(address=address, namespace=namespace, log_to_driver=False)
     except Exception as exc:
         if _is_auth_failure(exc):
             raise UnavailableError(
@@ -476,9 +443,6 @@ def check_downstream(settings: TaskSettings, *, wait_s: float | None = None,
       :data:`DOWNSTREAM_RETRY_S` for ``wait_s`` (default :data:`DOWNSTREAM_WAIT_S`),
       then raises :class:`~tidb_binlog.errors.UnavailableError` naming the wait.
     """
-    from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
-    from tidb_binlog.errors import DownstreamError, TransientDownstreamError
-
     wait_s = DOWNSTREAM_WAIT_S if wait_s is None else wait_s
     address = settings.downstream.address
     deadline = clock() + wait_s

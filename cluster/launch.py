@@ -9,7 +9,7 @@ use to stand up "PD + pumps" in one call::
     ...
     cluster.stop()
 
-Each pump runs as a PumpActor named :func:`cluster.drainer.pump_actor_name` of
+Each pump runs as a PumpActor named :func:`tidb_binlog.drainer.pipeline.names.pump_actor_name` of
 its node id (``pump-0``, ``pump-1``, ...), with its data under
 ``work_dir/pump-N``, registered online in the registry, resolving missing commit
 binlogs through the upstream meta. The upstream meta's connection parameters are
@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.drainer import DEFAULT_NAMESPACE, UPSTREAM_META_KEY, pump_actor_name
+from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE, UPSTREAM_META_KEY, pump_actor_name
 
 __all__ = ["LocalCluster", "PumpOptions"]
 

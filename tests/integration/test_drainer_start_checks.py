@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.drainer import TaskSettings
 from cluster.drainer import Drainer, check_downstream
 from tidb_binlog.config import load_drainer_config
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.errors import DownstreamError, UnavailableError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from actors.drainer import TaskSettings
 from cluster.drainer import Drainer
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.errors import UnavailableError
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]

@@ -12,9 +12,11 @@ from __future__ import annotations
 import pytest
 
 import actors.drainer as drainer_actors
-from actors.drainer import CoordinatorActor, PipelineReset, TaskSettings
+from actors.drainer import CoordinatorActor
+from actors.ray_calls import PipelineReset
 from tidb_binlog.drainer.checkpoint import Checkpoint
 from tidb_binlog.drainer.dml import DML, DMLType, TableSchema, Txn
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.errors import TransientDownstreamError
 
 T = TableSchema.build("db", "t", ["id", "v"], ["id"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actors.pump import start_pump_actor
+from actors.ray_calls import PumpPullCalls
 from tidb_binlog import binlog as bl
 from tidb_binlog.config import load_pump_config
 from tidb_binlog.drainer.merge import Merger
@@ -59,13 +60,13 @@ def sequential(source, last_ts):
 def test_pipelined_fetches_yield_the_sequential_stream(ray_local, pump):
     actor, addr = pump
     commits = write_txns(addr, 1000, 80)
-    seq = sequential(ActorPumpSource(actor, ray_local, max_bytes=2000, pull_timeout_s=0.05),
+    seq = sequential(ActorPumpSource(actor, PumpPullCalls(), max_bytes=2000, pull_timeout_s=0.05),
                      commits[-1])
     assert [ts for _, batch, _ in seq for ts in batch] == commits
     assert len(seq) > 5                                       # really several batches
 
     metrics = build_drainer_metrics()
-    src = ActorPumpSource(actor, ray_local, node_id="pump-a", max_bytes=2000,
+    src = ActorPumpSource(actor, PumpPullCalls(), node_id="pump-a", max_bytes=2000,
                           pull_timeout_s=0.05, max_outstanding=3, metrics=metrics)
     src.start_fetch(0)
     piped, payloads = [], []
@@ -86,7 +87,7 @@ def test_pipelined_fetches_yield_the_sequential_stream(ray_local, pump):
 def test_unpolled_fetches_stop_at_the_outstanding_bound(ray_local, pump):
     actor, addr = pump
     commits = write_txns(addr, 5000, 40)
-    src = ActorPumpSource(actor, ray_local, max_bytes=1000, pull_timeout_s=0.05,
+    src = ActorPumpSource(actor, PumpPullCalls(), max_bytes=1000, pull_timeout_s=0.05,
                           max_outstanding=2)
     src.start_fetch(0)
     while src.pending_refs() or src.outstanding < 2:          # resolve, never hand out
@@ -114,7 +115,7 @@ def test_two_pumps_merge_through_pipelined_sources(ray_local, pump, tmp_path):
         sources = {}
         for name, actor in (("a", actor_a), ("b", actor_b)):
             merger.add_source(name)
-            sources[name] = ActorPumpSource(actor, ray_local, node_id=name, max_bytes=800,
+            sources[name] = ActorPumpSource(actor, PumpPullCalls(), node_id=name, max_bytes=800,
                                             pull_timeout_s=0.05)
             sources[name].start_fetch(0)
         out = []
@@ -136,7 +137,7 @@ def test_two_pumps_merge_through_pipelined_sources(ray_local, pump, tmp_path):
 def test_a_dead_pump_actor_is_unavailable(ray_local, tmp_path):
     actor, addr = start(ray_local, str(tmp_path / "dead"), "pump-dead")
     write_txns(addr, 100, 3)
-    src = ActorPumpSource(actor, ray_local, node_id="pump-dead", pull_timeout_s=0.05)
+    src = ActorPumpSource(actor, PumpPullCalls(), node_id="pump-dead", pull_timeout_s=0.05)
     assert [ts for ts, _ in src.fetch(0)[0]] == [101, 103, 105]
     ray_local.kill(actor, no_restart=True)
     with pytest.raises(UnavailableError, match="pump pump-dead after 105: the pump actor is"):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import actors.drainer as drainer_mod
-from actors.drainer import CoordinatorActor, TaskSettings
+from actors.drainer import CoordinatorActor
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
 
 
 class _Store:

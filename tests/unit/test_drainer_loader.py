@@ -8,7 +8,8 @@ import pickle
 import pymysql
 import pytest
 
-from actors.syncer_workers import SqlWorkerActor, _Ray
+from actors.ray_calls import RayCalls
+from actors.syncer_workers import SqlWorkerActor
 from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, Txn
 from tidb_binlog.drainer.downstream import (
     DownstreamConfig,
@@ -341,7 +342,7 @@ def test_metrics_names():
 
 
 def test_worker_shell_without_ray():
-    assert _Ray.resolve([(1, ())]) == [(1, ())]
+    assert RayCalls.resolve([(1, ())]) == [(1, ())]
     worker = SqlWorkerActor(DownstreamConfig(port=1), LoaderConfig(worker=4, exactly_once=False),
                             load_progress=False)
     ack = worker.execute([])

@@ -3,8 +3,8 @@ earlier batches are still in flight (the merger as a plain object, no Ray)."""
 
 from __future__ import annotations
 
-from actors.drainer import TaskSettings
 from actors.merger import _BACKLOG_BATCHES, MergerActor
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
 
 
 class Buffered:

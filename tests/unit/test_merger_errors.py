@@ -56,7 +56,7 @@ def test_http_status_without_a_coordinator_is_one_line_naming_the_task_error(mon
     def dead(actor, timeout_s=10.0):
         raise RuntimeError(RAY_TEXT)
 
-    monkeypatch.setattr(merger_mod._Ray, "status", staticmethod(dead))
+    monkeypatch.setattr(merger_mod.RayCalls, "status", staticmethod(dead))
     merger = MergerActor.__new__(MergerActor)
     merger.coordinator, merger.state = None, "failed"
     merger.error = "UnavailableError: the pipeline actor CoordinatorActor could not start"

@@ -189,10 +189,10 @@ def test_retention_gc(env):
 
 # -- the actor classes as plain objects (no Ray) ------------------------------------------
 def test_file_sink_actor_refuses_batches_out_of_sequence(tmp_path):
-    from actors.drainer import TaskSettings
     from actors.file_sink import FileSinkActor
     from actors.ray_calls import PipelineReset
     from tidb_binlog.config import load_drainer_config
+    from tidb_binlog.drainer.pipeline.settings import TaskSettings
 
     cfg = load_drainer_config(None, {"syncer.db-type": "file", "data-dir": str(tmp_path)})
     actor = FileSinkActor(TaskSettings(cluster_id=1, initial_commit_ts=0), cfg)
@@ -209,10 +209,10 @@ def test_file_sink_actor_refuses_batches_out_of_sequence(tmp_path):
 
 
 def test_pb_keeper_actor_translates_and_skips_ignored_commit_ts():
-    from actors.drainer import TaskSettings
     from actors.file_sink import PbKeeperActor
     from actors.ray_calls import PipelineReset
     from tidb_binlog import binlog as bl
+    from tidb_binlog.drainer.pipeline.settings import TaskSettings
     from tidb_binlog.model import ActionType, CIStr, DBInfo, HistoryInfo, Job, JobState, SchemaState
 
     db = DBInfo(id=2, db_name=CIStr("shop"))
@@ -239,9 +239,9 @@ def test_pb_keeper_actor_translates_and_skips_ignored_commit_ts():
 
 
 def test_file_sink_actor_close_before_reset_reports_the_saved_checkpoint(tmp_path):
-    from actors.drainer import TaskSettings
     from actors.file_sink import FileSinkActor
     from tidb_binlog.config import load_drainer_config
+    from tidb_binlog.drainer.pipeline.settings import TaskSettings
 
     cfg = load_drainer_config(None, {"syncer.db-type": "file", "data-dir": str(tmp_path)})
     FileCheckpointStore(tmp_path).save(Checkpoint(77, schema_version=3))

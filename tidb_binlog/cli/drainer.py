@@ -89,8 +89,8 @@ def run(args) -> int:
     cfg = load_config(args)
     Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
     if cfg.syncer.db_type != "file":  # before Ray: a downstream we cannot use ends it here
-        from actors.drainer import TaskSettings
         from cluster.drainer import check_downstream
+        from tidb_binlog.drainer.pipeline.settings import TaskSettings
 
         check_downstream(TaskSettings.from_config(cfg, upstream_meta={}))
     registry, namespace = join_cluster(cfg, ray_address=args.ray_address)

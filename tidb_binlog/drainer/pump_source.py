@@ -8,7 +8,7 @@ it later (``since_commit_ts`` when nothing came); it waits up to ``timeout_s``
 when nothing is there.  Feed both to ``Merger.push(node_id, items, watermark)``
 and fetch again from ``watermark``.  ``close()`` releases the source.
 
-**ActorPumpSource(actor, ray)**: a :class:`~actors.pump.PumpActor` pulled with
+**ActorPumpSource(actor, calls)**: a :class:`~actors.pump.PumpActor` pulled with
 ``pull.options(num_returns=2)``, so the batch stays an object ref until asked
 for.  Besides the blocking ``fetch`` it pipelines: ``start_fetch(since)`` issues
 a pull and returns a token; ``poll(timeout_s, max_fetches)`` returns the
@@ -20,8 +20,9 @@ yet returned (backpressure: a caller that stops polling, or polls with a small
 ``max_fetches``, holds at most that many batches in the object store).  An
 error ends the chain (``poll`` raises; :attr:`ActorPumpSource.position` is the
 watermark of the last fetch returned, where to ``start_fetch`` again).  Every
-Ray call is in :class:`RayCalls`, which takes the ``ray`` module from the shell
-(the pure core never imports ray), and translates a dead actor to
+Ray call is one of ``calls`` (:class:`PullCalls`: ``pull``, ``ready``, ``get``),
+which the shell passes in (``actors.ray_calls.PumpPullCalls``; the pure core never
+imports ray); it translates a dead actor to
 :class:`~tidb_binlog.errors.UnavailableError`.
 
 **GrpcPumpSource(addr, cluster_id, tls)**: a standalone pump (a real TiDB
@@ -64,16 +65,14 @@ from tidb_binlog.errors import (
     DamagedBinlog,
     ProtocolError,
     PurgedError,
-    UnavailableError,
 )
-from tidb_binlog.packed import unpack
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 
 __all__ = [
     "Items",
     "PumpSource",
     "Fetched",
-    "RayCalls",
+    "PullCalls",
     "ActorPumpSource",
     "GrpcPumpSource",
     "DEFAULT_MAX_BYTES",
@@ -124,37 +123,22 @@ def damaged_error(node_id: str, addr: str, detail: str, *, ts: int | None = None
                          offset=offset, ts=ts)
 
 
-# -- Ray ----------------------------------------------------------------------------------
-class RayCalls:
-    """Every Ray API call of the actor source; ``ray`` is the module, passed in by the shell."""
+# -- the actor source's calls --------------------------------------------------------------
+class PullCalls(Protocol):
+    """The calls :class:`ActorPumpSource` makes to a PumpActor (implemented over Ray by
+    ``actors.ray_calls.PumpPullCalls``; by a fake in unit tests)."""
 
-    def __init__(self, ray):
-        self._ray = ray
-
-    def pull(self, actor, since_commit_ts: int, max_bytes: int, timeout_s: float):
-        """``(batch_ref, watermark_ref)`` of one ``PumpActor.pull``; the batch comes packed
-        (:mod:`tidb_binlog.packed`), :meth:`get` of it unpacks."""
-        return actor.pull.options(num_returns=2).remote(since_commit_ts, max_bytes, timeout_s,
-                                                        packed=True)
+    def pull(self, actor, since_commit_ts: int, max_bytes: int, timeout_s: float) -> tuple:
+        """``(batch_ref, watermark_ref)`` of one pull, the batch packed."""
+        ...
 
     def ready(self, refs: Sequence, timeout_s: float) -> set:
-        """The refs already resolved, waiting up to ``timeout_s`` for the first one."""
-        if not refs:
-            return set()
-        wait = self._ray.wait
-        done, _ = wait(list(refs), num_returns=1, timeout=timeout_s, fetch_local=False)
-        if done:
-            done, _ = wait(list(refs), num_returns=len(refs), timeout=0, fetch_local=False)
-        return set(done)
+        """The refs resolved, waiting up to ``timeout_s`` for the first."""
+        ...
 
-    def get(self, ref, what: str):
-        try:
-            return unpack(self._ray.get(ref))
-        except BinlogError:
-            raise
-        except self._ray.exceptions.RayActorError as exc:
-            raise UnavailableError(f"{what}: the pump actor is unavailable ({exc}); "
-                                   "start fetching again from the last watermark") from exc
+    def get(self, ref, what: str) -> Any:
+        """The value (a batch unpacked); a dead pump actor is an UnavailableError."""
+        ...
 
 
 class _InFlight:
@@ -171,19 +155,19 @@ class _InFlight:
 class ActorPumpSource:
     """A PumpActor as a pump source, with pipelined pulls; see the module doc."""
 
-    def __init__(self, actor, ray=None, *, node_id: str = "", calls: RayCalls | None = None,
+    def __init__(self, actor, calls: PullCalls | None = None, *, node_id: str = "",
                  max_bytes: int = DEFAULT_MAX_BYTES, pull_timeout_s: float = 1.0,
                  max_outstanding: int = 4, metrics=None,
                  wall_clock: Callable[[], float] = time.time, first_max_bytes: int = 0):
-        if calls is None and ray is None:
-            raise ConfigError("ActorPumpSource needs the ray module (or calls=RayCalls(ray))",
-                              key="ray")
+        if calls is None:
+            raise ConfigError("ActorPumpSource needs its calls (actors.ray_calls.PumpPullCalls() "
+                              "over Ray)", key="calls")
         if max_outstanding < 1:
             raise ConfigError(f"max_outstanding must be >= 1, got {max_outstanding}",
                               key="max_outstanding")
         self.actor = actor
         self.node_id = node_id
-        self.calls = calls if calls is not None else RayCalls(ray)
+        self.calls = calls
         self.max_bytes = max_bytes
         # the first pull of a chain asks for this much (0: max_bytes): a small first
         # batch lets the merge start while the pump reads the next, bigger one

@@ -1,0 +1,89 @@
+"""TaskSettings: everything a replication task's actors need, derived once from drainer.toml.
+
+Each actor takes the settings (they pickle) and nothing else the driver held, so an
+actor Ray restarts, or a detached one started by a task API, rebuilds itself from them
+(peers are looked up by name: :mod:`tidb_binlog.drainer.pipeline.names`).
+
+``sink`` picks the pipeline's mode: ``"mysql"`` (schema keeper → coordinator → SQL
+workers; routed in the keeper when ``exactly_once``) or ``"file"`` (pb keeper → file
+sink). A new sink kind adds its name here and a :class:`~.sink.Sink` class.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
+
+from tidb_binlog.drainer.downstream import DownstreamConfig
+
+__all__ = ["TaskSettings", "SINKS"]
+
+SINKS = ("mysql", "file")
+"""The sink kinds a task can write to (``[syncer] db-type`` tidb is ``mysql`` here)."""
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """Everything the pipeline actors need, derived once from drainer.toml."""
+
+    cluster_id: int
+    worker_count: int = 16
+    txn_batch: int = 20
+    exactly_once: bool = True
+    safe_mode: bool = False
+    merge: bool = True
+    initial_commit_ts: int = -1
+    ignore_schemas: tuple[str, ...] = ("information_schema", "performance_schema", "mysql")
+    ignore_txn_commit_ts: tuple[int, ...] = ()
+    time_zone: str = "+00:00"
+    downstream: DownstreamConfig | None = None  # None for a file sink
+    checkpoint_schema: str = "tidb_binlog"
+    checkpoint_table: str = "checkpoint"
+    upstream_meta: dict = field(default_factory=dict)  # UpstreamMeta params
+    max_inflight: int = 4
+    merge_batch: int = 512
+    pull_max_bytes: int = 4 << 20
+    save_interval_s: float = 3.0
+    sink: str = "mysql"
+
+    def __post_init__(self) -> None:
+        if self.sink not in SINKS:
+            raise ValueError(f"unknown sink {self.sink!r}; expected one of {SINKS}")
+
+    @classmethod
+    def from_config(cls, cfg, *, upstream_meta: dict, **overrides) -> TaskSettings:
+        """From a resolved :class:`~tidb_binlog.config.DrainerConfig`."""
+        s = cfg.syncer
+        exactly_once = s.exactly_once if s.exactly_once is not None else True
+        values = dict(
+            cluster_id=cfg.cluster_id, worker_count=s.worker_count, txn_batch=s.txn_batch,
+            exactly_once=exactly_once, safe_mode=s.safe_mode, merge=s.to.merge,
+            initial_commit_ts=cfg.initial_commit_ts,
+            ignore_schemas=tuple(x.lower() for x in s.ignore_schemas),
+            ignore_txn_commit_ts=tuple(s.ignore_txn_commit_ts),
+            time_zone=str(s.to.params.get("time_zone", "+00:00")),
+            downstream=DownstreamConfig.from_drainer_config(cfg),
+            checkpoint_schema=s.to.checkpoint.schema or "tidb_binlog",
+            checkpoint_table=s.to.checkpoint.table or "checkpoint",
+            upstream_meta=dict(upstream_meta))
+        values.update(overrides)
+        return cls(**values)
+
+    @property
+    def routed(self) -> bool:
+        """Whether the keeper routes rows to workers and the coordinator gets only the
+        plan (exactly-once into MySQL); otherwise ``translate`` → ``apply``."""
+        return self.exactly_once and self.sink == "mysql"
+
+    def tzinfo(self) -> datetime.tzinfo:
+        """The downstream time zone: ``+HH:MM`` offsets, ``UTC``, or an IANA name."""
+        text = self.time_zone.strip()
+        if text.upper() in ("UTC", "Z", "+00:00", "-00:00"):
+            return datetime.UTC
+        if text[:1] in "+-" and ":" in text:
+            sign = -1 if text.startswith("-") else 1
+            hours, _, minutes = text[1:].partition(":")
+            return datetime.timezone(sign * datetime.timedelta(hours=int(hours),
+                                                               minutes=int(minutes)))
+        return ZoneInfo(text)
