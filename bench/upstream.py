@@ -46,11 +46,12 @@ import threading
 import time
 from pathlib import Path
 
+from tidb_binlog.testing.collector import BinlogCollector
 from tidb_binlog.testing.mariadb import MariaDBServer
 from tidb_binlog.testing.pump_process import PumpProcess
 from tidb_binlog.tso import TimestampOracle
-from tidb_binlog.upstream import BinlogCollector, TsoBatcher, Upstream
-from tidb_binlog.upstream.core import connect
+from tidb_binlog.upstream import TsoBatcher, Upstream
+from tidb_binlog.upstream.conn import connect
 from tidb_binlog.upstream.workload import SBTEST_DDL
 
 CLUSTER_ID = 6_900_000_000_000_000_011

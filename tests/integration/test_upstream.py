@@ -20,8 +20,9 @@ from tidb_binlog.codec import (
 from tidb_binlog.errors import SchemaError, UnsupportedDDL, UpstreamError
 from tidb_binlog.model import EXTRA_HANDLE_ID, ActionType, SchemaState
 from tidb_binlog.node import TxnStatus
+from tidb_binlog.testing.collector import BinlogCollector
 from tidb_binlog.tso import TimestampOracle
-from tidb_binlog.upstream import BinlogCollector, Raw, SimulatedCrash, Upstream
+from tidb_binlog.upstream import Raw, SimulatedCrash, Upstream
 
 _names = itertools.count()
 

@@ -18,8 +18,9 @@ import pytest
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import DDLNotRecorded, PumpUnavailable, TxnConflict, UpstreamError
+from tidb_binlog.testing.collector import BinlogCollector
 from tidb_binlog.tso import TimestampOracle
-from tidb_binlog.upstream import BinlogCollector, Upstream, workload
+from tidb_binlog.upstream import Upstream, workload
 from tidb_binlog.upstream import ddl as ddl_module
 from tidb_binlog.upstream.catalog import CATALOG_DB
 

@@ -12,9 +12,10 @@ import pymysql
 import pytest
 
 from tidb_binlog.errors import UpstreamError, UpstreamUnreachable
+from tidb_binlog.testing.collector import BinlogCollector
 from tidb_binlog.tso import TimestampOracle
-from tidb_binlog.upstream import BinlogCollector, Upstream
-from tidb_binlog.upstream.core import translate
+from tidb_binlog.upstream import Upstream
+from tidb_binlog.upstream.conn import translate
 from tidb_binlog.upstream.meta import UpstreamMeta
 
 pytestmark = pytest.mark.integration

@@ -29,8 +29,9 @@ from tidb_binlog.node import PUMP
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.server import open_channel, open_pump
 from tidb_binlog.pump_client import PumpClient
+from tidb_binlog.testing.collector import BinlogCollector
 from tidb_binlog.testing.registry import InMemoryRegistry
-from tidb_binlog.upstream import BinlogCollector, SimulatedCrash, Upstream, UpstreamMeta, workload
+from tidb_binlog.upstream import SimulatedCrash, Upstream, UpstreamMeta, workload
 from tidb_binlog.upstream.catalog import CATALOG_DB
 
 _names = itertools.count()

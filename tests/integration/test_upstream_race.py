@@ -14,8 +14,9 @@ import pytest
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.codec import decode_old_and_new_row, decode_old_row, split_insert_row
+from tidb_binlog.testing.collector import BinlogCollector
 from tidb_binlog.tso import TimestampOracle
-from tidb_binlog.upstream import BinlogCollector, Raw, Upstream
+from tidb_binlog.upstream import Raw, Upstream
 
 _names = itertools.count()
 

@@ -4,6 +4,10 @@ It has the pump client's ``write_binlog(binlog)`` API and stores the marshalled
 bytes (so every binlog goes through the same protobuf encoding a pump receives).
 ``fail_next(n)`` makes the next ``n`` Prewrite writes raise, as an unreachable
 pump would. Thread-safe.
+
+A test double: it stands where a pump client would stand behind an ``Upstream``
+(tests, ``bench/upstream.py``), so it lives with the other test support, not in the
+upstream package.
 """
 
 from __future__ import annotations

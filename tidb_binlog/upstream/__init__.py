@@ -8,11 +8,11 @@ See ``tidb_binlog/upstream/README.md``. Public surface::
     Session.begin() -> Txn: insert / update / delete / replace / execute / query / commit / rollback
     UpstreamMeta(params): history_jobs / job / txn_status / cluster_id / snapshot_tables
     Faults(drop_commit_binlog=, crash_after_prewrite=, fail_prewrite=, ddl_round_conflict=);
-    BinlogCollector; errors: tidb_binlog.errors.UpstreamError and its subclasses (README)
+    errors: tidb_binlog.errors.UpstreamError and its subclasses (README)
+    (the in-memory writer for tests is tidb_binlog.testing.collector.BinlogCollector)
     TsoBatcher(source).get_ts: concurrent sessions' timestamps from one TSO call (PD client)
 """
 
-from tidb_binlog.upstream.collector import BinlogCollector
 from tidb_binlog.upstream.core import Upstream
 from tidb_binlog.upstream.ddl_parse import DDLStatement, parse_ddl
 from tidb_binlog.upstream.faults import Faults, SimulatedCrash
@@ -24,6 +24,6 @@ from tidb_binlog.upstream.txn import Raw, Session, Txn
 
 __all__ = [
     "Upstream", "Session", "Txn", "Raw", "UpstreamMeta", "Faults", "SimulatedCrash",
-    "BinlogCollector", "TableCodec", "DDLStatement", "parse_ddl", "CLUSTERED_ON",
+    "TableCodec", "DDLStatement", "parse_ddl", "CLUSTERED_ON",
     "CLUSTERED_INT_ONLY", "TsoBatcher",
 ]

@@ -33,47 +33,26 @@ from collections import Counter
 from collections.abc import Callable
 
 import pymysql
-from pymysql.constants import CLIENT
 
-from tidb_binlog.errors import FinishTimeout, TxnConflict, UpstreamError, UpstreamUnreachable
+from tidb_binlog.errors import FinishTimeout, UpstreamError
 from tidb_binlog.model import Job, TableInfo
 from tidb_binlog.upstream.catalog import Catalog, Snapshot
+from tidb_binlog.upstream.conn import connect, translate
+from tidb_binlog.upstream.ddl import run_ddl
 from tidb_binlog.upstream.faults import Faults
 from tidb_binlog.upstream.introspect import CLUSTERED_INT_ONLY, CLUSTERED_ON
+from tidb_binlog.upstream.meta import UpstreamMeta
 from tidb_binlog.upstream.rows import TableCodec
+from tidb_binlog.upstream.txn import Session
 
-__all__ = ["Upstream", "connect", "translate", "CONFLICT_CODES", "CONNECTION_LOST_CODES", "DEFAULT_WAIT_TIMEOUT_S"]
+__all__ = ["Upstream", "DEFAULT_WAIT_TIMEOUT_S"]
 
-# MariaDB's "this transaction lost a lock conflict and was rolled back" codes: deadlock
-# victim, lock wait timeout (the whole transaction is rolled back for 1205 only with
-# innodb_rollback_on_timeout; callers roll back themselves before retrying).
-CONFLICT_CODES = (1213, 1205)
-# The server is gone or unreachable: can't connect (2002 socket, 2003 TCP), gone away
-# (2006), lost during a query (2013, 2055), shutting down (1053), connection killed
-# (1927), dropped for inactivity (4031). pymysql's InterfaceError (a use of a connection
-# it already closed) is counted with them.
-CONNECTION_LOST_CODES = (2002, 2003, 2006, 2013, 2055, 1053, 1927, 4031)
 DEFAULT_WAIT_TIMEOUT_S = 60.0
 
 log = logging.getLogger(__name__)
 
 _FINISH_BATCH = 256  # Commit/Rollback binlogs per write_binlogs call, at most
 _BOOTSTRAP_ATTEMPTS = 5
-
-
-def translate(exc: pymysql.err.MySQLError, sql: str = "") -> UpstreamError:
-    """pymysql's error → our tree (the one boundary where MariaDB errors cross): a
-    deadlock or lock wait timeout is a :class:`TxnConflict` (retryable)."""
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-    msg = exc.args[1] if len(exc.args) > 1 else str(exc)
-    if code in CONFLICT_CODES:
-        cls = TxnConflict
-    elif code in CONNECTION_LOST_CODES or isinstance(exc, pymysql.err.InterfaceError):
-        cls = UpstreamUnreachable
-    else:
-        cls = UpstreamError
-    return cls(f"upstream MariaDB error {code}: {msg} (statement: {sql[:300]!r})",
-               sql=sql[:2000], code=code)
 
 
 def _finish_timeout(what: str, writer, pending: Counter, timeout_s: float) -> FinishTimeout:
@@ -93,24 +72,6 @@ def _finish_timeout(what: str, writer, pending: Counter, timeout_s: float) -> Fi
         "pump resolves a Prewrite whose Commit never arrives after max-txn-timeout. Check that "
         f"the pumps are up, or pass a longer timeout to {what}()",
         pending=total, pumps=dict(pumps), timeout_s=timeout_s)
-
-
-def connect(params: dict, *, autocommit: bool = False, database: str | None = None,
-            multi_statements: bool = False):
-    """A pymysql connection in UTC, as every upstream connection is. Sessions enable
-    multi-statements to save round trips in the commit protocol (only SQL we
-    generate, with escaped literals, is ever sent that way)."""
-    kw = dict(params)
-    kw.pop("database", None)
-    kw.pop("db", None)
-    kw.setdefault("charset", "utf8mb4")
-    try:
-        conn = pymysql.connect(**kw, database=database, autocommit=autocommit,
-                               init_command="SET time_zone='+00:00'",
-                               client_flag=CLIENT.MULTI_STATEMENTS if multi_statements else 0)
-    except pymysql.err.MySQLError as exc:
-        raise translate(exc, "connect") from exc
-    return conn
 
 
 class _FinishSender:
@@ -358,20 +319,14 @@ class Upstream:
         return c
 
     # -- sessions, DDL, meta -----------------------------------------------------------
-    def session(self, database: str | None = None):
-        from tidb_binlog.upstream.txn import Session
-
+    def session(self, database: str | None = None) -> Session:
         return Session(self, database or self.database)
 
     def ddl(self, sql: str, database: str | None = None) -> Job | None:
         """Run one DDL statement as TiDB would (see ``tidb_binlog.upstream.ddl``)."""
-        from tidb_binlog.upstream.ddl import run_ddl
-
         return run_ddl(self, sql, database or self.database)
 
-    def meta(self):
-        from tidb_binlog.upstream.meta import UpstreamMeta
-
+    def meta(self) -> UpstreamMeta:
         return UpstreamMeta(self.params)
 
     def send_finish(self, binlog) -> None:

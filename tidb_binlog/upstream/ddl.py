@@ -73,7 +73,7 @@ from tidb_binlog.model import (
     TableInfo,
 )
 from tidb_binlog.upstream.catalog import CATALOG_DB, Catalog
-from tidb_binlog.upstream.core import CONFLICT_CODES, connect, translate
+from tidb_binlog.upstream.conn import CONFLICT_CODES, connect, translate
 from tidb_binlog.upstream.ddl_parse import DDLStatement, parse_ddl
 from tidb_binlog.upstream.introspect import build_table_info, needs_hidden_rowid
 from tidb_binlog.upstream.rows import quote_id

@@ -35,7 +35,7 @@ from tidb_binlog.errors import UpstreamUnreachable
 from tidb_binlog.model import DBInfo, Job, TableInfo
 from tidb_binlog.node import TxnStatus
 from tidb_binlog.upstream.catalog import CATALOG_DB, Catalog
-from tidb_binlog.upstream.core import connect, translate
+from tidb_binlog.upstream.conn import connect, translate
 
 __all__ = ["UpstreamMeta"]
 

@@ -42,7 +42,7 @@ from tidb_binlog.errors import (
 )
 from tidb_binlog.upstream.capture import DmlCapture, Raw
 from tidb_binlog.upstream.catalog import CATALOG_DB, META_SCHEMA_VERSION
-from tidb_binlog.upstream.core import CONFLICT_CODES, connect, translate
+from tidb_binlog.upstream.conn import CONFLICT_CODES, connect, translate
 from tidb_binlog.upstream.faults import SimulatedCrash
 
 __all__ = ["Session", "Txn", "Raw"]
