@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidb_binlog import binlog as bl
-from tidb_binlog.errors import ClusterIDMismatch, StateError, UnavailableError
+from tidb_binlog.errors import ClusterIDMismatch, StateError, StorageError, UnavailableError
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, PAUSING, PUMP, NodeStatus
 from tidb_binlog.pump.metrics import PumpMetrics
 from tidb_binlog.pump.node_rules import (
@@ -272,15 +272,30 @@ class PumpNode:
         Every binlog this pump will ever serve with commit_ts <= watermark is either
         at or below ``since_commit_ts`` or in the returned batch. With nothing new,
         waits up to ``timeout_s`` on the storage (no polling).
+
+        A stopped pump (SIGTERM, ``stop()``: ``paused``, storage closed) raises
+        UnavailableError, not the closed storage's StorageError: like TiDB's pump
+        whose server is gone, it is expected back, and a drainer retries an
+        unavailable pump where it treats a storage fault as fatal.
         """
-        batch, position = self._pull(since_commit_ts, max_bytes)
-        if not batch and position <= since_commit_ts and timeout_s > 0:
-            self.storage.wait_for_commit(since_commit_ts, timeout_s)
+        self._check_serving()
+        try:
             batch, position = self._pull(since_commit_ts, max_bytes)
+            if not batch and position <= since_commit_ts and timeout_s > 0:
+                self.storage.wait_for_commit(since_commit_ts, timeout_s)
+                batch, position = self._pull(since_commit_ts, max_bytes)
+        except StorageError:
+            self._check_serving()  # closed by a stop() while this pull ran
+            raise
         # Everything served in (since, position] was returned: past keys that serve
         # nothing (an orphan commit) the position still moves, so no caller reads them
         # again in a loop.
         return batch, max(position, since_commit_ts)
+
+    def _check_serving(self) -> None:
+        if self._stop.is_set():
+            raise UnavailableError(f"pump {self.node_id} is stopped (state {self._state}); "
+                                   "pull again once it is restarted")
 
     def _pull(self, since_commit_ts: int, max_bytes: int) -> tuple[list[tuple[int, bytes]], int]:
         """``(batch, position)`` from the storage; a storage without ``pull_commits``
