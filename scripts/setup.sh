@@ -10,6 +10,8 @@
 #   4. a note when Java is missing (only the Spark jobs need it; nothing fails)
 #   5. the MariaDB JDBC driver jar for the Spark jobs (apt libmariadb-java, when
 #      /usr/share/java/mariadb-java-client.jar is missing)
+#   6. promtool (apt prometheus, service not started) for the alert-rule tests of
+#      cluster/monitoring (tests/unit/test_monitoring.py skips without it)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -117,4 +119,25 @@ if [ ! -f "$JDBC_JAR" ]; then
     [ -f "$JDBC_JAR" ] || die "libmariadb-java installed but $JDBC_JAR not found"
 fi
 say "jdbc driver: $(readlink -f "$JDBC_JAR")"
+# --- 6. promtool, the Prometheus rule checker (cluster/monitoring tests) -------------
+# Debian's prometheus package; policy-rc.d exit 101 keeps its service from starting
+# (as for MariaDB above). About 25 s; a failure only skips those tests.
+if ! command -v promtool >/dev/null 2>&1 && { ! command -v apt-get >/dev/null 2>&1 \
+        || { [ "$(id -u)" -ne 0 ] && [ ${#SUDO[@]} -eq 0 ]; }; }; then
+    say "note: promtool not found and cannot be installed here (needs apt-get as root);"
+    say "      the alert-rule tests of cluster/monitoring skip"
+elif ! command -v promtool >/dev/null 2>&1; then
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+        trap '"${SUDO[@]}" rm -f "$policy"' EXIT
+        printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "$policy" >/dev/null
+        "${SUDO[@]}" chmod +x "$policy"
+        apt_install prometheus || say "note: prometheus (promtool) not installed; the alert-rule tests skip"
+        "${SUDO[@]}" rm -f "$policy"
+        trap - EXIT
+    else
+        apt_install prometheus || say "note: prometheus (promtool) not installed; the alert-rule tests skip"
+    fi
+fi
+command -v promtool >/dev/null 2>&1 && say "promtool: $(promtool --version 2>&1 | head -n1)"
 say "done"
