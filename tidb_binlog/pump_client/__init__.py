@@ -12,8 +12,9 @@
 Modules: :mod:`.selector` (strategies range/hash/score/local), :mod:`.book`
 (available/unavailable bookkeeping, start_ts ownership), :mod:`.transport`
 (gRPC channel per pump, TLS, error translation), :mod:`.metrics`,
-:mod:`.client` (retry rules, probing, watcher, batched path; read its
-docstring for the exact rules).
+:mod:`.client` (retry rules, probing, watcher; read its docstring for the
+exact rules), :mod:`.batch` (the batched path and ``write_finish_nowait``, which
+see the client only through the :class:`~.batch.BatchClient` it declares).
 """
 
 from tidb_binlog.pump_client.book import DEFAULT_UNAVAILABLE_AFTER_ERRORS, PumpBook, PumpEntry

@@ -30,6 +30,11 @@ sender thread carries every session's commits. Bare generated stub, 16 threads, 
 pump: 245-256 us of client CPU per binlog against 293-310 through a sender thread;
 through the whole client (``bench/pump_client.py``, modes nowait / async) the
 difference is within the noise (282-313 against 279-294 us).
+
+What this path needs from the client is declared by :class:`BatchClient`: the
+client hands these functions an object with exactly those members (its
+``_BatchSide``), so they never reach into the client's private state, and this
+module does not import the client (the client imports it).
 """
 
 from __future__ import annotations
@@ -38,18 +43,16 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tidb_binlog.binlog import Binlog, BinlogType, encode
 from tidb_binlog.errors import BinlogError, UnavailableError
 from tidb_binlog.pump_client import metrics
+from tidb_binlog.pump_client.book import PumpEntry
+from tidb_binlog.pump_client.transport import PumpChannel
 
-if TYPE_CHECKING:
-    from tidb_binlog.pump_client.book import PumpEntry
-    from tidb_binlog.pump_client.client import PumpClient
-
-__all__ = ["WriteResult", "write_batch", "write_finish_nowait", "PIPELINE_MIN_BINLOGS",
-           "COMPLETION_GRACE_S"]
+__all__ = ["BatchClient", "WriteResult", "write_batch", "write_finish_nowait",
+           "PIPELINE_MIN_BINLOGS", "COMPLETION_GRACE_S"]
 
 # Below this many first attempts in a group, send them as sequential blocking calls.
 PIPELINE_MIN_BINLOGS = 4
@@ -60,6 +63,54 @@ COMPLETION_GRACE_S = 5.0
 
 _TYPE_NAMES = {BinlogType.PREWRITE: "prewrite", BinlogType.COMMIT: "commit",
                BinlogType.ROLLBACK: "rollback"}
+
+
+class BatchClient(Protocol):
+    """What the batched path and ``write_finish_nowait`` use of the pump client.
+
+    Every member may run on gRPC's callback thread (from ``write_finish_nowait``'s
+    ``done``) except ``write_prewrite``, so none of the others may wait for anything
+    but the client's lock (see the README's threading model).
+    """
+
+    @property
+    def cluster_id(self) -> int: ...
+
+    @property
+    def rpc_timeout_s(self) -> float:
+        """The deadline of one attempt."""
+
+    def closed(self) -> bool:
+        """``close()`` has begun: new work is given up, not started."""
+
+    def channel(self, entry: PumpEntry) -> PumpChannel:
+        """The one channel to ``entry``'s pump (dialled on first use)."""
+
+    def encode_prewrite(self, binlog: Binlog) -> bytes:
+        """The payload; ``ProtocolError`` when it exceeds the message size limit."""
+
+    def select(self, start_ts: int) -> PumpEntry | None:
+        """The pump the strategy picks for a new prewrite (None: none available)."""
+
+    def owner(self, start_ts: int) -> PumpEntry | None:
+        """The pump that took the prewrite of ``start_ts`` (None: not through us)."""
+
+    def outcome(self, entry: PumpEntry, errmsg: str, *, remember_ts: int | None = None,
+                forget_ts: int | None = None) -> str | None:
+        """Book one attempt's answer: None when taken (owner remembered/forgotten), else
+        the error text; raises ``ClusterIDMismatch`` for another cluster's pump."""
+
+    def write_prewrite(self, binlog: Binlog, payload: bytes, tried: dict[str, str]) -> str:
+        """The retrying prewrite path (next pump, write timeout); the node id or raises."""
+
+    def give_up(self, binlog: Binlog, kind: str, reason: str, why: str) -> None:
+        """Drop a Commit/Rollback for good: logged and counted."""
+
+    def retry_later(self, binlog: Binlog, seq: int | None = None) -> Future:
+        """The Commit/Rollback retry on the client's pool, tracked for flush/close."""
+
+    def track(self, fut: Future, node_id: str) -> int:
+        """Count ``fut`` as in flight to ``node_id``; its flush sequence number."""
 
 
 @dataclass
@@ -76,7 +127,7 @@ class WriteResult:
     pending: Future | None = None
 
 
-def write_batch(client: PumpClient, binlogs: Sequence[Binlog]) -> list[WriteResult]:
+def write_batch(client: BatchClient, binlogs: Sequence[Binlog]) -> list[WriteResult]:
     """Write a batch through ``client``; per-binlog results in input order."""
     results = [WriteResult() for _ in binlogs]
     prewrites = [i for i, b in enumerate(binlogs) if b.tp == BinlogType.PREWRITE]
@@ -86,7 +137,7 @@ def write_batch(client: PumpClient, binlogs: Sequence[Binlog]) -> list[WriteResu
     return results
 
 
-def _first_attempts(client: PumpClient, targets: list[tuple[PumpEntry, bytes, int]], *,
+def _first_attempts(client: BatchClient, targets: list[tuple[PumpEntry, bytes, int]], *,
                     prewrite: bool) -> list[str | BinlogError | None]:
     """Send ``(entry, payload, start_ts)`` once each; per target None (taken and
     booked), the error text (retryable), or the BinlogError refusing it for good."""
@@ -96,14 +147,14 @@ def _first_attempts(client: PumpClient, targets: list[tuple[PumpEntry, bytes, in
     if len(targets) < PIPELINE_MIN_BINLOGS:
         for entry, payload, _ in targets:
             try:
-                raw.append(client._channel(entry).write(client.cluster_id, payload,
+                raw.append(client.channel(entry).write(client.cluster_id, payload,
                                                         client.rpc_timeout_s))
             except BinlogError as exc:
                 raw.append(exc)
     else:
         inflight = []
         for entry, payload, _ in targets:
-            channel = client._channel(entry)
+            channel = client.channel(entry)
             try:
                 inflight.append((channel, channel.write_future(client.cluster_id, payload,
                                                                client.rpc_timeout_s)))
@@ -123,23 +174,22 @@ def _first_attempts(client: PumpClient, targets: list[tuple[PumpEntry, bytes, in
             out.append(r)
             continue
         try:
-            out.append(client._outcome(entry, r, remember_ts=start_ts if prewrite else None,
+            out.append(client.outcome(entry, r, remember_ts=start_ts if prewrite else None,
                                        forget_ts=None if prewrite else start_ts))
         except BinlogError as exc:  # another cluster's pump
             out.append(exc)
     return out
 
 
-def _prewrites(client: PumpClient, binlogs, indexes, results) -> None:
+def _prewrites(client: BatchClient, binlogs, indexes, results) -> None:
     targets, unrouted = [], []
     for i in indexes:
         try:
-            payload = client._encode(binlogs[i])
+            payload = client.encode_prewrite(binlogs[i])
         except BinlogError as exc:
             results[i].error = exc
             continue
-        with client._lock:
-            entry = client._book.select(binlogs[i].start_ts)
+        entry = client.select(binlogs[i].start_ts)
         if entry is None:
             unrouted.append((i, payload))
         else:
@@ -157,17 +207,16 @@ def _prewrites(client: PumpClient, binlogs, indexes, results) -> None:
             retries.append((i, payload, {entry.node_id: outcome}))
     for i, payload, *tried in retries:  # the client's retrying path: next pump, deadline
         try:
-            results[i].node_id = client._write_prewrite(binlogs[i], payload,
+            results[i].node_id = client.write_prewrite(binlogs[i], payload,
                                                         tried[0] if tried else {})
         except BinlogError as exc:
             results[i].error = exc
 
 
-def _finishes(client: PumpClient, binlogs, indexes, results) -> None:
+def _finishes(client: BatchClient, binlogs, indexes, results) -> None:
     targets, retries = [], []
     for i in indexes:
-        with client._lock:
-            entry = client._book.owner(binlogs[i].start_ts)
+        entry = client.owner(binlogs[i].start_ts)
         if entry is None:
             retries.append(i)  # the async path gives it up as "no_prewrite"
         else:
@@ -180,34 +229,33 @@ def _finishes(client: PumpClient, binlogs, indexes, results) -> None:
             metrics.WRITE_OK[kind].inc()
             results[i].node_id = entry.node_id
         elif isinstance(outcome, BinlogError):
-            client._give_up(binlogs[i], kind, "rejected", str(outcome))
+            client.give_up(binlogs[i], kind, "rejected", str(outcome))
             results[i].error = outcome
         else:
             retries.append(i)
     for i in sorted(retries):
-        results[i].pending = client.write_binlog_async(binlogs[i])
+        results[i].pending = client.retry_later(binlogs[i])
 
 
-def write_finish_nowait(client: PumpClient, binlog: Binlog) -> Future:
+def write_finish_nowait(client: BatchClient, binlog: Binlog) -> Future:
     """Start one Commit/Rollback; the Future resolves to its :class:`WriteResult` when
     the first attempt is done: ``node_id`` (taken), ``pending`` (retried on the
     client's pool, as ``write_binlog_async``) or ``error`` (refused for good)."""
     kind = _TYPE_NAMES.get(binlog.tp, "other")
     out: Future = Future()
-    with client._lock:
-        entry = client._book.owner(binlog.start_ts)
-    if entry is None or kind == "prewrite" or client._closed.is_set():
+    entry = client.owner(binlog.start_ts)
+    if entry is None or kind == "prewrite" or client.closed():
         # the async path gives it up (no prewrite, closed) or retries it
-        out.set_result(WriteResult(pending=client._retry_later(binlog)))
+        out.set_result(WriteResult(pending=client.retry_later(binlog)))
         return out
-    channel = client._channel(entry)
+    channel = client.channel(entry)
     started = time.monotonic()
     try:
         call = channel.write_future(client.cluster_id, encode(binlog), client.rpc_timeout_s)
     except BinlogError:  # the channel was reset under us: the retrying path
-        out.set_result(WriteResult(pending=client._retry_later(binlog)))
+        out.set_result(WriteResult(pending=client.retry_later(binlog)))
         return out
-    seq = client._track(out, entry.node_id)  # flush()/close() wait for it and its retry
+    seq = client.track(out, entry.node_id)  # flush()/close() wait for it and its retry
 
     def done(call_future) -> None:
         # On gRPC's callback thread (the channel's): nothing here may wait. A failed
@@ -220,9 +268,9 @@ def write_finish_nowait(client: PumpClient, binlog: Binlog) -> Future:
                 errmsg = channel.result(call_future)
             except UnavailableError as exc:
                 errmsg = str(exc)
-            error = client._outcome(entry, errmsg, forget_ts=binlog.start_ts)
+            error = client.outcome(entry, errmsg, forget_ts=binlog.start_ts)
         except BinlogError as exc:  # refused for good (too large, other cluster)
-            client._give_up(binlog, kind, "rejected", str(exc))
+            client.give_up(binlog, kind, "rejected", str(exc))
             out.set_result(WriteResult(error=exc))
             return
         except BaseException as exc:
@@ -233,7 +281,7 @@ def write_finish_nowait(client: PumpClient, binlog: Binlog) -> Future:
             metrics.WRITE_SECONDS[kind].observe(time.monotonic() - started)
             out.set_result(WriteResult(node_id=entry.node_id))
         else:
-            out.set_result(WriteResult(pending=client._retry_later(binlog, seq)))
+            out.set_result(WriteResult(pending=client.retry_later(binlog, seq)))
 
     call.add_done_callback(done)
     return out

@@ -149,6 +149,7 @@ class PumpClient:
         # for it too.
         self._inflight: dict[Future, tuple[int, str]] = {}
         self._seq = 0
+        self._batch_side = _BatchSide(self)
         if strategy == LOCAL:
             self._apply([NodeStatus(LOCAL_PUMP_ID, local_socket)], complete=True)
         elif registry is None:
@@ -191,7 +192,7 @@ class PumpClient:
         """Send a Commit/Rollback without a thread hand-off; never raises. The Future
         resolves to a :class:`WriteResult` once the first attempt is done (see
         :func:`.batch.write_finish_nowait`)."""
-        return write_finish_nowait(self, binlog)
+        return write_finish_nowait(self._batch_side, binlog)
 
     def _retry_later(self, binlog: Binlog, seq: int | None = None) -> Future:
         """``write_binlog`` on the pool, tracked for flush/close under ``seq`` (a new
@@ -286,7 +287,7 @@ class PumpClient:
 
     def write_binlogs(self, binlogs: Sequence[Binlog]) -> list[WriteResult]:
         """Write a batch, pipelining first attempts; per-binlog results in input order."""
-        return write_batch(self, binlogs)
+        return write_batch(self._batch_side, binlogs)
 
     def probe_now(self) -> list[str]:
         """Probe every unavailable online pump once; return the ones brought back."""
@@ -561,3 +562,59 @@ class PumpClient:
                 self.probe_now()
             except Exception:  # noqa: BLE001 - logged; the next round tries again
                 log.exception("probing unavailable pumps failed")
+
+
+class _BatchSide:
+    """The :class:`~.batch.BatchClient` of one client: the narrow view the batched
+    path and ``write_finish_nowait`` get instead of the client itself. Each member
+    is one call into the client (the ``select``/``owner`` look-ups under its lock, as
+    everywhere else in the client)."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: PumpClient):
+        self._client = client
+
+    @property
+    def cluster_id(self) -> int:
+        return self._client.cluster_id
+
+    @property
+    def rpc_timeout_s(self) -> float:
+        return self._client.rpc_timeout_s
+
+    def closed(self) -> bool:
+        return self._client._closed.is_set()
+
+    def channel(self, entry: PumpEntry) -> PumpChannel:
+        return self._client._channel(entry)
+
+    def encode_prewrite(self, binlog: Binlog) -> bytes:
+        return self._client._encode(binlog)
+
+    def select(self, start_ts: int) -> PumpEntry | None:
+        c = self._client
+        with c._lock:
+            return c._book.select(start_ts)
+
+    def owner(self, start_ts: int) -> PumpEntry | None:
+        c = self._client
+        with c._lock:
+            return c._book.owner(start_ts)
+
+    def outcome(self, entry: PumpEntry, errmsg: str, *, remember_ts: int | None = None,
+                forget_ts: int | None = None) -> str | None:
+        return self._client._outcome(entry, errmsg, remember_ts=remember_ts,
+                                     forget_ts=forget_ts)
+
+    def write_prewrite(self, binlog: Binlog, payload: bytes, tried: dict[str, str]) -> str:
+        return self._client._write_prewrite(binlog, payload, tried)
+
+    def give_up(self, binlog: Binlog, kind: str, reason: str, why: str) -> None:
+        return self._client._give_up(binlog, kind, reason, why)
+
+    def retry_later(self, binlog: Binlog, seq: int | None = None) -> Future:
+        return self._client._retry_later(binlog, seq)
+
+    def track(self, fut: Future, node_id: str) -> int:
+        return self._client._track(fut, node_id)
