@@ -1,21 +1,20 @@
-"""The coordinator shell's fault rules, driven step by step without Ray.
+"""The coordinator's fault rules, driven step by step without Ray.
 
-Every Ray call of :class:`actors.drainer.CoordinatorActor` goes through its ``_Ray``
-wrapper; here that wrapper is replaced by :class:`ScriptedRay`, whose workers apply
-nothing and whose calls fail when the script says so, and the checkpoint store by an
-in-memory one that can be "down". (The end-to-end versions of these faults are in
-test_drainer_faults.py; these pin the exact rule.)
+:class:`~tidb_binlog.drainer.pipeline.coordinator.Coordinator` takes its SQL worker
+calls as an object; here :class:`ScriptedWorkers`, whose workers apply nothing and
+whose calls fail when the script says so, and the checkpoint store is an in-memory one
+that can be "down". (The end-to-end versions of these faults are in
+tests/ray/test_drainer_faults.py; these pin the exact rule.)
 """
 
 from __future__ import annotations
 
 import pytest
 
-import actors.drainer as drainer_actors
-from actors.drainer import CoordinatorActor
-from actors.ray_calls import PipelineReset
 from tidb_binlog.drainer.checkpoint import Checkpoint
 from tidb_binlog.drainer.dml import DML, DMLType, TableSchema, Txn
+from tidb_binlog.drainer.pipeline.coordinator import Coordinator
+from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.errors import TransientDownstreamError
 
@@ -42,62 +41,101 @@ class Store:
             raise TransientDownstreamError("downstream down")
         self.saved.append(cp)
 
+    def close(self):
+        pass
 
-class ScriptedRay:
-    """Worker calls return their parts at once; ``fail_on_call`` makes the n-th call die."""
 
-    def __init__(self):
-        self.calls: list[tuple[int, tuple]] = []
+class ScriptedWorkers:
+    """Worker calls return at once; ``fail_on_call`` makes the n-th call die. ``calls``
+    records ``(worker name, args)``."""
+
+    def __init__(self, count: int):
+        self.names = [f"w{i}" for i in range(count)]
+        self.calls: list[tuple[str, tuple]] = []
         self.fail_on_call: int | None = None
 
-    def call(self, worker, method, *args):
+    def __len__(self):
+        return len(self.names)
+
+    def _call(self, worker, *args):
         if self.fail_on_call is not None and len(self.calls) + 1 == self.fail_on_call:
             raise PipelineReset("worker died")
-        self.calls.append((worker, args))
+        self.calls.append((self.names[worker], args))
         return ("ref", len(self.calls))
 
-    def get(self, ref):
+    def execute(self, worker, parts):
+        return self._call(worker, parts)
+
+    def execute_slice(self, worker, payload, lo, hi):
+        return self._call(worker, payload, lo, hi)
+
+    def execute_ddl(self, worker, ddl):
+        self._call(worker, ddl)
+
+    def done(self, handles, block):
+        return list(handles)
+
+    def result(self, handle):
         return None
 
-    def wait(self, refs, timeout_s, all_ready=False):
-        return list(refs)
+
+class Calls:
+    """The workers of the coordinators a test built (what the tests inspect)."""
+
+    workers: ScriptedWorkers | None = None
+
+    @property
+    def calls(self):
+        return self.workers.calls
+
+    @property
+    def fail_on_call(self):
+        return self.workers.fail_on_call
+
+    @fail_on_call.setter
+    def fail_on_call(self, value):
+        self.workers.fail_on_call = value
+
+
+CALLS = Calls()
 
 
 @pytest.fixture
-def ray_calls(monkeypatch):
-    fake = ScriptedRay()
-    monkeypatch.setattr(drainer_actors, "_Ray", fake)
-    return fake
+def script() -> Calls:
+    """The worker calls of the coordinators the test builds."""
+    CALLS.workers = None
+    return CALLS
 
 
-def coordinator(store, workers=2, **kw) -> CoordinatorActor:
+def coordinator(store, workers=2, **kw) -> Coordinator:
     settings = TaskSettings(cluster_id=1, worker_count=workers, txn_batch=1,
                             initial_commit_ts=0, **kw)
-    coord = CoordinatorActor(settings, [f"w{i}" for i in range(workers)], store=store)
+    CALLS.workers = ScriptedWorkers(workers)
+    coord = Coordinator(settings, CALLS.workers, store)
     coord.reset()  # what the merger does first: the constructor never reads the downstream
     return coord
 
 
-def test_a_half_dispatched_batch_blocks_later_batches_until_reset(ray_calls):
+def test_a_half_dispatched_batch_blocks_later_batches_until_reset(script):
     store = Store()
     coord = coordinator(store)
     coord.apply(0, [(10, txn(10, 1, 2, 3, 4), 0)])
-    ray_calls.fail_on_call = len(ray_calls.calls) + 2  # the 2nd send of the next batch dies
+    script.fail_on_call = len(script.calls) + 2  # the 2nd send of the next batch dies
     with pytest.raises(PipelineReset):
         coord.apply(1, [(20, txn(20, 5), 0), (30, txn(30, 6, 7, 8, 9), 0)])
-    ray_calls.fail_on_call = None
-    sent = len(ray_calls.calls)
+    script.fail_on_call = None
+    sent = len(script.calls)
     # The merger had already queued batch 2: it must not reach any worker.
     with pytest.raises(PipelineReset, match="follows a failed batch"):
         coord.apply(2, [(40, txn(40, 10), 0)])
-    assert len(ray_calls.calls) == sent
+    assert len(script.calls) == sent
     # After the reset the pipeline restarts at batch 0 from the checkpoint.
     assert coord.reset().commit_ts <= 10
     coord.apply(0, [(40, txn(40, 10), 0)])
-    assert len(ray_calls.calls) == sent + 1
+    assert len(script.calls) == sent + 1
 
 
-def test_a_downstream_outage_delays_the_checkpoint_save_without_failing(ray_calls):
+def test_a_downstream_outage_delays_the_checkpoint_save_without_failing(script):
     store = Store()
     coord = coordinator(store, save_interval_s=0.0)
     coord.apply(0, [(10, txn(10, 1), 0)])
@@ -115,18 +153,18 @@ def test_a_downstream_outage_delays_the_checkpoint_save_without_failing(ray_call
     assert store.saved[-1].commit_ts == 30
 
 
-def test_one_worker_call_per_worker_and_batch(ray_calls):
+def test_one_worker_call_per_worker_and_batch(script):
     """txn-batch 1 would cut a Send per row; the coordinator still makes one call per
     worker for the whole merged batch (the loader cuts the downstream transactions)."""
     coord = coordinator(Store(), workers=2)
     coord.apply(0, [(ts, txn(ts, ts), 0) for ts in range(1, 41)])
-    workers = [w for w, _ in ray_calls.calls]
+    workers = [w for w, _ in script.calls]
     assert sorted(workers) == ["w0", "w1"]
-    assert sum(len(args[0]) for _, args in ray_calls.calls) == 40
+    assert sum(len(args[0]) for _, args in script.calls) == 40
     assert coord.idle() == 40
 
 
-def test_routed_batch_hands_each_worker_its_payload_slice(ray_calls):
+def test_routed_batch_hands_each_worker_its_payload_slice(script):
     from tidb_binlog.drainer.routing import BatchPlanner
     from tidb_binlog.packed import pack
 
@@ -135,16 +173,16 @@ def test_routed_batch_hands_each_worker_its_payload_slice(ray_calls):
     plan, payloads = BatchPlanner(2).plan(items)
     refs = [f"payload-{w}" for w in range(2)]
     assert coord.apply_routed(0, pack(plan), refs) <= 21
-    calls = {w: args for w, args in ray_calls.calls}
-    assert set(calls) == {"w0", "w1"} and len(ray_calls.calls) == 2
+    calls = {w: args for w, args in script.calls}
+    assert set(calls) == {"w0", "w1"} and len(script.calls) == 2
     for w in range(2):
         assert calls[f"w{w}"] == (refs[w], 0, len(payloads[w]))
-    assert coord.idle() == 21 and coord.status()["applied_rows"] == 40
+    assert coord.idle() == 21 and coord.status().as_dict()["applied_rows"] == 40
     with pytest.raises(Exception, match="routed over 3 workers"):
         coord.apply_routed(1, plan, refs + ["payload-2"])
 
 
-def test_routed_plan_flushes_runs_ddl_alone_and_advances_per_run(ray_calls):
+def test_routed_plan_flushes_runs_ddl_alone_and_advances_per_run(script):
     from tidb_binlog.drainer.dml import DDL
     from tidb_binlog.drainer.routing import FLUSH, ROWS, RUN_DDL
 
@@ -154,15 +192,15 @@ def test_routed_plan_flushes_runs_ddl_alone_and_advances_per_run(ray_calls):
             (RUN_DDL, 30, 5, ddl), (ROWS, 40, 5, (0, 0), 0)]
     refs = ["payload-0", "payload-1"]
     assert coord.apply_routed(0, plan, refs) == 40
-    assert ray_calls.calls == [("w0", (refs[0], 0, 2)), ("w1", (refs[1], 0, 1)),
+    assert script.calls == [("w0", (refs[0], 0, 2)), ("w1", (refs[1], 0, 1)),
                                ("w1", (refs[1], 1, 2)), ("w0", (ddl,))]
-    st = coord.status()
+    st = coord.status().as_dict()
     assert st["applied_rows"] == 4 and st["flushes"] == 2 and st["ddl_jobs"] == 1
     assert st["schema_version"] == 5 and st["pending"] == 0
 
 
 
-def test_status_counters_survive_a_coordinator_restart_and_count_the_replay_once(ray_calls):
+def test_status_counters_survive_a_coordinator_restart_and_count_the_replay_once(script):
     """An e2e run once ended with ``applied_rows=685`` of 12k after the coordinator
     restarted: the counts lived only in the actor. They are saved with the checkpoint."""
     store = Store()
@@ -171,29 +209,30 @@ def test_status_counters_survive_a_coordinator_restart_and_count_the_replay_once
     assert first.idle() == 10 and store.saved[-1].applied_rows == 4
     store.down = True  # rows at 20 are committed, but the checkpoint past them is not saved
     first.apply(1, [(20, txn(20, 5, 6), 0)])
-    assert first.status()["applied_rows"] == 6
+    assert first.status().as_dict()["applied_rows"] == 6
     store.down = False
 
-    restarted = CoordinatorActor(first.settings, first.workers, store=store)  # Ray restart
+    restarted = Coordinator(first.settings, first.workers, store)  # Ray restart
     cp = restarted.reset(replay=True)
     assert (cp.commit_ts, cp.applied_rows, cp.resets) == (10, 4, 1)
     assert store.saved[-1].resets == 1  # saved at once: a second crash keeps it
     restarted.apply(0, [(20, txn(20, 5, 6), 0)])  # the replay above the checkpoint
     restarted.idle()
-    st = restarted.status()
+    st = restarted.status().as_dict()
     assert (st["applied_rows"], st["resets"], st["commit_ts"]) == (6, 1, 20)
     assert (store.saved[-1].applied_rows, store.saved[-1].resets) == (6, 1)
 
 
-def test_a_coordinator_never_reset_refuses_batches_and_saves_nothing_on_close(ray_calls):
+def test_a_coordinator_never_reset_refuses_batches_and_saves_nothing_on_close(script):
     """The constructor does not touch the downstream (a constructor that raises leaves
     an actor Ray never restarts): until reset() it refuses batches, and close() keeps
     the saved checkpoint instead of overwriting it with an empty one."""
     store = Store()
     store.saved.append(Checkpoint(50, True, 3, applied_rows=9))
     settings = TaskSettings(cluster_id=1, worker_count=1, initial_commit_ts=0)
-    coord = CoordinatorActor(settings, ["w0"], store=store)
+    CALLS.workers = ScriptedWorkers(1)
+    coord = Coordinator(settings, CALLS.workers, store)
     with pytest.raises(PipelineReset, match="before the checkpoint was loaded"):
         coord.apply(0, [(60, txn(60, 1), 0)])
     assert coord.close() == Checkpoint(50, True, 3)
-    assert len(store.saved) == 1 and ray_calls.calls == []
+    assert len(store.saved) == 1 and script.calls == []

@@ -1,9 +1,9 @@
-"""The coordinator's apply-lag samples (CoordinatorActor as a plain object, no Ray)."""
+"""The coordinator's apply-lag samples (no Ray)."""
 
 from __future__ import annotations
 
-import actors.drainer as drainer_mod
-from actors.drainer import CoordinatorActor
+import tidb_binlog.drainer.pipeline.coordinator as drainer_mod
+from tidb_binlog.drainer.pipeline.coordinator import Coordinator
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 
 
@@ -15,9 +15,9 @@ class _Store:
         pass
 
 
-def _coordinator() -> CoordinatorActor:
-    return CoordinatorActor(TaskSettings(cluster_id=1, worker_count=1, initial_commit_ts=0),
-                            [object()], store=_Store())
+def _coordinator() -> Coordinator:
+    return Coordinator(TaskSettings(cluster_id=1, worker_count=1, initial_commit_ts=0),
+                       [object()], _Store())
 
 
 def test_samples_expand_per_part_in_ack_order():

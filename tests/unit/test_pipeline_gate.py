@@ -1,0 +1,63 @@
+"""The sequence gate every sink applies batches through, the sink status, the names and
+the settings of the drainer pipeline (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidb_binlog.drainer.pipeline.gate import PipelineReset, SequenceGate
+from tidb_binlog.drainer.pipeline.names import pump_actor_name, task_actor_name
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.pipeline.sink import SinkStatus
+
+
+def test_a_gate_refuses_every_batch_before_its_first_reset():
+    gate = SequenceGate("file sink")
+    with pytest.raises(PipelineReset, match="before a reset, before the checkpoint was loaded"):
+        gate.check(0)
+    assert not gate.loaded and not gate.is_open
+
+
+def test_a_gate_takes_batches_in_sequence_from_each_reset():
+    gate = SequenceGate("coordinator")
+    gate.open()
+    for seq in range(3):
+        gate.check(seq)
+        gate.passed()
+    with pytest.raises(PipelineReset, match="coordinator expected batch 3, got 5"):
+        gate.check(5)
+    gate.open()
+    gate.check(0)
+
+
+def test_a_failed_batch_closes_the_gate_until_the_next_reset():
+    gate = SequenceGate("coordinator")
+    gate.open()
+    gate.check(0)
+    gate.failed()
+    with pytest.raises(PipelineReset, match="batch 1 follows a failed batch"):
+        gate.check(1)
+    assert gate.loaded and not gate.is_open
+    gate.open()
+    gate.check(0)
+
+
+def test_sink_status_is_one_flat_dict_and_leaves_out_uncounted_resets():
+    st = SinkStatus(commit_ts=5, applied_rows=2, extra={"saved_commit_ts": 4})
+    d = st.as_dict()
+    assert d["commit_ts"] == 5 and d["saved_commit_ts"] == 4 and "extra" not in d
+    assert "resets" not in d  # the merger's own count stands
+    assert SinkStatus(commit_ts=5, resets=2).as_dict()["resets"] == 2
+
+
+def test_names_and_sink_kinds():
+    assert pump_actor_name("pump-1") == "tidb-binlog-pump-pump-1"
+    assert task_actor_name("t1", "merger") == "tidb-binlog-task-t1-merger"
+    assert task_actor_name("t1", "sql-worker-3").endswith("sql-worker-3")
+    with pytest.raises(ValueError, match="unknown task actor role"):
+        task_actor_name("t1", "nope")
+    assert TaskSettings(cluster_id=1).routed
+    assert not TaskSettings(cluster_id=1, exactly_once=False).routed
+    assert not TaskSettings(cluster_id=1, sink="file").routed
+    with pytest.raises(ValueError, match="unknown sink"):
+        TaskSettings(cluster_id=1, sink="kafka")

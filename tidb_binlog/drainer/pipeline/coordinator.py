@@ -1,0 +1,336 @@
+"""Coordinator: the MySQL sink's logic, its SQL worker calls passed in.
+
+It issues the flushes and owns the checkpoint (TiDB Binlog's ``drainer/syncer.go`` and
+``pkg/loader``'s causality). Two ways in, both behind one :class:`~.gate.SequenceGate`:
+
+- :meth:`Coordinator.apply_routed` (exactly-once): the schema keeper routed the rows
+  (:class:`~tidb_binlog.drainer.routing.BatchPlanner`) and sent one payload per worker;
+  the coordinator carries out the plan: per run of parts one ``execute_slice`` call per
+  worker it names and one checkpoint item; ``FLUSH`` waits for every worker; a DDL
+  runs alone on worker 0 after a flush.
+- :meth:`Coordinator.apply` (the causality mode): its
+  :class:`~tidb_binlog.drainer.dispatch.Dispatcher` splits the Txns, detects conflicts
+  and emits Send/Flush/RunDDL; the Sends of one batch go out as one ``execute`` call
+  per worker.
+
+**Back-pressure.** At most ``2 x workers`` worker calls are outstanding; past that it
+waits until at most ``workers`` are. **Checkpoint.** The
+:class:`~tidb_binlog.drainer.checkpoint.Advancer` passes a commit_ts once every part
+at or below it was acknowledged; it is saved every ``save_interval_s`` and after each
+DDL. A downstream that is down only delays the save (it stays due). **Lag samples.**
+Each acknowledged worker call gives ``(its parts' commit_ts, committed_at_s)``,
+expanded by :meth:`Coordinator.apply_samples`; at most :data:`APPLY_SAMPLES` kept.
+
+**Failures.** A batch that fails part-way closes the gate: later batches (already
+queued by the merger) are refused until :meth:`reset`, else a worker committing them
+would move its progress past the undispatched rest and the replay would skip it.
+The constructor never reads the downstream (a Ray actor whose constructor raises is
+never restarted): until the first reset, batches are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from tidb_binlog.drainer.checkpoint import (
+    Advancer,
+    Checkpoint,
+    resolve_initial_commit_ts,
+    start_commit_ts,
+)
+from tidb_binlog.drainer.checkpoint_store import CheckpointStore
+from tidb_binlog.drainer.dispatch import Dispatcher, Flush, RunDDL, Send
+from tidb_binlog.drainer.dml import Txn
+from tidb_binlog.drainer.pipeline.gate import PipelineReset, SequenceGate
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.pipeline.sink import SinkStatus
+from tidb_binlog.drainer.routing import FLUSH, ROWS, PlanStep
+from tidb_binlog.errors import ConfigError, TransientDownstreamError
+from tidb_binlog.packed import unpack
+
+__all__ = ["Coordinator", "WorkerCalls", "APPLY_SAMPLES"]
+
+log = logging.getLogger(__name__)
+
+APPLY_SAMPLES = 100_000
+"""How many (commit_ts, committed_at_s) samples the coordinator keeps for the lag."""
+
+
+class WorkerCalls(Protocol):
+    """The coordinator's calls to its SQL workers (``actors.ray_calls.WorkerCalls``
+    over Ray; a scripted fake in unit tests). A handle stands for a call in flight."""
+
+    def __len__(self) -> int: ...
+
+    def execute(self, worker: int, parts) -> Any:
+        """Start ``SqlWorkerActor.execute(parts)``; a handle."""
+        ...
+
+    def execute_slice(self, worker: int, payload, lo: int, hi: int) -> Any:
+        """Start ``execute_slice(payload, lo, hi)`` (``payload`` passed on unread)."""
+        ...
+
+    def execute_ddl(self, worker: int, ddl) -> Any:
+        """Run one DDL and wait for it; its Ack."""
+        ...
+
+    def done(self, handles: list, block: bool) -> list:
+        """``block``: wait for at least one; else those already done (maybe none)."""
+        ...
+
+    def result(self, handle) -> Any:
+        """The call's Ack; raises the worker's error (PipelineReset: it died)."""
+        ...
+
+
+class _Call(NamedTuple):
+    """A worker call in flight: the Sends it carries (causality mode), or the checkpoint
+    item of its run (routed mode: ``end_ts``, acknowledged once per worker call)."""
+
+    sends: list[Send] | None
+    end_ts: int
+
+
+class Coordinator:
+    """The MySQL sink: causality or a routed plan, flushes, DDL and the checkpoint."""
+
+    def __init__(self, settings: TaskSettings, workers: WorkerCalls, store: CheckpointStore,
+                 *, now_ts: Callable[[], int] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time):
+        self.settings = settings
+        self.workers = workers
+        self.store = store
+        self._now_ts = now_ts
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._lock = threading.Lock()
+        self.gate = SequenceGate("coordinator")
+        # applied_rows, ddl_jobs and resets live in the Advancer and are saved with the
+        # checkpoint, so they survive our restarts.
+        self.routed_batches = 0  # batches the keeper routed (apply_routed)
+        self.last_apply_s = 0.0
+        # Per acknowledged worker call, newest last: (its parts' commit_ts, wall time they
+        # were committed downstream); kept per call (not per part) so the ack path does
+        # no per-row work; _sampled counts the commit_ts held.
+        self._samples: deque[tuple[Sequence[int], float]] = deque()
+        self._sampled = 0
+        self._install(Checkpoint(0))
+
+    # -- the Sink calls ----------------------------------------------------------------------
+    def reset(self, replay: bool = False) -> Checkpoint:
+        """Forget everything in flight; restart from the durable checkpoint. ``replay``:
+        this start replays after a failure; counted in the checkpoint's ``resets``,
+        saved at once (best effort: a failed save is retried with the next one)."""
+        try:
+            loaded = self.store.load()
+        except TransientDownstreamError as exc:  # the merger retries the reset
+            raise PipelineReset(f"coordinator: cannot read the checkpoint yet ({exc.message}); "
+                                "retrying") from exc
+        initial = self.settings.initial_commit_ts
+        if (loaded is None or loaded.commit_ts == 0) and initial == -1 and self._now_ts:
+            initial = resolve_initial_commit_ts(-1, self._now_ts())
+        cp = start_commit_ts(loaded, max(initial, 0))
+        if replay:
+            cp = dataclasses.replace(cp, resets=cp.resets + 1)
+            if loaded is not None:  # else the first save records it
+                try:
+                    self.store.save(dataclasses.replace(loaded, resets=cp.resets))
+                except TransientDownstreamError as exc:
+                    log.warning("reset count not saved yet: %s", exc.message)
+        self._install(cp)
+        self.gate.open()
+        return cp
+
+    def start_point(self) -> Checkpoint:
+        return self.start_checkpoint
+
+    def apply(self, seq: int, translated: list[tuple[int, Txn | None, int]]) -> int:
+        """Dispatch one merged batch (causality mode); the checkpoint commit_ts after it
+        was handed out."""
+        self.gate.check(seq)
+        try:
+            for commit_ts, txn, version in unpack(translated):
+                for action in self.dispatcher.add(commit_ts, txn, version):
+                    self._perform(action)
+                if txn is not None and txn.dmls:
+                    self.advancer.add_rows(commit_ts, len(txn.dmls))
+            for action in self.dispatcher.drain():
+                self._perform(action)
+            self._send_queued()
+        except BaseException:
+            self.gate.failed()
+            raise
+        return self._batch_done()
+
+    def apply_routed(self, seq: int, plan: list[PlanStep], payloads: list) -> int:
+        """Carry out one batch the keeper routed (exactly-once): ``plan`` from
+        :class:`~tidb_binlog.drainer.routing.BatchPlanner` (possibly packed),
+        ``payloads`` one per worker, passed on unread. Same result and rules as
+        :meth:`apply`."""
+        if len(payloads) != len(self.workers):
+            raise ConfigError(f"the keeper routed over {len(payloads)} workers but the "
+                              f"coordinator drives {len(self.workers)}; restart the task",
+                              key="worker-count")
+        self.gate.check(seq)
+        try:
+            cursor = [0] * len(self.workers)
+            advancer = self.advancer
+            for step in unpack(plan):
+                kind = step[0]
+                if kind == ROWS:
+                    _, end_ts, version, counts, rows = step
+                    runs = [(w, n) for w, n in enumerate(counts) if n]
+                    # registered before any call: an ack may be collected at once
+                    advancer.register(end_ts, len(runs), schema_version=version, rows=rows)
+                    for w, n in runs:
+                        lo = cursor[w]
+                        hi = cursor[w] = lo + n
+                        self._track(self.workers.execute_slice(w, payloads[w], lo, hi),
+                                    _Call(None, end_ts))
+                elif kind == FLUSH:
+                    self._collect(block=True)
+                    self.dispatcher.flushes += 1
+                else:  # RUN_DDL: a barrier, then the DDL alone
+                    _, commit_ts, version, ddl = step
+                    self._collect(block=True)
+                    self.dispatcher.flushes += 1
+                    advancer.register(commit_ts, 1, ddl=True, schema_version=version)
+                    self._perform(RunDDL(ddl, version))
+        except BaseException:
+            self.gate.failed()
+            raise
+        self.routed_batches += 1
+        return self._batch_done()
+
+    def idle(self) -> int:
+        """Nothing new arrived: collect acks and save the checkpoint when due."""
+        self._collect(block=False)
+        self._maybe_save()
+        return self.advancer.commit_ts
+
+    def close(self) -> Checkpoint:
+        """Wait for every worker, then save the final (consistent) checkpoint.
+
+        After a batch failed part-way nothing more is handed out (its rest is replayed
+        from the checkpoint by the next run), so the checkpoint saved is not
+        consistent. A coordinator never reset returns the saved checkpoint."""
+        if not self.gate.loaded:
+            saved = self.store.load()
+            return saved if saved is not None else Checkpoint(0)
+        if self.gate.is_open:  # apply/apply_routed leave nothing pending
+            for action in self.dispatcher.drain():
+                self._perform(action)
+            self._send_queued()
+        self._collect(block=True)
+        cp = self.advancer.final()
+        self.store.save(cp)
+        return cp
+
+    def status(self) -> SinkStatus:
+        cp = self.advancer.checkpoint()
+        return SinkStatus(
+            commit_ts=cp.commit_ts, schema_version=cp.schema_version,
+            pending=self.advancer.pending, applied_rows=cp.applied_rows,
+            flushes=self.dispatcher.flushes, outstanding=len(self._outstanding),
+            last_apply_s=self.last_apply_s, ddl_jobs=cp.ddl_jobs, resets=cp.resets,
+            savepoints=getattr(self.store, "saves", 0),
+            extra={"routed_batches": self.routed_batches})
+
+    def apply_samples(self) -> list[tuple[int, float]]:
+        """Take the ``(commit_ts, committed_at_s)`` samples recorded since the last call
+        (one per transaction part a worker acknowledged; at most APPLY_SAMPLES kept)."""
+        samples, self._samples, self._sampled = self._samples, deque(), 0
+        out = [(commit_ts, at_s) for batch, at_s in samples for commit_ts in batch]
+        return out[-APPLY_SAMPLES:]
+
+    # -- internals -----------------------------------------------------------------------------
+    def _install(self, cp: Checkpoint) -> None:
+        with self._lock:
+            self.advancer = Advancer(cp, save_interval_s=self.settings.save_interval_s,
+                                     now_s=self._clock())
+            self.dispatcher = Dispatcher(len(self.workers), self.advancer,
+                                         batch_dmls=self.settings.txn_batch,
+                                         exactly_once=self.settings.exactly_once)
+            self._outstanding: dict[Any, _Call] = {}  # worker call handle -> what it carries
+            self._queued: dict[int, list[Send]] = {}  # Sends not yet handed to a worker
+            self.start_checkpoint = cp
+
+    def _batch_done(self) -> int:
+        self.gate.passed()
+        self._collect(block=False)
+        self._maybe_save()
+        self.last_apply_s = self._wall_clock()
+        return self.advancer.commit_ts
+
+    def _perform(self, action) -> None:
+        if isinstance(action, Send):  # one worker call per worker and batch: queued
+            self._queued.setdefault(action.worker, []).append(action)
+        elif isinstance(action, Flush):
+            self._send_queued()
+            self._collect(block=True)
+        elif isinstance(action, RunDDL):
+            self._send_queued()
+            self.workers.execute_ddl(0, action.ddl)
+            self.dispatcher.acked_ddl(action.ddl)
+            self._maybe_save(force=True)
+        else:  # pragma: no cover - the dispatcher only emits the three kinds
+            raise TypeError(f"unknown action {action!r}")
+
+    def _send_queued(self) -> None:
+        """Hand each worker its queued Sends as one call (parts stay in commit order)."""
+        queued, self._queued = self._queued, {}
+        for worker, sends in queued.items():
+            parts = [part for send in sends for part in send.parts]
+            self._track(self.workers.execute(worker, parts), _Call(sends, 0))
+
+    def _track(self, handle, call: _Call) -> None:
+        """Remember a worker call; back-pressure past ``2 x workers`` in flight."""
+        self._outstanding[handle] = call
+        if len(self._outstanding) > 2 * len(self.workers):
+            self._collect(block=True, until=len(self.workers))
+
+    def _collect(self, *, block: bool, until: int = 0) -> None:
+        while self._outstanding:
+            for handle in self.workers.done(list(self._outstanding), block):
+                call = self._outstanding.pop(handle)
+                ack = self.workers.result(handle)  # the worker's error, or PipelineReset
+                if call.sends is None:
+                    self.advancer.ack(call.end_ts)
+                else:
+                    for send in call.sends:
+                        self.dispatcher.acked(send)
+                self._sample(getattr(ack, "commit_ts", ()), getattr(ack, "finished_at_s", 0.0))
+            if not block or len(self._outstanding) <= until:
+                return
+
+    def _sample(self, commit_ts: Sequence[int], finished_at_s: float) -> None:
+        """One worker call acknowledged: its parts' commit_ts, committed at ``finished_at_s``."""
+        if not commit_ts:
+            return
+        samples = self._samples
+        samples.append((commit_ts, finished_at_s))
+        self._sampled += len(commit_ts)
+        while self._sampled - len(samples[0][0]) >= APPLY_SAMPLES:  # keep the newest
+            self._sampled -= len(samples.popleft()[0])
+
+    def _maybe_save(self, force: bool = False) -> None:
+        """Save when due. A downstream that is down (transient error after the store's
+        own retries) only delays the save: it stays due and the next call tries again,
+        while the workers ride out the outage; a lagging checkpoint only lengthens the
+        replay window."""
+        now = self._clock()
+        if force or self.advancer.due(now):
+            cp = self.advancer.checkpoint()
+            try:
+                self.store.save(cp)
+            except TransientDownstreamError as exc:
+                log.warning("checkpoint %d not saved yet: %s", cp.commit_ts, exc.message)
+                return
+            self.advancer.saved(cp, now)
