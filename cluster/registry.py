@@ -184,15 +184,20 @@ class RayRegistryClient:
 
 def get_or_create_registry(data_dir: str | os.PathLike, *, namespace: str = DEFAULT_NAMESPACE,
                            name: str = REGISTRY_NAME,
-                           alive_timeout_s: float = DEFAULT_ALIVE_TIMEOUT_S) -> RayRegistryClient:
+                           alive_timeout_s: float = DEFAULT_ALIVE_TIMEOUT_S,
+                           resources: dict[str, float] | None = None) -> RayRegistryClient:
     """Start the detached registry actor (or reuse the running one) and return its client.
 
     Needs ``ray.init()`` first. An existing actor keeps its own ``data_dir``.
+    ``resources`` places it on a multi-node cluster: ``data_dir`` is on one machine's
+    disk, so a restart must land there too, e.g. ``{"node:__internal_head__": 0.001}``
+    keeps it on the head node (cluster/README.md, "A cluster with ray up").
     """
     data_dir = os.path.abspath(os.fspath(data_dir))
     try:
         actor = _actor_class().options(
             name=name, namespace=namespace, lifetime="detached", get_if_exists=True,
+            resources=resources,
         ).remote(data_dir, alive_timeout_s)
     except RayError as exc:
         raise UnavailableError(f"cannot start the registry actor {namespace}/{name}: {exc}") from exc
