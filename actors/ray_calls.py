@@ -27,7 +27,8 @@ from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.errors import BinlogError, UnavailableError
 from tidb_binlog.packed import unpack
 
-__all__ = ["RayCalls", "PipelineReset", "WorkerCalls", "PumpPullCalls", "GetTimeoutError"]
+__all__ = ["RayCalls", "PipelineReset", "WorkerCalls", "PumpPullCalls", "PipelineCalls",
+           "GetTimeoutError"]
 
 log = logging.getLogger(__name__)
 
@@ -255,3 +256,62 @@ class PumpPullCalls:
         except ray.exceptions.RayActorError as exc:
             raise UnavailableError(f"{what}: the pump actor is unavailable ({exc}); "
                                    "start fetching again from the last watermark") from exc
+
+
+class PipelineCalls:
+    """The task driver's calls to the keeper, the sink and the workers
+    (:class:`~tidb_binlog.drainer.pipeline.driver.DriverCalls`), over Ray."""
+
+    def __init__(self, keeper, sink, workers: Sequence = ()):
+        self.keeper = keeper
+        self.sink = sink
+        self.workers = list(workers)
+        self.pull_calls = PumpPullCalls()
+
+    # -- the pipeline -------------------------------------------------------------------------
+    def reset(self, replay: bool):
+        return RayCalls.get(self.sink.reset.remote(replay))
+
+    def reset_keeper(self, schema_version: int) -> int:
+        return RayCalls.get(self.keeper.reset.remote(schema_version))
+
+    def send(self, seq: int, items):
+        translated = self.keeper.translate.remote(items)
+        return self.sink.apply.remote(seq, translated)
+
+    def send_routed(self, seq: int, items, worker_count: int):
+        refs = RayCalls.call_n(self.keeper, "translate_routed", worker_count + 1, items,
+                               worker_count)
+        # the payload refs nested in a list: Ray hands them on unresolved
+        return self.sink.apply_routed.remote(seq, refs[0], refs[1:])
+
+    def done(self, handle) -> bool:
+        return RayCalls.ready(handle)
+
+    def result(self, handle):
+        return RayCalls.get(handle)
+
+    def idle(self) -> int:
+        return RayCalls.get(self.sink.idle.remote())
+
+    def close(self):
+        return RayCalls.get(self.sink.close.remote())
+
+    def wait_for_pulls(self, refs: list, timeout_s: float) -> None:
+        RayCalls.wait_any(refs, timeout_s)
+
+    # -- around it ----------------------------------------------------------------------------
+    def sink_status(self, timeout_s: float = 10.0) -> dict:
+        return RayCalls.status(self.sink, timeout_s)
+
+    def worker_metrics(self, timeout_s: float) -> list:
+        return RayCalls.gather_metrics(self.workers, timeout_s)
+
+    def find_actor(self, name: str, namespace: str):
+        return RayCalls.find_actor(name, namespace)
+
+    def restarted(self) -> bool:
+        return RayCalls.reconstructed()
+
+    def actor_died(self, exc: BaseException) -> bool:
+        return RayCalls.is_actor_died(exc)

@@ -34,7 +34,7 @@ its registered host for a standalone pump. The upstream meta (the DDL history
 the schema keeper reads; TiKV's role in TiDB) is found in the registry KV under
 :data:`UPSTREAM_META_KEY` unless given.
 
-The task is also a drainer *node* (:mod:`actors.drainer_node`): the merger actor
+The task is also a drainer *node* (:mod:`tidb_binlog.drainer.node`): the merger actor
 is placed on the caller's Ray node and serves Cistern gRPC on ``addr`` (default
 drainer.toml's ``addr``; port 0 picks one) and HTTP status on its port + 1, and
 keeps the registry record ``online`` with the saved checkpoint. When drainer.toml
@@ -63,7 +63,6 @@ import socket
 import time
 
 from actors.drainer import CoordinatorActor
-from actors.drainer_node import ServiceSettings
 from actors.file_sink import start_file_sink_actors
 from actors.merger import MergerActor
 from actors.ray_calls import GetTimeoutError, RayCalls
@@ -72,6 +71,7 @@ from actors.syncer_workers import start_sql_workers
 from cluster.registry import REGISTRY_NAME, connect_registry
 from tidb_binlog.config import DrainerConfig, split_registry
 from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
+from tidb_binlog.drainer.node import ServiceSettings
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE, UPSTREAM_META_KEY
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.errors import (

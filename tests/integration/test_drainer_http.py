@@ -121,8 +121,8 @@ def test_cistern_port_0_repicks_when_the_picked_port_plus_1_is_taken(monkeypatch
     import errno
     import socket
 
-    from actors.drainer_node import DrainerNode, ServiceSettings
     from tidb_binlog.drainer import cistern as cistern_module
+    from tidb_binlog.drainer.node import DrainerNode, ServiceSettings
 
     real_serve, blockers, picked = cistern_module.serve_cistern, [], []
 

@@ -11,9 +11,9 @@ import urllib.request
 
 import pytest
 
-from actors.merger_feeds import GrpcFeed
 from tidb_binlog import binlog as bl
 from tidb_binlog.config import load_pump_config
+from tidb_binlog.drainer.feeds import GrpcFeed
 from tidb_binlog.drainer.metrics import build_drainer_metrics
 from tidb_binlog.drainer.pump_source import GrpcPumpSource
 from tidb_binlog.errors import DamagedBinlog

@@ -93,7 +93,8 @@ def test_damaged_binlog_stops_the_actor_feed_with_a_typed_error(ray_local, tmp_p
     (counted), never the ones after it. It used to skip the transaction silently."""
     import pytest
 
-    from actors.merger_feeds import ActorFeed
+    from actors.ray_calls import PumpPullCalls
+    from tidb_binlog.drainer.feeds import ActorFeed
     from tidb_binlog.drainer.metrics import build_drainer_metrics
     from tidb_binlog.errors import DamagedBinlog
     from tidb_binlog.pump.storage import Storage, StorageOptions
@@ -118,7 +119,7 @@ def test_damaged_binlog_stops_the_actor_feed_with_a_typed_error(ray_local, tmp_p
     actor = start_pump_actor(Cfg(str(data_dir), **{"storage.value-log-file-size": 200}))
     metrics = build_drainer_metrics()
     got: list[int] = []
-    feed = ActorFeed("pump-ray", actor, 0, 4 << 20, metrics)
+    feed = ActorFeed("pump-ray", actor, 0, 4 << 20, metrics, PumpPullCalls())
     try:
         with pytest.raises(DamagedBinlog) as ei:
             for _ in range(400):

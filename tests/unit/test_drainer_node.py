@@ -9,8 +9,13 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.drainer_node import DrainerNode, ServiceSettings, merge_expositions, resolve_node_id
 from tidb_binlog.config import load_drainer_config
+from tidb_binlog.drainer.node import (
+    DrainerNode,
+    ServiceSettings,
+    merge_expositions,
+    resolve_node_id,
+)
 from tidb_binlog.errors import BinlogError, StateError, UnavailableError
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED
 from tidb_binlog.testing.registry import InMemoryRegistry

@@ -1,4 +1,4 @@
-"""The merger's pump feeds: one per merge source, polled without blocking.
+"""The task driver's pump feeds: one per merge source, polled without blocking.
 
 ``poll() -> [(items, watermark)]`` returns what arrived since the last poll (each
 pair ready for ``Merger.push``), ``refs()`` the Ray refs worth waiting on when idle,
@@ -6,7 +6,7 @@ pair ready for ``Merger.push``), ``refs()`` the Ray refs worth waiting on when i
 
 - :class:`ActorFeed`: a PumpActor through
   :class:`~tidb_binlog.drainer.pump_source.ActorPumpSource` (pipelined pulls, at
-  most 2 outstanding). When the pump actor is unavailable (dead, restarting) it
+  most 2 outstanding; its Ray calls passed in, ``actors.ray_calls.PumpPullCalls``). When the pump actor is unavailable (dead, restarting) it
   logs, counts ``binlog_drainer_error_count{type="pump_unavailable"}`` and pulls
   again after :data:`RETRY_S` from its last watermark; the merge waits meanwhile.
   Any other error (a pump refusing the request) propagates: the task stops.
@@ -30,8 +30,7 @@ from __future__ import annotations
 import logging
 import time
 
-from actors.ray_calls import PumpPullCalls
-from tidb_binlog.drainer.pump_source import ActorPumpSource, damaged_error
+from tidb_binlog.drainer.pump_source import ActorPumpSource, PullCalls, damaged_error
 from tidb_binlog.errors import DamagedBinlog, UnavailableError
 from tidb_binlog.tso import extract_physical
 
@@ -68,11 +67,12 @@ def _observe(metrics, node_id: str, items: list, watermark: int) -> None:
 class ActorFeed:
     """A PumpActor, pipelined; restarted from the last watermark after a failure."""
 
-    def __init__(self, node_id: str, actor, since_ts: int, max_bytes: int, metrics):
+    def __init__(self, node_id: str, actor, since_ts: int, max_bytes: int, metrics,
+                 calls: PullCalls):
         self.node_id = node_id
         self.since_ts = since_ts
         self.metrics = metrics
-        self.source = ActorPumpSource(actor, PumpPullCalls(), node_id=node_id,
+        self.source = ActorPumpSource(actor, calls, node_id=node_id,
                                       max_bytes=max_bytes, pull_timeout_s=0.5,
                                       max_outstanding=2, first_max_bytes=FIRST_PULL_BYTES)
         self._retry_at: float | None = None

@@ -1,9 +1,10 @@
 """The drainer as a node: registry presence, Cistern gRPC, HTTP status and metrics.
 
-The :class:`~actors.merger.MergerActor` owns one :class:`DrainerNode`; it runs
-in the merger's process (pinned to the node whose ``addr`` it binds), next to
-the collector that ``Cistern.Notify`` must reach. Nothing here calls Ray: the
-merger passes plain callables, so the class is usable without Ray.
+The task's driver (:class:`~tidb_binlog.drainer.pipeline.driver.TaskDriver`, in the
+:class:`~actors.merger.MergerActor`) owns one :class:`DrainerNode`; it runs in the
+merger's process (pinned to the node whose ``addr`` it binds), next to the collector
+that ``Cistern.Notify`` must reach. Nothing here calls Ray: the driver passes plain
+callables.
 
 **Addresses.** Cistern gRPC listens on ``addr`` (drainer.toml, TiDB's default
 ``127.0.0.1:8249``). HTTP status listens on ``status_addr``, by default the
@@ -59,8 +60,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from tidb_binlog.drainer.cistern import serve_cistern
+from tidb_binlog.drainer.http_status import DrainerStatusServer
 from tidb_binlog.errors import BinlogError, ConfigError, StateError, UnavailableError
+from tidb_binlog.http_server import derive_status_addr
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, NodeStatus
+from tidb_binlog.pump.transport import http_ssl_context
 from tidb_binlog.tso import compose
 
 __all__ = ["ServiceSettings", "DrainerNode", "resolve_node_id", "merge_expositions",
@@ -185,11 +190,6 @@ class DrainerNode:
     def serve(self, *, on_notify: Callable[[], None], status_provider, metrics_provider,
               on_action: Callable[[str], None]) -> None:
         """Bind Cistern (``addr``) and HTTP (``status_addr``); ConfigError if one cannot."""
-        from tidb_binlog.drainer.cistern import serve_cistern
-        from tidb_binlog.drainer.http_status import DrainerStatusServer
-        from tidb_binlog.pump.http_status import derive_status_addr
-        from tidb_binlog.pump.server import _http_ssl_context
-
         s = self.settings
         # With port 0 and no status_addr, HTTP goes on the picked port + 1, which nobody
         # checked was free: when it is taken, pick another Cistern port (another pair).
@@ -202,7 +202,7 @@ class DrainerNode:
                     derive_status_addr(bound, s.status_addr), node_id=self.node_id,
                     status_provider=status_provider, metrics_provider=metrics_provider,
                     on_action=on_action, synced_check_time_s=s.synced_check_time_s,
-                    ssl_context=_http_ssl_context(s.security)).start()
+                    ssl_context=http_ssl_context(s.security)).start()
                 break
             except OSError as exc:
                 self.cistern.stop(0)

@@ -1,0 +1,156 @@
+"""One step of the merger's loop: pull, merge, hand out a batch, keep the pipeline bounded.
+
+:meth:`MergeLoop.step` is one round of the task's main loop
+(:class:`~.driver.TaskDriver` runs it until stopped):
+
+1. poll every pullable feed and push what arrived into the
+   :class:`~tidb_binlog.drainer.merge.Merger`;
+2. pop the ready items (``merge_batch``, up to :data:`BACKLOG_BATCHES` times that while
+   the pumps' input is backed up *and* earlier batches are in flight) and hand them on
+   as batch ``seq`` (0, 1, 2, ... from each reset). The mode comes from the settings
+   (:attr:`~.settings.TaskSettings.routed`): routed (exactly-once into MySQL: the keeper
+   routes the rows and returns one object per worker plus a plan, and only the plan
+   goes to the coordinator) or ``translate`` → ``apply`` (the causality mode, the file
+   sink). Either way the keeper's result refs go straight to the sink: translated rows
+   never pass through the merger;
+3. back-pressure: at most ``max_inflight`` batches outstanding; a finished one's result
+   is collected (which raises the sink's error, or PipelineReset);
+4. when nothing moved: the sink's ``idle()`` (at most every :data:`IDLE_EVERY_S`, when
+   nothing is in flight), then wait up to :data:`IDLE_WAIT_S` for a pull to resolve.
+
+Every call to the keeper and the sink is one of :class:`PipelineCalls`, passed in
+(``actors.ray_calls.PipelineCalls`` over Ray; a fake in unit tests).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from tidb_binlog.drainer.checkpoint import Checkpoint
+from tidb_binlog.drainer.merge import Merger
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.packed import pack
+
+__all__ = ["MergeLoop", "PipelineCalls", "BACKLOG_BATCHES", "IDLE_WAIT_S", "IDLE_EVERY_S"]
+
+BACKLOG_BATCHES = 16   # a merged batch grows up to this many merge_batch when backed up
+IDLE_WAIT_S = 0.05     # longest wait for a pull when idle (bounds the Notify latency)
+IDLE_EVERY_S = 0.5     # the sink's idle() at most this often
+
+
+class PipelineCalls(Protocol):
+    """The driver's calls to the keeper and the sink. A handle stands for a batch in
+    flight; :meth:`result` raises what the keeper or the sink raised."""
+
+    def reset(self, replay: bool) -> Checkpoint:
+        """Reset the sink (it loads the durable checkpoint); wait for it."""
+        ...
+
+    def reset_keeper(self, schema_version: int) -> int: ...
+
+    def send(self, seq: int, items: bytes) -> Any:
+        """``keeper.translate(items)`` → ``sink.apply(seq, <its result>)``; a handle."""
+        ...
+
+    def send_routed(self, seq: int, items: bytes, worker_count: int) -> Any:
+        """``keeper.translate_routed`` → ``sink.apply_routed(seq, plan, payloads)``."""
+        ...
+
+    def done(self, handle) -> bool: ...
+
+    def result(self, handle) -> Any: ...
+
+    def idle(self) -> int: ...
+
+    def close(self) -> Checkpoint: ...
+
+    def wait_for_pulls(self, refs: list, timeout_s: float) -> None:
+        """Block until one of the feeds' pending pulls resolved (or the timeout)."""
+        ...
+
+
+class Feed(Protocol):
+    def poll(self) -> list[tuple[list, int]]: ...
+
+    def refs(self) -> list: ...
+
+
+class MergeLoop:
+    """The merge and the batches in flight of the current run (:meth:`start` at each
+    reset); ``merged`` and ``positions`` carry over runs (the task's status)."""
+
+    def __init__(self, settings: TaskSettings, calls: PipelineCalls, merger: Merger | None = None,
+                 *,
+                 on_disorder: Callable[[int], None] = lambda n: None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.settings = settings
+        self.calls = calls
+        self._on_disorder = on_disorder
+        self._clock = clock
+        self.merged = 0          # items handed on, in every run
+        self.positions: dict[str, int] = {}
+        self.buffered = 0
+        self._disorder = 0
+        self.start(merger)
+
+    def start(self, merger: Merger | None) -> None:
+        """A new run (after a reset): batches are numbered from 0 again."""
+        self.merger = merger
+        self.seq = 0
+        self.inflight: deque = deque()
+        self._last_idle = 0.0
+
+    def step(self, feeds: Mapping[str, Feed]) -> bool:
+        """One round (see the module doc); whether anything moved."""
+        merger, calls, settings = self.merger, self.calls, self.settings
+        progressed = False
+        for name, feed in feeds.items():
+            for items, watermark in feed.poll():
+                merger.push(name, items, watermark)
+                progressed = True
+        if progressed:
+            self.positions = merger.positions()
+        inflight = self.inflight
+        ready = merger.pop_ready_pairs(self.batch_limit(merger, len(inflight)))
+        if ready:
+            items = pack(ready)
+            if settings.routed:  # rows go keeper -> workers; the coordinator sees the plan
+                inflight.append(calls.send_routed(self.seq, items, settings.worker_count))
+            else:
+                inflight.append(calls.send(self.seq, items))
+            self.seq += 1
+            self.merged += len(ready)
+            progressed = True
+        disorder = merger.counters["out_of_order"]
+        if disorder > self._disorder:
+            self._on_disorder(disorder - self._disorder)
+            self._disorder = disorder
+        while inflight and (len(inflight) >= settings.max_inflight or calls.done(inflight[0])):
+            calls.result(inflight.popleft())
+        self.buffered = merger.buffered()
+        if not progressed:
+            now = self._clock()
+            if not inflight and now - self._last_idle > IDLE_EVERY_S:
+                calls.idle()
+                self._last_idle = now
+            calls.wait_for_pulls([r for f in feeds.values() for r in f.refs()], IDLE_WAIT_S)
+        return progressed
+
+    def drain(self) -> None:
+        """Wait for every batch in flight (raises the first failure)."""
+        while self.inflight:
+            self.calls.result(self.inflight.popleft())
+
+    def batch_limit(self, merger: Merger, inflight: int) -> int:
+        """``merge_batch`` items, up to :data:`BACKLOG_BATCHES` times that while the pumps'
+        input is backed up *and* the pipeline is busy with earlier batches (catching up:
+        fewer, bigger hops; live, or the pipeline idle: small, prompt ones, so the keeper
+        and the workers start on the first rows at once instead of after a big batch)."""
+        limit = self.settings.merge_batch
+        backlog = merger.buffered()
+        if inflight and backlog > 2 * limit:
+            return min(backlog, BACKLOG_BATCHES * limit)
+        return limit
