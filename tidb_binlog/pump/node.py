@@ -337,14 +337,22 @@ class PumpNode:
 
     def heartbeat(self) -> None:
         status = self.status()
+        if self.registry is not None:
+            self.registry.update_node(PUMP, status)
+            # A pause/close (or stop) between reading the state and this write published
+            # its state first; this stale write then undid it (the registry lets a record
+            # go back to online): publish the state as it is now, so a state change always
+            # has the last word. Not holding the lock across the registry call keeps
+            # stop() and actions from waiting on a slow registry.
+            if self._state != status.state:
+                with self._lock:
+                    self.registry.update_node(PUMP, self.status())
         if status.err_msg != self._last_err_msg:  # logged when it starts and when it ends
             if status.err_msg:
                 log.warning("pump %s: %s", self.node_id, status.err_msg)
             else:
                 log.info("pump %s: the disk guard accepts Prewrites again", self.node_id)
             self._last_err_msg = status.err_msg
-        if self.registry is not None:
-            self.registry.update_node(PUMP, status)
 
     def gc(self, force: bool = False) -> GCDecision:
         d = decide_gc(self._tso(), self.options.gc_s, self.storage.gc_ts,
