@@ -1,5 +1,6 @@
 """``tidb-binlog spark <job>``: the Spark jobs (RayDP on the Ray cluster) from the command line.
 
+    tidb-binlog spark load --config spark.toml [--tables db db.table ...]
     tidb-binlog spark diff --config spark.toml [--tables db db.table ...] [--fix-sql-file f]
 
 Each job reads spark.toml (``tidb_binlog/config/spark.py``; every key in
@@ -11,17 +12,25 @@ found differences or failed (the error names what and where).
 
 from __future__ import annotations
 
+import argparse
 import time
 
 __all__ = ["register"]
 
-JOBS = ("diff",)
+JOBS = ("load", "diff")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("spark", help="Spark jobs on the Ray cluster (diff)",
-                       description=__doc__.split("\n\n")[1])
+    p = sub.add_parser("spark", help="Spark jobs on the Ray cluster (load, diff)",
+                       description=__doc__.split("\n\n")[1],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     jobs = p.add_subparsers(dest="job", metavar="JOB")
+    ld = jobs.add_parser("load", help="copy upstream tables to the downstream at one "
+                         "consistent point; prints the drainer's initial-commit-ts")
+    _common(ld)
+    ld.add_argument("--tables", nargs="+", help='"db" or "db.table" (default: [load] tables)')
+    ld.add_argument("--chunk-size", type=int, help="rows per copy unit (default 50000)")
+    ld.set_defaults(func=run_load)
     d = jobs.add_parser("diff", help="compare upstream and downstream tables chunk by chunk; "
                         "write fix SQL for the differences")
     _common(d)
@@ -42,6 +51,16 @@ def _load(args, overrides: dict):
     from tidb_binlog.config.spark import load_spark_config
 
     return load_spark_config(args.config, {k: v for k, v in overrides.items() if v is not None})
+
+
+def _console():
+    """A rich console; not on a terminal (logs of a Ray Job) wide enough that table names
+    are not cut."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
 
 
 class _Progress:
@@ -69,14 +88,13 @@ class _Progress:
 
 
 def run_diff(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from spark_on_ray import diff
 
     cfg = _load(args, {"diff.fix-sql-file": args.fix_sql_file,
                        "diff.chunk-size": args.chunk_size})
-    console = Console()
+    console = _console()
     t0 = time.monotonic()
     with _Progress(console) as progress:
         progress("start", 0, 1)
@@ -96,3 +114,31 @@ def run_diff(args) -> int:
                   f"fix SQL ({result.fix_statements} statements): {result.fix_sql_file}; "
                   f"{time.monotonic() - t0:.1f} s (Spark start {result.spark_start_s:.1f} s)")
     return 0 if result.equal else 1
+
+
+def run_load(args) -> int:
+    from rich.table import Table
+
+    from spark_on_ray import load
+
+    cfg = _load(args, {"load.chunk-size": args.chunk_size})
+    console = _console()
+    t0 = time.monotonic()
+    with _Progress(console) as progress:
+        progress("start", 0, 1)
+        result = load.run(cfg, tables=tuple(args.tables or ()), progress=progress,
+                          ray_address=args.ray_address)
+    table = Table(title=f"load: {cfg.upstream.where()} -> {cfg.downstream.where()} "
+                        f"at commit_ts {result.ts}")
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, rows in sorted(result.rows.items()):
+        table.add_row(name, str(rows))
+    console.print(table)
+    elapsed = time.monotonic() - t0
+    console.print(f"{result.total_rows} rows, {len(result.rows)} table(s), {result.units} "
+                  f"units on {result.tasks} tasks; {elapsed:.1f} s (Spark start "
+                  f"{result.spark_start_s:.1f} s)")
+    console.print(f"snapshot commit_ts: {result.ts}; start replication from it:")
+    console.print(f"  {result.drainer_command}", highlight=False)
+    return 0
