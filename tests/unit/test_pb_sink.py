@@ -187,31 +187,28 @@ def test_retention_gc(env):
     assert sink.status()["gc_files"] == 2
 
 
-# -- the actor classes as plain objects (no Ray) ------------------------------------------
-def test_file_sink_actor_refuses_batches_out_of_sequence(tmp_path):
-    from actors.file_sink import FileSinkActor
-    from actors.ray_calls import PipelineReset
-    from tidb_binlog.config import load_drainer_config
-    from tidb_binlog.drainer.pipeline.settings import TaskSettings
+# -- the pipeline's file sink and pb keeper (the actors' bodies) -----------------------------
+def test_file_sink_refuses_batches_out_of_sequence(tmp_path):
+    from tidb_binlog.drainer.pb_sink import BinlogFileSink
+    from tidb_binlog.drainer.pipeline.gate import PipelineReset
 
-    cfg = load_drainer_config(None, {"syncer.db-type": "file", "data-dir": str(tmp_path)})
-    actor = FileSinkActor(TaskSettings(cluster_id=1, initial_commit_ts=0), cfg)
+    actor = BinlogFileSink(FileSink(tmp_path, FileCheckpointStore(tmp_path)))
     with pytest.raises(PipelineReset, match="before a reset"):
         actor.apply(0, items(1))
     assert actor.reset() == Checkpoint(0)
     assert actor.apply(0, items(1, 2)) == 2
     with pytest.raises(PipelineReset, match="expected batch 1, got 3"):
         actor.apply(3, items(3))
-    st = actor.status()
+    st = actor.status().as_dict()
     assert st["commit_ts"] == 2 and st["applied_rows"] == 2 and st["outstanding"] == 0
     assert actor.close() == Checkpoint(2, consistent=True, schema_version=1)
     assert written(tmp_path) == [1, 2]
 
 
-def test_pb_keeper_actor_translates_and_skips_ignored_commit_ts():
-    from actors.file_sink import PbKeeperActor
-    from actors.ray_calls import PipelineReset
+def test_pb_keeper_translates_and_skips_ignored_commit_ts():
     from tidb_binlog import binlog as bl
+    from tidb_binlog.drainer.keeper import PbKeeper
+    from tidb_binlog.drainer.pipeline.gate import PipelineReset
     from tidb_binlog.drainer.pipeline.settings import TaskSettings
     from tidb_binlog.model import ActionType, CIStr, DBInfo, HistoryInfo, Job, JobState, SchemaState
 
@@ -227,7 +224,7 @@ def test_pb_keeper_actor_translates_and_skips_ignored_commit_ts():
         def job(self, job_id):
             return create if job_id == 1 else None
 
-    keeper = PbKeeperActor(TaskSettings(cluster_id=1, ignore_txn_commit_ts=(30,)), meta=Meta())
+    keeper = PbKeeper(TaskSettings(cluster_id=1, ignore_txn_commit_ts=(30,)), Meta())
     ddl = bl.commit(9, 10, ddl_query=b"CREATE DATABASE shop", ddl_job_id=1)
     with pytest.raises(PipelineReset):
         keeper.translate([(10, bl.encode(ddl))])
@@ -238,12 +235,9 @@ def test_pb_keeper_actor_translates_and_skips_ignored_commit_ts():
                    (30, None, 0)]
 
 
-def test_file_sink_actor_close_before_reset_reports_the_saved_checkpoint(tmp_path):
-    from actors.file_sink import FileSinkActor
-    from tidb_binlog.config import load_drainer_config
-    from tidb_binlog.drainer.pipeline.settings import TaskSettings
+def test_file_sink_close_before_reset_reports_the_saved_checkpoint(tmp_path):
+    from tidb_binlog.drainer.pb_sink import BinlogFileSink
 
-    cfg = load_drainer_config(None, {"syncer.db-type": "file", "data-dir": str(tmp_path)})
     FileCheckpointStore(tmp_path).save(Checkpoint(77, schema_version=3))
-    actor = FileSinkActor(TaskSettings(cluster_id=1, initial_commit_ts=0), cfg)
+    actor = BinlogFileSink(FileSink(tmp_path, FileCheckpointStore(tmp_path)))
     assert actor.close() == Checkpoint(77, schema_version=3)

@@ -38,6 +38,14 @@ also drops the newer records; with no savepoint at all (a new task on a
 directory holding records) nothing is dropped and an initial savepoint is
 written at once, so the window is bounded from the first record on.
 
+**As the pipeline's sink**: :class:`BinlogFileSink` is the
+:class:`~tidb_binlog.drainer.pipeline.sink.Sink` around a :class:`FileSink`: batches
+through the pipeline's :class:`~tidb_binlog.drainer.pipeline.gate.SequenceGate`
+(refused before the first reset, out of sequence, or after a failed one), a
+:class:`~tidb_binlog.drainer.pipeline.sink.SinkStatus` with the sink's own keys
+(``saved_commit_ts``, ``records``, ...) in ``extra``. It does not count replays
+(``resets`` is left to the merger's count).
+
 **Retention.** With ``retention_s > 0`` segments not modified for that long are
 removed at reset and then every ``gc_interval_s`` (1 h), the newest kept.
 """
@@ -52,9 +60,12 @@ from tidb_binlog.binlogfile import SEGMENT_SIZE_BYTES, Binlogger, Pos
 from tidb_binlog.binlogfile.reader import segments, walk
 from tidb_binlog.drainer.checkpoint import Checkpoint, start_commit_ts
 from tidb_binlog.drainer.pb_translate import is_ddl_record, record_commit_ts
+from tidb_binlog.drainer.pipeline.gate import SequenceGate
+from tidb_binlog.drainer.pipeline.sink import SinkStatus
 from tidb_binlog.errors import ProtocolError, StorageError
+from tidb_binlog.packed import unpack
 
-__all__ = ["FileSink", "SAVE_INTERVAL_S", "GC_INTERVAL_S"]
+__all__ = ["FileSink", "BinlogFileSink", "SAVE_INTERVAL_S", "GC_INTERVAL_S"]
 
 log = logging.getLogger(__name__)
 
@@ -226,3 +237,59 @@ class FileSink:
         log.warning("file sink: dropped %d record(s) (%d bytes) written after the checkpoint "
                     "%d; they are written again from the replay", above, dropped, commit_ts)
         return dropped
+
+
+class BinlogFileSink:
+    """The file sink as the pipeline's :class:`~tidb_binlog.drainer.pipeline.sink.Sink`."""
+
+    def __init__(self, files: FileSink, *, wall_clock: Callable[[], float] = time.time):
+        self.files = files
+        self.gate = SequenceGate("file sink")
+        self.last_apply_s = 0.0
+        self.start_checkpoint: Checkpoint | None = None
+        self._wall_clock = wall_clock
+
+    def reset(self, replay: bool = False) -> Checkpoint:
+        """Forget everything in flight; the files end at the durable checkpoint."""
+        cp = self.files.reset()
+        self.gate.open()
+        self.start_checkpoint = cp
+        log.info("file sink %s starts after commit_ts %d", self.files.directory, cp.commit_ts)
+        return cp
+
+    def start_point(self) -> Checkpoint | None:
+        return self.start_checkpoint
+
+    def apply(self, seq: int, batch) -> int:
+        """Append one merged batch (``seq`` must follow the previous one)."""
+        self.gate.check(seq)
+        try:
+            commit_ts = self.files.apply(unpack(batch))
+        except BaseException:
+            self.gate.failed()
+            raise
+        self.gate.passed()
+        self.last_apply_s = self._wall_clock()
+        return commit_ts
+
+    def idle(self) -> int:
+        if not self.gate.is_open:
+            return self.files.written_ts
+        return self.files.idle()
+
+    def close(self) -> Checkpoint:
+        """Sync and save the final (consistent) checkpoint; never reset: the saved one."""
+        if self.files.binlogger is None:  # nothing written here: the saved one stands
+            return start_commit_ts(self.files.store.load(), self.files.initial_commit_ts)
+        return self.files.close()
+
+    def status(self) -> SinkStatus:
+        st = self.files.status()
+        return SinkStatus(commit_ts=st["commit_ts"], schema_version=st["schema_version"],
+                          applied_rows=st["records"], last_apply_s=self.last_apply_s,
+                          ddl_jobs=st["ddl_records"], savepoints=st["savepoints"],
+                          extra={k: v for k, v in st.items()
+                                 if k not in ("commit_ts", "schema_version", "savepoints")})
+
+    def apply_samples(self) -> list:
+        return []

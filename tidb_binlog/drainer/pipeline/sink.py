@@ -3,8 +3,9 @@
 TiDB Binlog's drainer has ``drainer/sync/syncer.go``'s ``Syncer`` interface (one per
 ``db-type``) and a checkpoint factory. Here a :class:`Sink` is the object behind the
 pipeline's last actor: the MySQL :class:`~.coordinator.Coordinator` (SQL workers,
-exactly-once) and the :class:`~tidb_binlog.drainer.pb_sink.FileSink` behind
-:class:`~.file.FileSinkPipeline` today; a relay log or Parquet sink adds one class.
+exactly-once) and :class:`~tidb_binlog.drainer.pb_sink.BinlogFileSink` (pb records in
+binlog files) today; a relay log or Parquet sink adds one class (and its name in
+:data:`~.settings.SINKS`).
 
 The merger drives every sink with the same calls, in this order:
 
