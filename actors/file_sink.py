@@ -1,18 +1,18 @@
 """The file sink's Ray actors (``db-type = "file"``): pb keeper and file-sink actor.
 
 They take the schema keeper's and the coordinator's places in the pipeline (see
-:mod:`actors.drainer`); the merger drives them with the same calls::
+:mod:`actors.coordinator`); the merger drives them with the same calls::
 
     PumpActor ×N ──pull──▶ MergerActor ──items──▶ PbKeeperActor ──records──▶ FileSinkActor
                                                                               │ append
                                                             [syncer.to] dir: binlog-<16 digits>-<date>
 
-- :class:`PbKeeperActor` is a shell around :class:`~tidb_binlog.drainer.keeper.PbKeeper`
+- :class:`PbKeeperActor` is a shell around :class:`~tidb_binlog.drainer.translate.keeper.PbKeeper`
   (same ``reset(schema_version)``, history-job waiting and "refuse until placed" rule
   as the schema keeper): ``translate(items)`` returns ``(commit_ts, pb record bytes |
   None, schema_version)``, honouring ``ignore-schemas`` and ``ignore-txn-commit-ts``.
 - :class:`FileSinkActor` is a shell around
-  :class:`~tidb_binlog.drainer.pb_sink.BinlogFileSink`, the
+  :class:`~tidb_binlog.drainer.sinks.file.sink.BinlogFileSink`, the
   :class:`~tidb_binlog.drainer.pipeline.sink.Sink` of the files (``reset``, ``apply``
   through the pipeline's sequence gate, ``idle``, ``close``, ``status``).
 
@@ -20,7 +20,7 @@ They take the schema keeper's and the coordinator's places in the pipeline (see
 the node it was created on (it owns the directory). A restarted sink actor
 refuses every batch until the merger's reset, which reopens the directory,
 truncates what was written after the savepoint and replays from it: nothing is
-lost and nothing is in the files twice (see :mod:`tidb_binlog.drainer.pb_sink`).
+lost and nothing is in the files twice (see :mod:`tidb_binlog.drainer.sinks.file.sink`).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ import os
 from actors.process import tune_gc
 from actors.ray_calls import RayCalls
 from tidb_binlog.binlogfile import SEGMENT_SIZE_BYTES
-from tidb_binlog.drainer.checkpoint import Checkpoint
-from tidb_binlog.drainer.checkpoint_store import open_checkpoint_store
-from tidb_binlog.drainer.keeper import PbKeeper
-from tidb_binlog.drainer.pb_sink import BinlogFileSink, FileSink
+from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
+from tidb_binlog.drainer.checkpoint.store import open_checkpoint_store
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.sinks.file.sink import BinlogFileSink, FileSink
+from tidb_binlog.drainer.translate.keeper import PbKeeper
 from tidb_binlog.upstream.meta import UpstreamMeta
 
 __all__ = ["PbKeeperActor", "FileSinkActor", "start_file_sink_actors", "absolute_dirs"]

@@ -16,9 +16,9 @@ The merge runs on a thread started by the constructor; the actor's other methods
 from __future__ import annotations
 
 from actors.ray_calls import PipelineCalls
-from tidb_binlog.drainer.node import ServiceSettings
 from tidb_binlog.drainer.pipeline.driver import TaskDriver
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.service.node import ServiceSettings
 from tidb_binlog.node import PAUSED
 
 __all__ = ["MergerActor"]

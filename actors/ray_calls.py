@@ -204,7 +204,7 @@ class RayCalls:
 
 class WorkerCalls:
     """The coordinator's calls to its SQL workers
-    (:class:`~tidb_binlog.drainer.pipeline.coordinator.WorkerCalls`), over Ray."""
+    (:class:`~tidb_binlog.drainer.sinks.mysql.coordinator.WorkerCalls`), over Ray."""
 
     def __init__(self, workers: Sequence):
         self.workers = list(workers)
@@ -231,7 +231,7 @@ class WorkerCalls:
 
 
 class PumpPullCalls:
-    """:class:`~tidb_binlog.drainer.pump_source.ActorPumpSource`'s calls to a PumpActor."""
+    """:class:`~tidb_binlog.drainer.source.pump_source.ActorPumpSource`'s calls to a PumpActor."""
 
     def pull(self, actor, since_commit_ts: int, max_bytes: int, timeout_s: float):
         """``(batch_ref, watermark_ref)`` of one ``PumpActor.pull``; the batch comes packed

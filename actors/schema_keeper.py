@@ -1,6 +1,6 @@
 """SchemaKeeperActor: decodes merged binlogs with the right schema version, as a Ray actor.
 
-A shell around :class:`~tidb_binlog.drainer.keeper.RowKeeper` (the schema rebuilt from
+A shell around :class:`~tidb_binlog.drainer.translate.keeper.RowKeeper` (the schema rebuilt from
 the upstream's DDL history, rows decoded, filters; in exactly-once mode the rows routed
 over the workers with the flush points planned). Its result refs go straight to the
 coordinator (``translate``) or, routed, one object per worker plus the plan
@@ -10,8 +10,8 @@ coordinator (``translate``) or, routed, one object per worker plus the plan
 from __future__ import annotations
 
 from actors.process import tune_gc
-from tidb_binlog.drainer.keeper import RowKeeper
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.translate.keeper import RowKeeper
 from tidb_binlog.upstream.meta import UpstreamMeta
 
 __all__ = ["SchemaKeeperActor"]

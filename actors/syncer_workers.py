@@ -1,7 +1,7 @@
 """SqlWorkerActor: one SQL worker of the drainer as a Ray actor.
 
 :class:`SqlWorkerActor` is a plain class owning one
-:class:`~tidb_binlog.drainer.loader.Loader` and its downstream connection;
+:class:`~tidb_binlog.drainer.sinks.mysql.loader.Loader` and its downstream connection;
 :func:`start_sql_worker` is the one factory that makes it remote and
 every Ray API call goes through :mod:`actors.ray_calls`, so the class is usable
 (and testable) without Ray.
@@ -39,9 +39,9 @@ import threading
 
 from actors.process import tune_gc
 from actors.ray_calls import RayCalls
-from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig
-from tidb_binlog.drainer.loader import Ack, Loader, LoaderConfig
-from tidb_binlog.drainer.loader_metrics import LoaderMetrics
+from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
+from tidb_binlog.drainer.sinks.mysql.loader import Ack, Loader, LoaderConfig
+from tidb_binlog.drainer.sinks.mysql.metrics import LoaderMetrics
 from tidb_binlog.packed import unpack
 
 __all__ = ["SqlWorkerActor", "start_sql_worker", "start_sql_workers", "process_metrics",

@@ -32,13 +32,13 @@ import argparse
 import random
 import time
 
-from tidb_binlog.drainer.causality import CONFLICT, Causality, row_keys
-from tidb_binlog.drainer.checkpoint import Advancer, Checkpoint
-from tidb_binlog.drainer.dml import DML, DMLType, TableSchema
-from tidb_binlog.drainer.merge import STRATEGIES, Merger
-from tidb_binlog.drainer.merge_by_key import merge_by_key, render_merged
-from tidb_binlog.drainer.routing import Router
-from tidb_binlog.drainer.sql import dml_statements
+from tidb_binlog.drainer.apply.causality import CONFLICT, Causality, row_keys
+from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema
+from tidb_binlog.drainer.apply.merge_by_key import merge_by_key, render_merged
+from tidb_binlog.drainer.apply.routing import Router
+from tidb_binlog.drainer.apply.sql import dml_statements
+from tidb_binlog.drainer.checkpoint.checkpoint import Advancer, Checkpoint
+from tidb_binlog.drainer.source.merge import STRATEGIES, Merger
 
 SBTEST = TableSchema.build("sbtest", "sbtest1", ["id", "k", "c", "pad"], ["id"])
 
@@ -153,8 +153,8 @@ def _sbtest_translator():
     """A Translator holding sysbench's table (id INT PK handle, k INT, c CHAR(120),
     pad CHAR(60)) at schema version 2."""
     from tidb_binlog.codec import mysql as m
-    from tidb_binlog.drainer.schema import SchemaKeeper
-    from tidb_binlog.drainer.translate import Translator
+    from tidb_binlog.drainer.translate.schema import SchemaKeeper
+    from tidb_binlog.drainer.translate.txn import Translator
     from tidb_binlog.model import (
         ActionType,
         CIStr,
@@ -219,7 +219,7 @@ def bench_keeper(n: int, update: bool, workers: int = 4, batch: int = 512) -> fl
     import pickle
 
     from tidb_binlog import binlog as bl
-    from tidb_binlog.drainer.routing import BatchPlanner
+    from tidb_binlog.drainer.apply.routing import BatchPlanner
 
     tr = _sbtest_translator()
     items = _sbtest_payloads(n, update)
@@ -241,7 +241,7 @@ def bench_worker_unpickle(n: int, workers: int = 4, batch: int = 512) -> float:
     import pickle
 
     from tidb_binlog import binlog as bl
-    from tidb_binlog.drainer.routing import BatchPlanner
+    from tidb_binlog.drainer.apply.routing import BatchPlanner
 
     tr = _sbtest_translator()
     items = _sbtest_payloads(n, False)
@@ -265,7 +265,7 @@ def bench_hop(n: int, packed: bool, workers: int = 4, batch: int = 1024) -> floa
     import ray
 
     from tidb_binlog import binlog as bl
-    from tidb_binlog.drainer.routing import BatchPlanner
+    from tidb_binlog.drainer.apply.routing import BatchPlanner
     from tidb_binlog.packed import pack, unpack
 
     if not ray.is_initialized():

@@ -2,7 +2,7 @@
 
 One throwaway MariaDB (:class:`~tidb_binlog.testing.mariadb.MariaDBServer`), a
 sysbench-shaped table ``sbtest(id INT PK, k INT, c CHAR(120), pad CHAR(60),
-KEY(k))``, and :class:`~tidb_binlog.drainer.dml.DML` objects built as the translator
+KEY(k))``, and :class:`~tidb_binlog.drainer.apply.dml.DML` objects built as the translator
 builds them (full row images, ``int``/``str`` values, the old image of an UPDATE
 taken from a mirror of the table).  For each ``txn-batch`` (20, 200, 1000 by
 default) a fresh table and, in this order:
@@ -95,12 +95,12 @@ class Workload:
         self.next_id = 1
 
     def _dml(self, tp, values, old=None):
-        from tidb_binlog.drainer.dml import DML
+        from tidb_binlog.drainer.apply.dml import DML
 
         return DML(self.schema.database, self.schema.table, tp, values, old, self.schema)
 
     def _insert(self, row_id=None):
-        from tidb_binlog.drainer.dml import DMLType
+        from tidb_binlog.drainer.apply.dml import DMLType
 
         if row_id is None:
             row_id, self.next_id = self.next_id, self.next_id + 1
@@ -109,7 +109,7 @@ class Workload:
         return self._dml(DMLType.INSERT, row)
 
     def _update(self, column: str, row_id: int):
-        from tidb_binlog.drainer.dml import DMLType
+        from tidb_binlog.drainer.apply.dml import DMLType
 
         old = self.state[row_id]
         new = dict(old)
@@ -118,7 +118,7 @@ class Workload:
         return self._dml(DMLType.UPDATE, new, old)
 
     def _delete(self, row_id: int):
-        from tidb_binlog.drainer.dml import DMLType
+        from tidb_binlog.drainer.apply.dml import DMLType
 
         return self._dml(DMLType.DELETE, self.state.pop(row_id))
 
@@ -175,9 +175,9 @@ def ceiling(server, meter_pid: int, rows: list[dict]) -> tuple[float, Meter]:
 
 
 def main(argv=None) -> int:
-    from tidb_binlog.drainer.dml import TableSchema
-    from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig
-    from tidb_binlog.drainer.loader import Loader, LoaderConfig
+    from tidb_binlog.drainer.apply.dml import TableSchema
+    from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
+    from tidb_binlog.drainer.sinks.mysql.loader import Loader, LoaderConfig
     from tidb_binlog.testing.mariadb import MariaDBServer
     from tidb_binlog.upstream.workload import SBTEST_DDL
 

@@ -19,11 +19,11 @@ the stage the merger was at. Before any actor starts, :func:`check_downstream`
 checks the downstream in every mode (see :meth:`Drainer.start`).
 
 The status counters ``applied_rows``, ``ddl_jobs`` and ``resets`` are saved with
-the checkpoint (:mod:`tidb_binlog.drainer.checkpoint`), so they survive a restart
+the checkpoint (:mod:`tidb_binlog.drainer.checkpoint.checkpoint`), so they survive a restart
 of any actor: after one, the counts resume from the saved checkpoint and the replay
 above it is counted once.
 
-``start`` creates the pipeline of :mod:`actors.drainer` (merger, schema keeper,
+``start`` creates the pipeline of :mod:`actors` (merger, schema keeper,
 coordinator) and ``worker-count`` SQL workers (:mod:`actors.syncer_workers`);
 for ``db-type = "file"`` a pb keeper and a file-sink actor (:mod:`actors.file_sink`,
 pinned to this node) take the keeper's and coordinator's places, with no SQL workers.
@@ -34,7 +34,7 @@ its registered host for a standalone pump. The upstream meta (the DDL history
 the schema keeper reads; TiKV's role in TiDB) is found in the registry KV under
 :data:`UPSTREAM_META_KEY` unless given.
 
-The task is also a drainer *node* (:mod:`tidb_binlog.drainer.node`): the merger actor
+The task is also a drainer *node* (:mod:`tidb_binlog.drainer.service.node`): the merger actor
 is placed on the caller's Ray node and serves Cistern gRPC on ``addr`` (default
 drainer.toml's ``addr``; port 0 picks one) and HTTP status on its port + 1, and
 keeps the registry record ``online`` with the saved checkpoint. When drainer.toml
@@ -48,7 +48,7 @@ records ``paused``; ``PUT /state/{id}/close`` stops the task and records
 
 Before the SQL workers start (exactly-once), ``start`` reconciles their progress
 rows with ``worker-count``
-(:meth:`~tidb_binlog.drainer.checkpoint_store.MySQLCheckpointStore.check_workers`):
+(:meth:`~tidb_binlog.drainer.checkpoint.store.MySQLCheckpointStore.check_workers`):
 after a crash under another worker-count the rows are dropped and the workers run
 in safe mode for this run.
 """
@@ -62,7 +62,7 @@ import os
 import socket
 import time
 
-from actors.drainer import CoordinatorActor
+from actors.coordinator import CoordinatorActor
 from actors.file_sink import start_file_sink_actors
 from actors.merger import MergerActor
 from actors.ray_calls import GetTimeoutError, RayCalls
@@ -70,10 +70,10 @@ from actors.schema_keeper import SchemaKeeperActor
 from actors.syncer_workers import start_sql_workers
 from cluster.registry import REGISTRY_NAME, connect_registry
 from tidb_binlog.config import DrainerConfig, split_registry
-from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
-from tidb_binlog.drainer.node import ServiceSettings
+from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE, UPSTREAM_META_KEY
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.service.node import ServiceSettings
 from tidb_binlog.errors import (
     ConfigError,
     DownstreamError,
@@ -432,7 +432,7 @@ def check_downstream(settings: TaskSettings, *, wait_s: float | None = None,
     ``[syncer.to]``, set the session up, create the checkpoint table if missing and read
     the checkpoint row; in exactly-once mode also reconcile the SQL workers' progress
     rows with ``worker-count`` (``check_workers`` of
-    :mod:`tidb_binlog.drainer.checkpoint_store`; its decision is returned, else None).
+    :mod:`tidb_binlog.drainer.checkpoint.store`; its decision is returned, else None).
 
     TiDB's drainer also exits when its downstream cannot be used at start, while an
     outage *after* the start is ridden out (the pipeline retries). Here:

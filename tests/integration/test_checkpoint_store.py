@@ -7,13 +7,13 @@ import os
 
 import pytest
 
-from tidb_binlog.drainer.checkpoint import Checkpoint
-from tidb_binlog.drainer.checkpoint_store import (
+from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
+from tidb_binlog.drainer.checkpoint.store import (
     CheckpointStore,
     FileCheckpointStore,
     MySQLCheckpointStore,
 )
-from tidb_binlog.drainer.downstream import DownstreamConfig
+from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 from tidb_binlog.errors import ConfigError, ProtocolError, StorageError, TransientDownstreamError
 
 _cluster_ids = itertools.count(9000)
@@ -148,7 +148,7 @@ def test_file_store_bad_file_names_the_key(tmp_path):
 
 def test_worker_layout_is_recorded_and_a_changed_count_after_a_crash_drops_the_rows(
         mariadb, fresh_database):
-    from tidb_binlog.drainer.progress import progress_upsert_statement
+    from tidb_binlog.drainer.sinks.mysql.progress import progress_upsert_statement
 
     schema = fresh_database()
     cid = next(_cluster_ids)

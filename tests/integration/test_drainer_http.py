@@ -11,12 +11,12 @@ import grpc
 import pytest
 
 from tidb_binlog.config import load_pump_config
-from tidb_binlog.drainer.cistern import collector_notifier, serve_cistern
-from tidb_binlog.drainer.collector import Collector, MergerSources
-from tidb_binlog.drainer.http_status import DrainerStatus, DrainerStatusServer
-from tidb_binlog.drainer.merge import Merger
-from tidb_binlog.drainer.metrics import METRIC_NAMES, build_drainer_metrics
-from tidb_binlog.drainer.pump_source import GrpcPumpSource
+from tidb_binlog.drainer.service.cistern import collector_notifier, serve_cistern
+from tidb_binlog.drainer.service.http_status import DrainerStatus, DrainerStatusServer
+from tidb_binlog.drainer.service.metrics import METRIC_NAMES, build_drainer_metrics
+from tidb_binlog.drainer.source.collector import Collector, MergerSources
+from tidb_binlog.drainer.source.merge import Merger
+from tidb_binlog.drainer.source.pump_source import GrpcPumpSource
 from tidb_binlog.errors import ConfigError, StateError, UnavailableError
 from tidb_binlog.node import DRAINER, PUMP, NodeStatus
 from tidb_binlog.proto import cistern_pb2, cistern_pb2_grpc
@@ -121,8 +121,8 @@ def test_cistern_port_0_repicks_when_the_picked_port_plus_1_is_taken(monkeypatch
     import errno
     import socket
 
-    from tidb_binlog.drainer import cistern as cistern_module
-    from tidb_binlog.drainer.node import DrainerNode, ServiceSettings
+    from tidb_binlog.drainer.service import cistern as cistern_module
+    from tidb_binlog.drainer.service.node import DrainerNode, ServiceSettings
 
     real_serve, blockers, picked = cistern_module.serve_cistern, [], []
 

@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidb_binlog.drainer.dml import DML, DMLType, TableSchema
-from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig
-from tidb_binlog.drainer.loader import Loader, LoaderConfig
-from tidb_binlog.drainer.sql import LiteralRenderer, Statement, dml_statements
+from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema
+from tidb_binlog.drainer.apply.sql import LiteralRenderer, Statement, dml_statements
+from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
+from tidb_binlog.drainer.sinks.mysql.loader import Loader, LoaderConfig
 from tidb_binlog.errors import DownstreamError
 from tidb_binlog.upstream.workload import ALL_TYPES_DDL
 
@@ -230,7 +230,7 @@ def test_execute_script_runs_in_order_and_names_the_failing_statement(
         assert info.value.code == 1062 and info.value.statement_index == 1
         ds.rollback()
         # scripts split by size still run everything in order, in more round trips
-        monkeypatch.setattr("tidb_binlog.drainer.downstream.SCRIPT_CHARS", 60)
+        monkeypatch.setattr("tidb_binlog.drainer.sinks.mysql.downstream.SCRIPT_CHARS", 60)
         before = ds.round_trips
         more = [Statement(f"INSERT INTO {table} VALUES (%s,%s)", (20 + i, "x" * 30))
                 for i in range(4)]

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, Txn
-from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig, RetryPolicy
-from tidb_binlog.drainer.loader import Loader, LoaderConfig
-from tidb_binlog.drainer.sql import dml_statements
+from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema, Txn
+from tidb_binlog.drainer.apply.sql import dml_statements
+from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig, RetryPolicy
+from tidb_binlog.drainer.sinks.mysql.loader import Loader, LoaderConfig
 from tidb_binlog.errors import DownstreamError, TransientDownstreamError
 
 _cluster_ids = itertools.count(1000)  # progress rows of one test never meet another's
@@ -271,7 +271,7 @@ def test_session_params_and_sql_mode(mariadb):
 
 
 def _stmt(sql):
-    from tidb_binlog.drainer.sql import Statement
+    from tidb_binlog.drainer.apply.sql import Statement
 
     return Statement(sql, None)
 

@@ -11,16 +11,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidb_binlog.drainer.checkpoint import (
+from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema, UniqueKey
+from tidb_binlog.drainer.apply.merge_by_key import merge_by_key, merge_statements, render_merged
+from tidb_binlog.drainer.apply.sql import ddl_statements, dml_statements, quote_name
+from tidb_binlog.drainer.checkpoint.checkpoint import (
     Checkpoint,
     create_statements,
     decode_json,
     load_statement,
     save_statement,
 )
-from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, UniqueKey
-from tidb_binlog.drainer.merge_by_key import merge_by_key, merge_statements, render_merged
-from tidb_binlog.drainer.sql import ddl_statements, dml_statements, quote_name
 
 INS, UPD, DEL = DMLType.INSERT, DMLType.UPDATE, DMLType.DELETE
 

@@ -12,7 +12,7 @@ from test_drainer_cli import free_port_pair, run_cli, wait_until, write
 
 from cluster.launch import LocalCluster
 from tidb_binlog.binlogfile import walk
-from tidb_binlog.drainer.checkpoint_store import FileCheckpointStore
+from tidb_binlog.drainer.checkpoint.store import FileCheckpointStore
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 from tidb_binlog.upstream import Upstream
 

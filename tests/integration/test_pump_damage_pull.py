@@ -13,9 +13,9 @@ import pytest
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.config import load_pump_config
-from tidb_binlog.drainer.feeds import GrpcFeed
-from tidb_binlog.drainer.metrics import build_drainer_metrics
-from tidb_binlog.drainer.pump_source import GrpcPumpSource
+from tidb_binlog.drainer.service.metrics import build_drainer_metrics
+from tidb_binlog.drainer.source.feeds import GrpcFeed
+from tidb_binlog.drainer.source.pump_source import GrpcPumpSource
 from tidb_binlog.errors import DamagedBinlog
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.server import open_channel, open_pump

@@ -14,9 +14,9 @@ from drainer_helpers import drainer_config, query, rows, shop_stack, wait_until,
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.drainer import Drainer
-from tidb_binlog.drainer.causality import image_keys
-from tidb_binlog.drainer.dml import TableSchema
-from tidb_binlog.drainer.routing import Router
+from tidb_binlog.drainer.apply.causality import image_keys
+from tidb_binlog.drainer.apply.dml import TableSchema
+from tidb_binlog.drainer.apply.routing import Router
 from tidb_binlog.errors import UnavailableError
 from tidb_binlog.node import DRAINER, OFFLINE, PUMP
 

@@ -8,9 +8,9 @@ from actors.pump import start_pump_actor
 from actors.ray_calls import PumpPullCalls
 from tidb_binlog import binlog as bl
 from tidb_binlog.config import load_pump_config
-from tidb_binlog.drainer.merge import Merger
-from tidb_binlog.drainer.metrics import build_drainer_metrics
-from tidb_binlog.drainer.pump_source import ActorPumpSource
+from tidb_binlog.drainer.service.metrics import build_drainer_metrics
+from tidb_binlog.drainer.source.merge import Merger
+from tidb_binlog.drainer.source.pump_source import ActorPumpSource
 from tidb_binlog.errors import UnavailableError
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.server import open_channel

@@ -17,8 +17,8 @@ from cluster.drainer import Drainer
 from cluster.launch import LocalCluster
 from tidb_binlog.binlogfile import WalkStats, walk
 from tidb_binlog.config import load_drainer_config
-from tidb_binlog.drainer.checkpoint_store import FileCheckpointStore
-from tidb_binlog.drainer.pb_translate import decode_columns
+from tidb_binlog.drainer.checkpoint.store import FileCheckpointStore
+from tidb_binlog.drainer.translate.pb import decode_columns
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 from tidb_binlog.upstream import Upstream, workload
 

@@ -94,8 +94,8 @@ def test_damaged_binlog_stops_the_actor_feed_with_a_typed_error(ray_local, tmp_p
     import pytest
 
     from actors.ray_calls import PumpPullCalls
-    from tidb_binlog.drainer.feeds import ActorFeed
-    from tidb_binlog.drainer.metrics import build_drainer_metrics
+    from tidb_binlog.drainer.service.metrics import build_drainer_metrics
+    from tidb_binlog.drainer.source.feeds import ActorFeed
     from tidb_binlog.errors import DamagedBinlog
     from tidb_binlog.pump.storage import Storage, StorageOptions
     from tidb_binlog.pump.storage.metrics import StorageMetrics

@@ -6,9 +6,9 @@ import itertools
 import time
 
 from actors.syncer_workers import start_sql_worker
-from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema
-from tidb_binlog.drainer.downstream import DownstreamConfig, RetryPolicy
-from tidb_binlog.drainer.loader import Ack, LoaderConfig
+from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema
+from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig, RetryPolicy
+from tidb_binlog.drainer.sinks.mysql.loader import Ack, LoaderConfig
 
 _cluster_ids = itertools.count(5000)
 

@@ -21,7 +21,7 @@ from tidb_binlog.binlogctl.encrypt import (
 )
 from tidb_binlog.binlogctl.flags import add_arguments, options_from_args
 from tidb_binlog.config import load_drainer_config
-from tidb_binlog.drainer.checkpoint import decode_savepoint
+from tidb_binlog.drainer.checkpoint.checkpoint import decode_savepoint
 from tidb_binlog.errors import ConfigError, StateError, UnavailableError
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, PUMP, NodeStatus
 from tidb_binlog.testing.registry import InMemoryRegistry

@@ -521,7 +521,7 @@ def test_a_zero_read_timeout_is_refused(tmp_path):
 def test_passwords_never_show_in_a_repr(tmp_path):
     """A config or downstream object printed in a log, a status page or an error keeps
     its passwords out (the values stay readable as attributes)."""
-    from tidb_binlog.drainer.downstream import DownstreamConfig
+    from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 
     path = tmp_path / "drainer.toml"
     path.write_text('[syncer.to]\npassword = "hunter2"\n[syncer.to.checkpoint]\n'

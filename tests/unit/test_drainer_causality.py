@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidb_binlog.drainer.causality import (
+from tidb_binlog.drainer.apply.causality import (
     CONFLICT,
     Causality,
     image_keys,
@@ -19,8 +19,8 @@ from tidb_binlog.drainer.causality import (
     row_keys,
     stable_hash,
 )
-from tidb_binlog.drainer.dml import DML, DMLType, TableSchema
-from tidb_binlog.drainer.routing import Router
+from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema
+from tidb_binlog.drainer.apply.routing import Router
 from tidb_binlog.errors import SchemaError
 
 T = TableSchema.build("d", "t", ["id", "u", "v"], ["id"], {"uk_u": ("u",)})
@@ -83,7 +83,7 @@ def test_keys_need_a_schema():
 def test_stable_hash_is_crc32_and_process_independent():
     assert stable_hash("abc") == 0x352441C2
     key = row_keys(ins({"id": 7, "u": "é", "v": 0}))[1]
-    code = ("from tidb_binlog.drainer.causality import stable_hash; import sys; "
+    code = ("from tidb_binlog.drainer.apply.causality import stable_hash; import sys; "
             "print(stable_hash(sys.argv[1]))")
     other = subprocess.run([sys.executable, "-c", code, key], capture_output=True, text=True,
                            check=True, env={"PYTHONHASHSEED": "12345"})

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidb_binlog.drainer.checkpoint import (
+from tidb_binlog.drainer.apply.sql import Statement
+from tidb_binlog.drainer.checkpoint.checkpoint import (
     Advancer,
     Checkpoint,
     create_statements,
@@ -19,7 +20,6 @@ from tidb_binlog.drainer.checkpoint import (
     save_statement,
     start_commit_ts,
 )
-from tidb_binlog.drainer.sql import Statement
 from tidb_binlog.errors import ConfigError, ProtocolError
 
 # -- formats ------------------------------------------------------------------
@@ -256,7 +256,7 @@ def test_property_ack_parts_equals_one_ack_per_part(parts_list, rnd, chunk):
 
 # -- worker-count across a crash (checkpoint_store.decide_worker_layout) ------------------
 def _layout(count, recorded, safe_until, progress, cp):
-    from tidb_binlog.drainer.checkpoint_store import decide_worker_layout
+    from tidb_binlog.drainer.checkpoint.store import decide_worker_layout
 
     return decide_worker_layout(count, recorded, safe_until, progress, cp)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidb_binlog.drainer.collector import (
+from tidb_binlog.drainer.source.collector import (
     AddSource,
     Collector,
     DrainSource,
@@ -17,7 +17,7 @@ from tidb_binlog.drainer.collector import (
     SourceView,
     plan,
 )
-from tidb_binlog.drainer.merge import Merger
+from tidb_binlog.drainer.source.merge import Merger
 from tidb_binlog.errors import UnavailableError
 from tidb_binlog.node import CLOSING, OFFLINE, ONLINE, PAUSED, PAUSING, NodeStatus
 

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidb_binlog.drainer.causality import row_keys, stable_hash
-from tidb_binlog.drainer.checkpoint import Advancer, Checkpoint
-from tidb_binlog.drainer.dispatch import Dispatcher, Flush, RunDDL, Send
-from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, Txn
-from tidb_binlog.drainer.routing import FLUSH, ROWS, RUN_DDL, BatchPlanner
+from tidb_binlog.drainer.apply.causality import row_keys, stable_hash
+from tidb_binlog.drainer.apply.dispatch import Dispatcher, Flush, RunDDL, Send
+from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema, Txn
+from tidb_binlog.drainer.apply.routing import FLUSH, ROWS, RUN_DDL, BatchPlanner
+from tidb_binlog.drainer.checkpoint.checkpoint import Advancer, Checkpoint
 
 SCHEMA = TableSchema.build("db", "t", ["id", "uk", "v"], primary_key=["id"],
                            unique_keys={"uk": ["uk"]})

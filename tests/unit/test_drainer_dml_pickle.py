@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from tidb_binlog.drainer.dml import DML, DMLType, TableSchema, Txn
+from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema, Txn
 
 T = TableSchema.build("db", "t", ["id", "u", "v"], ["id"], {"uu": ("u",)})
 

@@ -10,18 +10,24 @@ import pytest
 
 from actors.ray_calls import RayCalls
 from actors.syncer_workers import SqlWorkerActor
-from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, Txn
-from tidb_binlog.drainer.downstream import (
+from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema, Txn
+from tidb_binlog.drainer.sinks.mysql.downstream import (
     DownstreamConfig,
     RetryPolicy,
     backoff_delays,
     shorten_sql,
     translate_error,
 )
-from tidb_binlog.drainer.loader import Loader, LoaderConfig, as_part, plan_units, render_unit
-from tidb_binlog.drainer.loader_metrics import LoaderMetrics
-from tidb_binlog.drainer.loader_plan import Part
-from tidb_binlog.drainer.progress import (
+from tidb_binlog.drainer.sinks.mysql.loader import (
+    Loader,
+    LoaderConfig,
+    as_part,
+    plan_units,
+    render_unit,
+)
+from tidb_binlog.drainer.sinks.mysql.metrics import LoaderMetrics
+from tidb_binlog.drainer.sinks.mysql.plan import Part
+from tidb_binlog.drainer.sinks.mysql.progress import (
     ReplayGuard,
     progress_create_statements,
     progress_load_statement,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidb_binlog.drainer.merge import STRATEGIES, MergedItem, Merger
+from tidb_binlog.drainer.source.merge import STRATEGIES, MergedItem, Merger
 from tidb_binlog.errors import ConfigError, StateError
 
 

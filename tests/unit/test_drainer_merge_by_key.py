@@ -6,14 +6,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidb_binlog.drainer.dml import DML, DMLType, TableSchema
-from tidb_binlog.drainer.merge_by_key import (
+from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema
+from tidb_binlog.drainer.apply.merge_by_key import (
     merge_by_key,
     merge_statements,
     render_merged,
     split_key_changes,
 )
-from tidb_binlog.drainer.sql import Statement
+from tidb_binlog.drainer.apply.sql import Statement
 from tidb_binlog.errors import SchemaError
 
 T = TableSchema.build("d", "t", ["id", "u", "v"], ["id"], {"uk_u": ("u",)})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tidb_binlog.drainer.metrics import METRIC_NAMES, build_drainer_metrics
+from tidb_binlog.drainer.service.metrics import METRIC_NAMES, build_drainer_metrics
 
 
 def samples(text: bytes) -> dict:
@@ -63,7 +63,7 @@ def test_batch_histogram_exposes_what_a_histogram_does():
 
     from prometheus_client import CollectorRegistry, Histogram
 
-    from tidb_binlog.drainer.metrics import BatchHistogram
+    from tidb_binlog.drainer.service.metrics import BatchHistogram
 
     bounds = (16.0, 64.0, 256.0, 1024.0)
     ours_reg, ref_reg = CollectorRegistry(), CollectorRegistry()

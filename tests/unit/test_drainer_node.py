@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidb_binlog.config import load_drainer_config
-from tidb_binlog.drainer.node import (
+from tidb_binlog.drainer.service.node import (
     DrainerNode,
     ServiceSettings,
     merge_expositions,

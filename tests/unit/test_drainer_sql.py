@@ -6,8 +6,8 @@ import pickle
 
 import pytest
 
-from tidb_binlog.drainer.dml import DDL, DML, PRIMARY, DMLType, TableSchema, Txn, UniqueKey
-from tidb_binlog.drainer.sql import (
+from tidb_binlog.drainer.apply.dml import DDL, DML, PRIMARY, DMLType, TableSchema, Txn, UniqueKey
+from tidb_binlog.drainer.apply.sql import (
     Statement,
     ddl_statements,
     delete_statement,
@@ -237,7 +237,7 @@ def test_literals_equal_pymysql_and_fall_back_where_it_differs(no_backslash, cap
     import datetime
     from decimal import Decimal
 
-    from tidb_binlog.drainer.sql import LiteralRenderer
+    from tidb_binlog.drainer.apply.sql import LiteralRenderer
 
     args = (1, -2**63, "a'b\\c", "中文", None, True, 1.5, b"\x00'", Decimal("1.50"),
             datetime.datetime(2020, 1, 2, 3, 4, 5, 6), datetime.timedelta(hours=-1))

@@ -10,9 +10,9 @@ import pytest
 from tidb_binlog import binlog as bl
 from tidb_binlog.codec import Datum, encode_old_row, encode_value, pack_time
 from tidb_binlog.codec import mysql as m
-from tidb_binlog.drainer.dml import DMLType
-from tidb_binlog.drainer.schema import SchemaKeeper
-from tidb_binlog.drainer.translate import Translator, default_value
+from tidb_binlog.drainer.apply.dml import DMLType
+from tidb_binlog.drainer.translate.schema import SchemaKeeper
+from tidb_binlog.drainer.translate.txn import Translator, default_value
 from tidb_binlog.errors import SchemaError
 from tidb_binlog.model import (
     ActionType,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidb_binlog.drainer.dml import DML, DMLType, TableSchema
+from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema
 from tidb_binlog.packed import pack, unpack
 
 SCHEMA = TableSchema.build("db", "t", ["id", "v"], ["id"])

@@ -8,10 +8,10 @@ import os
 import pytest
 
 from tidb_binlog.binlogfile import Binlogger, binlog_names, encode_record, walk
-from tidb_binlog.drainer.checkpoint import Checkpoint
-from tidb_binlog.drainer.checkpoint_store import FileCheckpointStore
-from tidb_binlog.drainer.pb_sink import FileSink
-from tidb_binlog.drainer.pb_translate import ddl_record, record_commit_ts
+from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
+from tidb_binlog.drainer.checkpoint.store import FileCheckpointStore
+from tidb_binlog.drainer.sinks.file.sink import FileSink
+from tidb_binlog.drainer.translate.pb import ddl_record, record_commit_ts
 from tidb_binlog.errors import StorageError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 
@@ -189,8 +189,8 @@ def test_retention_gc(env):
 
 # -- the pipeline's file sink and pb keeper (the actors' bodies) -----------------------------
 def test_file_sink_refuses_batches_out_of_sequence(tmp_path):
-    from tidb_binlog.drainer.pb_sink import BinlogFileSink
     from tidb_binlog.drainer.pipeline.gate import PipelineReset
+    from tidb_binlog.drainer.sinks.file.sink import BinlogFileSink
 
     actor = BinlogFileSink(FileSink(tmp_path, FileCheckpointStore(tmp_path)))
     with pytest.raises(PipelineReset, match="before a reset"):
@@ -207,9 +207,9 @@ def test_file_sink_refuses_batches_out_of_sequence(tmp_path):
 
 def test_pb_keeper_translates_and_skips_ignored_commit_ts():
     from tidb_binlog import binlog as bl
-    from tidb_binlog.drainer.keeper import PbKeeper
     from tidb_binlog.drainer.pipeline.gate import PipelineReset
     from tidb_binlog.drainer.pipeline.settings import TaskSettings
+    from tidb_binlog.drainer.translate.keeper import PbKeeper
     from tidb_binlog.model import ActionType, CIStr, DBInfo, HistoryInfo, Job, JobState, SchemaState
 
     db = DBInfo(id=2, db_name=CIStr("shop"))
@@ -236,7 +236,7 @@ def test_pb_keeper_translates_and_skips_ignored_commit_ts():
 
 
 def test_file_sink_close_before_reset_reports_the_saved_checkpoint(tmp_path):
-    from tidb_binlog.drainer.pb_sink import BinlogFileSink
+    from tidb_binlog.drainer.sinks.file.sink import BinlogFileSink
 
     FileCheckpointStore(tmp_path).save(Checkpoint(77, schema_version=3))
     actor = BinlogFileSink(FileSink(tmp_path, FileCheckpointStore(tmp_path)))

@@ -11,7 +11,7 @@ import pytest
 from tidb_binlog import binlog as bl
 from tidb_binlog.codec import Datum, encode_old_row, encode_value, pack_time
 from tidb_binlog.codec import mysql as m
-from tidb_binlog.drainer.pb_translate import (
+from tidb_binlog.drainer.translate.pb import (
     PbTranslator,
     ddl_record,
     decode_columns,
@@ -19,8 +19,8 @@ from tidb_binlog.drainer.pb_translate import (
     record_commit_ts,
     type_to_str,
 )
-from tidb_binlog.drainer.schema import SchemaKeeper
-from tidb_binlog.drainer.translate import Translator
+from tidb_binlog.drainer.translate.schema import SchemaKeeper
+from tidb_binlog.drainer.translate.txn import Translator
 from tidb_binlog.errors import ProtocolError
 from tidb_binlog.model import (
     ActionType,
@@ -277,7 +277,7 @@ def test_malformed_bytes_are_clear_errors():
 
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 300, 70_000])
 def test_column_bytes_equal_protobufs(size):
-    from tidb_binlog.drainer.pb_translate import _column, _column_head
+    from tidb_binlog.drainer.translate.pb import _column, _column_head
 
     value, changed = b"v" * size, b"c" * (size // 2 + 1)
     head = _column_head("name", m.TYPE_BLOB, "blob")

@@ -1,6 +1,6 @@
 """The coordinator's fault rules, driven step by step without Ray.
 
-:class:`~tidb_binlog.drainer.pipeline.coordinator.Coordinator` takes its SQL worker
+:class:`~tidb_binlog.drainer.sinks.mysql.coordinator.Coordinator` takes its SQL worker
 calls as an object; here :class:`ScriptedWorkers`, whose workers apply nothing and
 whose calls fail when the script says so, and the checkpoint store is an in-memory one
 that can be "down". (The end-to-end versions of these faults are in
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from tidb_binlog.drainer.checkpoint import Checkpoint
-from tidb_binlog.drainer.dml import DML, DMLType, TableSchema, Txn
-from tidb_binlog.drainer.pipeline.coordinator import Coordinator
+from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema, Txn
+from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.sinks.mysql.coordinator import Coordinator
 from tidb_binlog.errors import TransientDownstreamError
 
 T = TableSchema.build("db", "t", ["id", "v"], ["id"])
@@ -165,7 +165,7 @@ def test_one_worker_call_per_worker_and_batch(script):
 
 
 def test_routed_batch_hands_each_worker_its_payload_slice(script):
-    from tidb_binlog.drainer.routing import BatchPlanner
+    from tidb_binlog.drainer.apply.routing import BatchPlanner
     from tidb_binlog.packed import pack
 
     coord = coordinator(Store(), workers=2)
@@ -183,8 +183,8 @@ def test_routed_batch_hands_each_worker_its_payload_slice(script):
 
 
 def test_routed_plan_flushes_runs_ddl_alone_and_advances_per_run(script):
-    from tidb_binlog.drainer.dml import DDL
-    from tidb_binlog.drainer.routing import FLUSH, ROWS, RUN_DDL
+    from tidb_binlog.drainer.apply.dml import DDL
+    from tidb_binlog.drainer.apply.routing import FLUSH, ROWS, RUN_DDL
 
     coord = coordinator(Store(), workers=2)
     ddl = DDL("db", "t", "ALTER TABLE t ADD c INT", 30)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import tidb_binlog.drainer.pipeline.coordinator as drainer_mod
-from tidb_binlog.drainer.pipeline.coordinator import Coordinator
+import tidb_binlog.drainer.sinks.mysql.coordinator as drainer_mod
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.sinks.mysql.coordinator import Coordinator
 
 
 class _Store:

@@ -4,10 +4,10 @@ most max_inflight outstanding and idles the sink when nothing moves (no Ray)."""
 
 from __future__ import annotations
 
-from tidb_binlog.drainer.merge import Merger
 from tidb_binlog.drainer.pipeline.merge_loop import BACKLOG_BATCHES as _BACKLOG_BATCHES
 from tidb_binlog.drainer.pipeline.merge_loop import MergeLoop
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.source.merge import Merger
 
 
 class Buffered:

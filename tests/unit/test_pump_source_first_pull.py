@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidb_binlog.drainer.pump_source import ActorPumpSource
+from tidb_binlog.drainer.source.pump_source import ActorPumpSource
 
 
 class Calls:

@@ -10,14 +10,14 @@ needs from Ray is one :class:`DriverCalls` object (``actors.ray_calls.PipelineCa
   checkpoint after 0.5 s; any other error stops the task (:mod:`.failures`). A
   restarted merger replays too.
 - **Pumps come and go** (TiDB's ``drainer/collector.go``): a
-  :class:`~tidb_binlog.drainer.collector.Collector` lists the registry's pumps at start,
+  :class:`~tidb_binlog.drainer.source.collector.Collector` lists the registry's pumps at start,
   every ``detect-interval`` and at once on ``Cistern.Notify``. A pump is pulled as the
   PumpActor named :func:`~.names.pump_actor_name` of its node id in the task's
-  namespace when one exists (:class:`~tidb_binlog.drainer.feeds.ActorFeed`), else over
-  gRPC from its registered host (:class:`~tidb_binlog.drainer.feeds.GrpcFeed`, a
+  namespace when one exists (:class:`~tidb_binlog.drainer.source.feeds.ActorFeed`), else over
+  gRPC from its registered host (:class:`~tidb_binlog.drainer.source.feeds.GrpcFeed`, a
   standalone pump). A fixed ``pumps`` map replaces the registry listing.
 - **The node** (when ``service`` is given): a
-  :class:`~tidb_binlog.drainer.node.DrainerNode` (Cistern gRPC, HTTP status, the
+  :class:`~tidb_binlog.drainer.service.node.DrainerNode` (Cistern gRPC, HTTP status, the
   registry record), bound with retries for :data:`BIND_WAIT_S` (a restarted merger's
   old ports may take a moment to be released). Its heartbeat reports the *saved*
   checkpoint (the sink's savepoint for a file sink, the downstream's checkpoint row
@@ -25,7 +25,7 @@ needs from Ray is one :class:`DriverCalls` object (``actors.ray_calls.PipelineCa
   records ``offline``.
 - **Status and metrics**: :meth:`TaskDriver.status` (the merger's keys of
   ``Drainer.status``), ``/status`` and ``/metrics`` (the driver's
-  :class:`~tidb_binlog.drainer.metrics.DrainerMetrics`, the sink's counters and every
+  :class:`~tidb_binlog.drainer.service.metrics.DrainerMetrics`, the sink's counters and every
   SQL worker's exposition, merged).
 """
 
@@ -36,20 +36,20 @@ import threading
 import time
 from typing import Any, Protocol
 
-from tidb_binlog.drainer.checkpoint_store import MySQLCheckpointStore
-from tidb_binlog.drainer.cistern import collector_notifier
-from tidb_binlog.drainer.collector import Collector, MergerSources
-from tidb_binlog.drainer.feeds import RETRY_S, ActorFeed, GrpcFeed
-from tidb_binlog.drainer.http_status import DrainerStatus
-from tidb_binlog.drainer.merge import Merger
-from tidb_binlog.drainer.metrics import build_drainer_metrics
-from tidb_binlog.drainer.node import DrainerNode, ServiceSettings, merge_expositions
+from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore
 from tidb_binlog.drainer.pipeline import failures
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.merge_loop import MergeLoop, PipelineCalls
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE, pump_actor_name
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
-from tidb_binlog.drainer.pump_source import GrpcPumpSource, PullCalls
+from tidb_binlog.drainer.service.cistern import collector_notifier
+from tidb_binlog.drainer.service.http_status import DrainerStatus
+from tidb_binlog.drainer.service.metrics import build_drainer_metrics
+from tidb_binlog.drainer.service.node import DrainerNode, ServiceSettings, merge_expositions
+from tidb_binlog.drainer.source.collector import Collector, MergerSources
+from tidb_binlog.drainer.source.feeds import RETRY_S, ActorFeed, GrpcFeed
+from tidb_binlog.drainer.source.merge import Merger
+from tidb_binlog.drainer.source.pump_source import GrpcPumpSource, PullCalls
 from tidb_binlog.errors import BinlogError, UnavailableError
 from tidb_binlog.node import OFFLINE, ONLINE, PAUSED, PUMP, NodeStatus
 

@@ -4,7 +4,7 @@
 (:class:`~.driver.TaskDriver` runs it until stopped):
 
 1. poll every pullable feed and push what arrived into the
-   :class:`~tidb_binlog.drainer.merge.Merger`;
+   :class:`~tidb_binlog.drainer.source.merge.Merger`;
 2. pop the ready items (``merge_batch``, up to :data:`BACKLOG_BATCHES` times that while
    the pumps' input is backed up *and* earlier batches are in flight) and hand them on
    as batch ``seq`` (0, 1, 2, ... from each reset). The mode comes from the settings
@@ -29,9 +29,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from tidb_binlog.drainer.checkpoint import Checkpoint
-from tidb_binlog.drainer.merge import Merger
+from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.source.merge import Merger
 from tidb_binlog.packed import pack
 
 __all__ = ["MergeLoop", "PipelineCalls", "BACKLOG_BATCHES", "IDLE_WAIT_S", "IDLE_EVERY_S"]

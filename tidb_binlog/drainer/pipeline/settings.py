@@ -15,7 +15,7 @@ import datetime
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
-from tidb_binlog.drainer.downstream import DownstreamConfig
+from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 
 __all__ = ["TaskSettings", "SINKS"]
 

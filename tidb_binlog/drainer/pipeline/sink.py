@@ -2,8 +2,8 @@
 
 TiDB Binlog's drainer has ``drainer/sync/syncer.go``'s ``Syncer`` interface (one per
 ``db-type``) and a checkpoint factory. Here a :class:`Sink` is the object behind the
-pipeline's last actor: the MySQL :class:`~.coordinator.Coordinator` (SQL workers,
-exactly-once) and :class:`~tidb_binlog.drainer.pb_sink.BinlogFileSink` (pb records in
+pipeline's last actor: the MySQL :class:`~tidb_binlog.drainer.sinks.mysql.coordinator.Coordinator` (SQL workers,
+exactly-once) and :class:`~tidb_binlog.drainer.sinks.file.sink.BinlogFileSink` (pb records in
 binlog files) today; a relay log or Parquet sink adds one class (and its name in
 :data:`~.settings.SINKS`).
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from tidb_binlog.drainer.checkpoint import Checkpoint
+from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 
 __all__ = ["Sink", "SinkStatus"]
 

@@ -53,7 +53,7 @@ import tomllib
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from tidb_binlog.drainer.sql import Statement, quote_table
+from tidb_binlog.drainer.apply.sql import Statement, quote_table
 from tidb_binlog.errors import ConfigError, ProtocolError
 
 __all__ = [

@@ -39,7 +39,7 @@ watermark is the last commit_ts delivered (the pump's fake binlogs keep it
 moving when idle).  ``fetch`` from another position than the last watermark
 restarts the stream there.
 
-Both record, when given :class:`~tidb_binlog.drainer.metrics.DrainerMetrics`,
+Both record, when given :class:`~tidb_binlog.drainer.service.metrics.DrainerMetrics`,
 ``binlog_drainer_pump_position``, ``binlog_reach_duration_time`` (wall clock now
 minus the commit's physical time) and ``read_binlog_size`` per binlog.
 """

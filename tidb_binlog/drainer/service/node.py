@@ -37,7 +37,7 @@ one successful write resets the count. A failure to *read* the saved checkpoint
 is not a heartbeat failure (the record is still written with the last value).
 
 **Metrics.** ``GET /metrics`` is :func:`merge_expositions` of the merger's own
-:class:`~tidb_binlog.drainer.metrics.DrainerMetrics` and every SQL worker's
+:class:`~tidb_binlog.drainer.service.metrics.DrainerMetrics` and every SQL worker's
 Prometheus text (``SqlWorkerActor.metrics()``): series with the same name and
 labels are *summed*, so the page reads like one TiDB drainer process (one
 ``binlog_drainer_event_total{type="Insert"}``, not one per worker). ``*_created``
@@ -60,8 +60,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from tidb_binlog.drainer.cistern import serve_cistern
-from tidb_binlog.drainer.http_status import DrainerStatusServer
+from tidb_binlog.drainer.service.cistern import serve_cistern
+from tidb_binlog.drainer.service.http_status import DrainerStatusServer
 from tidb_binlog.errors import BinlogError, ConfigError, StateError, UnavailableError
 from tidb_binlog.http_server import derive_status_addr
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, NodeStatus

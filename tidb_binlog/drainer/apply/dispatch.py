@@ -1,7 +1,7 @@
 """The coordinator's kernel: split transactions over workers, decide flushes and batches.
 
 Input: translated items in commit order (:meth:`Dispatcher.add`): a
-:class:`~tidb_binlog.drainer.dml.Txn` of DMLs, a DDL Txn, or ``None`` for a
+:class:`~tidb_binlog.drainer.apply.dml.Txn` of DMLs, a DDL Txn, or ``None`` for a
 commit_ts with nothing to apply (fake binlog, filtered or ignored txn). Output:
 :class:`Send` / :class:`Flush` / :class:`RunDDL` actions, which the shell
 carries out **in order** and reports back (:meth:`acked`).
@@ -9,8 +9,8 @@ carries out **in order** and reports back (:meth:`acked`).
 **Rules.**
 
 - Each DML goes to the worker its dispatcher says: the deterministic
-  :class:`~tidb_binlog.drainer.routing.Router` (exactly-once mode) or TiDB's
-  :class:`~tidb_binlog.drainer.causality.Causality`. A conflict (the row's keys
+  :class:`~tidb_binlog.drainer.apply.routing.Router` (exactly-once mode) or TiDB's
+  :class:`~tidb_binlog.drainer.apply.causality.Causality`. A conflict (the row's keys
   sit with another worker in this window) emits every pending batch and a
   :class:`Flush` (wait until every sent batch committed), resets the window and
   routes the row again.
@@ -27,7 +27,7 @@ carries out **in order** and reports back (:meth:`acked`).
 
 The keeper-routed path of exactly-once mode does not come through here: the schema
 keeper routes the rows and plans the flushes itself
-(:class:`~tidb_binlog.drainer.routing.BatchPlanner`, the same rules per
+(:class:`~tidb_binlog.drainer.apply.routing.BatchPlanner`, the same rules per
 transaction), and the coordinator carries out the plan.
 """
 
@@ -35,10 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidb_binlog.drainer.causality import CONFLICT, Causality, row_keys
-from tidb_binlog.drainer.checkpoint import Advancer
-from tidb_binlog.drainer.dml import DDL, DML, Txn
-from tidb_binlog.drainer.routing import Router, route_txn
+from tidb_binlog.drainer.apply.causality import CONFLICT, Causality, row_keys
+from tidb_binlog.drainer.apply.dml import DDL, DML, Txn
+from tidb_binlog.drainer.apply.routing import Router, route_txn
+from tidb_binlog.drainer.checkpoint.checkpoint import Advancer
 
 __all__ = ["Part", "Send", "Flush", "RunDDL", "Dispatcher"]
 

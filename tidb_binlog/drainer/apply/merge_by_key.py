@@ -50,8 +50,8 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from tidb_binlog.drainer.dml import DML, DMLType, TableSchema
-from tidb_binlog.drainer.sql import Statement, image_columns, quote_name, quote_table
+from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema
+from tidb_binlog.drainer.apply.sql import Statement, image_columns, quote_name, quote_table
 from tidb_binlog.errors import SchemaError
 
 __all__ = ["MergedBatch", "split_key_changes", "merge_by_key", "render_merged",

@@ -60,7 +60,7 @@ import pymysql
 from pymysql import converters
 from pymysql.constants import SERVER_STATUS
 
-from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema
+from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema
 from tidb_binlog.errors import SchemaError
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Where the drainer's checkpoint lives: the downstream table, or a file.
 
 Both stores implement :class:`CheckpointStore` (``load``, ``save``, ``close``) and
-hold the formats of :mod:`tidb_binlog.drainer.checkpoint`, so a checkpoint written
+hold the formats of :mod:`tidb_binlog.drainer.checkpoint.checkpoint`, so a checkpoint written
 by TiDB Binlog's Go drainer loads here and the other way round.
 
 - :class:`MySQLCheckpointStore` (db-type mysql/tidb): the row ``clusterID`` of
@@ -17,7 +17,7 @@ by TiDB Binlog's Go drainer loads here and the other way round.
   file holds the old or the new savepoint, whole.
 
 In exactly-once mode the global checkpoint must never be ahead of any worker's
-progress row; the :class:`~tidb_binlog.drainer.checkpoint.Advancer` guarantees
+progress row; the :class:`~tidb_binlog.drainer.checkpoint.checkpoint.Advancer` guarantees
 it (it passes a commit_ts only once every part at or below it was acknowledged,
 and a worker acknowledges only after its transaction, progress row included,
 committed).  The stores save what they are given.
@@ -58,7 +58,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from tidb_binlog.drainer.checkpoint import (
+from tidb_binlog.drainer.apply.sql import Statement, quote_table
+from tidb_binlog.drainer.checkpoint.checkpoint import (
     CHECKPOINT_SCHEMA,
     CHECKPOINT_TABLE,
     SAVEPOINT_FILE,
@@ -70,9 +71,8 @@ from tidb_binlog.drainer.checkpoint import (
     load_statement,
     save_statement,
 )
-from tidb_binlog.drainer.downstream import Downstream, DownstreamConfig
-from tidb_binlog.drainer.progress import PROGRESS_TABLE, progress_create_statements
-from tidb_binlog.drainer.sql import Statement, quote_table
+from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
+from tidb_binlog.drainer.sinks.mysql.progress import PROGRESS_TABLE, progress_create_statements
 from tidb_binlog.errors import ProtocolError, StorageError, TransientDownstreamError
 
 __all__ = [

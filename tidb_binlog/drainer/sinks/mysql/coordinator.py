@@ -1,21 +1,22 @@
 """Coordinator: the MySQL sink's logic, its SQL worker calls passed in.
 
 It issues the flushes and owns the checkpoint (TiDB Binlog's ``drainer/syncer.go`` and
-``pkg/loader``'s causality). Two ways in, both behind one :class:`~.gate.SequenceGate`:
+``pkg/loader``'s causality). Two ways in, both behind one
+:class:`~tidb_binlog.drainer.pipeline.gate.SequenceGate`:
 
 - :meth:`Coordinator.apply_routed` (exactly-once): the schema keeper routed the rows
-  (:class:`~tidb_binlog.drainer.routing.BatchPlanner`) and sent one payload per worker;
+  (:class:`~tidb_binlog.drainer.apply.routing.BatchPlanner`) and sent one payload per worker;
   the coordinator carries out the plan: per run of parts one ``execute_slice`` call per
   worker it names and one checkpoint item; ``FLUSH`` waits for every worker; a DDL
   runs alone on worker 0 after a flush.
 - :meth:`Coordinator.apply` (the causality mode): its
-  :class:`~tidb_binlog.drainer.dispatch.Dispatcher` splits the Txns, detects conflicts
+  :class:`~tidb_binlog.drainer.apply.dispatch.Dispatcher` splits the Txns, detects conflicts
   and emits Send/Flush/RunDDL; the Sends of one batch go out as one ``execute`` call
   per worker.
 
 **Back-pressure.** At most ``2 x workers`` worker calls are outstanding; past that it
 waits until at most ``workers`` are. **Checkpoint.** The
-:class:`~tidb_binlog.drainer.checkpoint.Advancer` passes a commit_ts once every part
+:class:`~tidb_binlog.drainer.checkpoint.checkpoint.Advancer` passes a commit_ts once every part
 at or below it was acknowledged; it is saved every ``save_interval_s`` and after each
 DDL. A downstream that is down only delays the save (it stays due). **Lag samples.**
 Each acknowledged worker call gives ``(its parts' commit_ts, committed_at_s)``,
@@ -38,19 +39,19 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from tidb_binlog.drainer.checkpoint import (
+from tidb_binlog.drainer.apply.dispatch import Dispatcher, Flush, RunDDL, Send
+from tidb_binlog.drainer.apply.dml import Txn
+from tidb_binlog.drainer.apply.routing import FLUSH, ROWS, PlanStep
+from tidb_binlog.drainer.checkpoint.checkpoint import (
     Advancer,
     Checkpoint,
     resolve_initial_commit_ts,
     start_commit_ts,
 )
-from tidb_binlog.drainer.checkpoint_store import CheckpointStore
-from tidb_binlog.drainer.dispatch import Dispatcher, Flush, RunDDL, Send
-from tidb_binlog.drainer.dml import Txn
+from tidb_binlog.drainer.checkpoint.store import CheckpointStore
 from tidb_binlog.drainer.pipeline.gate import PipelineReset, SequenceGate
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
-from tidb_binlog.drainer.routing import FLUSH, ROWS, PlanStep
 from tidb_binlog.errors import ConfigError, TransientDownstreamError
 from tidb_binlog.packed import unpack
 
@@ -171,7 +172,7 @@ class Coordinator:
 
     def apply_routed(self, seq: int, plan: list[PlanStep], payloads: list) -> int:
         """Carry out one batch the keeper routed (exactly-once): ``plan`` from
-        :class:`~tidb_binlog.drainer.routing.BatchPlanner` (possibly packed),
+        :class:`~tidb_binlog.drainer.apply.routing.BatchPlanner` (possibly packed),
         ``payloads`` one per worker, passed on unread. Same result and rules as
         :meth:`apply`."""
         if len(payloads) != len(self.workers):

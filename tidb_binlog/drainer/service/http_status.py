@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidb_binlog.drainer.metrics import CONTENT_TYPE_LATEST
+from tidb_binlog.drainer.service.metrics import CONTENT_TYPE_LATEST
 from tidb_binlog.errors import BinlogError
 from tidb_binlog.http_server import HttpServer, Request, Response, json_response
 

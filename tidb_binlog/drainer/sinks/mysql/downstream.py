@@ -27,7 +27,7 @@ server's error code:
   column or table, duplicate key, data too long...), which retrying cannot fix.
 
 **Values** are rendered into the text by
-:class:`~tidb_binlog.drainer.sql.LiteralRenderer` (byte-identical to pymysql's own
+:class:`~tidb_binlog.drainer.apply.sql.LiteralRenderer` (byte-identical to pymysql's own
 interpolation, cheaper).
 
 **Scripts** (:meth:`Downstream.execute_script`).  The connection is opened with
@@ -60,7 +60,7 @@ from typing import Any
 import pymysql
 from pymysql.constants import CLIENT
 
-from tidb_binlog.drainer.sql import LiteralRenderer, Statement
+from tidb_binlog.drainer.apply.sql import LiteralRenderer, Statement
 from tidb_binlog.errors import ConfigError, DownstreamError, TransientDownstreamError
 
 __all__ = [

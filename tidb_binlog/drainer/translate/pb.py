@@ -30,7 +30,7 @@ non-nullable ``tp``, ``commit_ts``, ``column.name``, ``column.mysql_type`` and
   (``<query>;`` for CREATE DATABASE; the query alone when it has no database).
   Which DDL binlogs produce a record (job lookup, failed or DeleteOnly jobs
   skipped, the schema keeper updated) is decided by the MySQL
-  :class:`~tidb_binlog.drainer.translate.Translator`, which this class wraps.
+  :class:`~tidb_binlog.drainer.translate.txn.Translator`, which this class wraps.
 
 Fake binlogs, skipped DDLs, and transactions whose every row belongs to an
 ignored schema (``ignore_schemas``) or a truncated table produce ``None``.
@@ -57,8 +57,8 @@ from tidb_binlog.codec import (
 from tidb_binlog.codec import mysql as m
 from tidb_binlog.codec.datum import Kind
 from tidb_binlog.codec.mytime import format_time
-from tidb_binlog.drainer.sql import is_create_database, quote_name
-from tidb_binlog.drainer.translate import HIDDEN_HANDLE, TableView, Translator, default_value
+from tidb_binlog.drainer.apply.sql import is_create_database, quote_name
+from tidb_binlog.drainer.translate.txn import HIDDEN_HANDLE, TableView, Translator, default_value
 from tidb_binlog.errors import CodecError, ProtocolError, SchemaError
 from tidb_binlog.model import ColumnInfo, TableInfo
 from tidb_binlog.proto import pb_binlog_pb2 as pb

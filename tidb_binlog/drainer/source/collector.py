@@ -58,7 +58,7 @@ immediately on the first step: the shell keeps the merge paused until
 ticket; :meth:`Collector.wait` blocks until a refresh that *started after* that
 notify has applied its actions: the Cistern ``Notify`` handshake.  The actions
 are applied through a :class:`SourceTarget`; :class:`MergerSources` is the one
-over a :class:`~tidb_binlog.drainer.merge.Merger` and a pump-source factory.
+over a :class:`~tidb_binlog.drainer.source.merge.Merger` and a pump-source factory.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ earlier row founded), so exactly-once uses this kernel instead.
 
 where ``routing_key`` is the row's first key: its first non-NULL unique key (the
 primary key first), table-qualified, on the new image, or the CRC32 of all its
-values when no unique key qualifies (:mod:`tidb_binlog.drainer.causality`).
+values when no unique key qualifies (:mod:`tidb_binlog.drainer.apply.causality`).
 
 **Conflicts.**  The kernel remembers, for the current window (since the last
 flush), the worker every key of every routed row went to (all unique keys, old and
@@ -39,7 +39,7 @@ or per transaction.  The window lives across batches and is reset exactly where 
 coordinator waits for every worker (a ``FLUSH`` or a DDL) and when the pipeline
 resets; extra waits on the coordinator's side only make it more conservative.
 :func:`route_txn` is the same rule the coordinator's
-:class:`~tidb_binlog.drainer.dispatch.Dispatcher` applies to whole DMLs: each row to
+:class:`~tidb_binlog.drainer.apply.dispatch.Dispatcher` applies to whole DMLs: each row to
 its routing key's worker, unless two rows of the transaction share a key across two
 workers; then the whole transaction goes to its first row's worker (one worker
 commits it, in order; a replay routes it the same way).
@@ -54,8 +54,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tidb_binlog.drainer.causality import CONFLICT, Conflict, row_keys, stable_hash
-from tidb_binlog.drainer.dml import DML, Txn
+from tidb_binlog.drainer.apply.causality import CONFLICT, Conflict, row_keys, stable_hash
+from tidb_binlog.drainer.apply.dml import DML, Txn
 
 __all__ = ["Router", "CONFLICT", "route_txn", "BatchPlanner", "PlanStep", "ROWS", "FLUSH",
            "RUN_DDL"]

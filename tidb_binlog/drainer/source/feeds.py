@@ -5,7 +5,7 @@ pair ready for ``Merger.push``), ``refs()`` the Ray refs worth waiting on when i
 ``close()`` stops it.
 
 - :class:`ActorFeed`: a PumpActor through
-  :class:`~tidb_binlog.drainer.pump_source.ActorPumpSource` (pipelined pulls, at
+  :class:`~tidb_binlog.drainer.source.pump_source.ActorPumpSource` (pipelined pulls, at
   most 2 outstanding; its Ray calls passed in, ``actors.ray_calls.PumpPullCalls``). When the pump actor is unavailable (dead, restarting) it
   logs, counts ``binlog_drainer_error_count{type="pump_unavailable"}`` and pulls
   again after :data:`RETRY_S` from its last watermark; the merge waits meanwhile.
@@ -16,7 +16,7 @@ pair ready for ``Merger.push``), ``refs()`` the Ray refs worth waiting on when i
   with the pump's node id and the ts, so the task stops before the gap (status
   ``failed`` with that error) and never merges past it.
 - :class:`GrpcFeed`: a standalone pump through
-  :class:`~tidb_binlog.drainer.pump_source.GrpcPumpSource` (which reconnects by
+  :class:`~tidb_binlog.drainer.source.pump_source.GrpcPumpSource` (which reconnects by
   itself and raises only fatal errors).
 
 Both record, per pulled batch, ``binlog_drainer_pump_position{nodeID}`` (the
@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 
-from tidb_binlog.drainer.pump_source import ActorPumpSource, PullCalls, damaged_error
+from tidb_binlog.drainer.source.pump_source import ActorPumpSource, PullCalls, damaged_error
 from tidb_binlog.errors import DamagedBinlog, UnavailableError
 from tidb_binlog.tso import extract_physical
 

@@ -12,7 +12,7 @@ One replication task is a pipeline of actors passing batches as object refs::
 - :class:`~actors.schema_keeper.SchemaKeeperActor` decodes rows with the right schema
   version; in exactly-once mode it also routes them and plans the flushes.
 - :class:`CoordinatorActor` is this module: a shell around
-  :class:`~tidb_binlog.drainer.pipeline.coordinator.Coordinator` (the flushes, DDL,
+  :class:`~tidb_binlog.drainer.sinks.mysql.coordinator.Coordinator` (the flushes, DDL,
   back-pressure and the checkpoint; a :class:`~tidb_binlog.drainer.pipeline.sink.Sink`),
   its SQL worker calls made over Ray by :class:`~actors.ray_calls.WorkerCalls`.
 
@@ -33,10 +33,10 @@ from __future__ import annotations
 
 from actors.process import tune_gc
 from actors.ray_calls import WorkerCalls
-from tidb_binlog.drainer.checkpoint import Checkpoint
-from tidb_binlog.drainer.checkpoint_store import CheckpointStore, MySQLCheckpointStore
-from tidb_binlog.drainer.pipeline.coordinator import Coordinator
+from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
+from tidb_binlog.drainer.checkpoint.store import CheckpointStore, MySQLCheckpointStore
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.sinks.mysql.coordinator import Coordinator
 
 __all__ = ["CoordinatorActor"]
 

@@ -2,39 +2,39 @@
 
 A **batch** is the list of *parts* one worker received: for each upstream
 transaction, the rows routed to this worker (or one DDL), in strictly ascending
-commit_ts.  A part is a :class:`~tidb_binlog.drainer.dml.Txn`, a dispatcher part
-``(commit_ts, dmls)`` or a :class:`~tidb_binlog.drainer.dml.DDL` (:func:`as_part`).
+commit_ts.  A part is a :class:`~tidb_binlog.drainer.apply.dml.Txn`, a dispatcher part
+``(commit_ts, dmls)`` or a :class:`~tidb_binlog.drainer.apply.dml.DDL` (:func:`as_part`).
 :meth:`Loader.execute_batch` applies the whole batch and returns an :class:`Ack`,
 or raises; nothing is applied twice and nothing is left half-done on success.
-Planning and rendering are pure and live in :mod:`tidb_binlog.drainer.loader_plan`.
+Planning and rendering are pure and live in :mod:`tidb_binlog.drainer.sinks.mysql.plan`.
 
 **Downstream transactions** (:func:`plan_units`).  Consecutive DML parts share one
 downstream transaction while it holds at most ``txn_batch`` row changes.  A part
 is never split when exactly-once is on (a part bigger than ``txn_batch`` gets a
 transaction of its own); otherwise it is cut into ``txn_batch`` pieces, as TiDB
 Binlog does.  A DDL part runs alone: ``USE db`` (unless CREATE DATABASE) and the
-query (:func:`~tidb_binlog.drainer.sql.ddl_statements`).
+query (:func:`~tidb_binlog.drainer.apply.sql.ddl_statements`).
 
 **Statements** (:func:`render_unit`).  With ``merge`` on, each table that has a
 primary key is applied with merge-by-key bulk statements
-(:func:`~tidb_binlog.drainer.merge_by_key.merge_statements`: batched DELETE, multi
+(:func:`~tidb_binlog.drainer.apply.merge_by_key.merge_statements`: batched DELETE, multi
 row REPLACE, at most ``rows_per_statement`` rows each); other tables, and every
 table with ``merge`` off, get one statement per row change
-(:func:`~tidb_binlog.drainer.sql.dml_statements`, REPLACE-based in safe mode),
+(:func:`~tidb_binlog.drainer.apply.sql.dml_statements`, REPLACE-based in safe mode),
 where a run of consecutive single-row INSERTs (or REPLACEs) of the same table and
 columns is sent as one multi-row statement of at most ``rows_per_statement`` rows
 (the same effect, row by row in order).  A downstream transaction (its statements,
 the progress upsert and ``COMMIT``) is one round trip
-(:meth:`~tidb_binlog.drainer.downstream.Downstream.execute_script`); a DDL's
+(:meth:`~tidb_binlog.drainer.sinks.mysql.downstream.Downstream.execute_script`); a DDL's
 progress upsert and ``COMMIT`` are one more after the DDL.
 
-**Exactly-once** (:mod:`tidb_binlog.drainer.progress`): each DML transaction also
+**Exactly-once** (:mod:`tidb_binlog.drainer.sinks.mysql.progress`): each DML transaction also
 upserts this worker's progress row; parts at or below the progress are skipped,
 both after a restart and after an ambiguous failure (the connection lost during
 COMMIT: the progress row is re-read before the retry).
 
 **Failures.**  A :class:`~tidb_binlog.errors.TransientDownstreamError` rolls back,
-waits (exponential backoff, :class:`~tidb_binlog.drainer.downstream.RetryPolicy`),
+waits (exponential backoff, :class:`~tidb_binlog.drainer.sinks.mysql.downstream.RetryPolicy`),
 reconnects and retries the transaction; once ``max_elapsed_s`` pass without
 success the last error is raised.  A permanent
 :class:`~tidb_binlog.errors.DownstreamError` rolls back and is raised naming the
@@ -52,16 +52,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tidb_binlog.drainer.checkpoint import CHECKPOINT_SCHEMA
-from tidb_binlog.drainer.dml import DMLType
-from tidb_binlog.drainer.downstream import (
+from tidb_binlog.drainer.apply.dml import DMLType
+from tidb_binlog.drainer.apply.merge_by_key import DEFAULT_BATCH_SIZE
+from tidb_binlog.drainer.apply.sql import Statement, ddl_statements
+from tidb_binlog.drainer.checkpoint.checkpoint import CHECKPOINT_SCHEMA
+from tidb_binlog.drainer.sinks.mysql.downstream import (
     Downstream,
     RetryPolicy,
     backoff_delays,
     shorten_sql,
 )
-from tidb_binlog.drainer.loader_metrics import NullMetrics
-from tidb_binlog.drainer.loader_plan import (
+from tidb_binlog.drainer.sinks.mysql.metrics import NullMetrics
+from tidb_binlog.drainer.sinks.mysql.plan import (
     Part,
     Unit,
     as_part,
@@ -69,8 +71,7 @@ from tidb_binlog.drainer.loader_plan import (
     plan_units,
     render_unit,
 )
-from tidb_binlog.drainer.merge_by_key import DEFAULT_BATCH_SIZE
-from tidb_binlog.drainer.progress import (
+from tidb_binlog.drainer.sinks.mysql.progress import (
     PROGRESS_TABLE,
     SAFE_MODE_WINDOW_S,
     ReplayGuard,
@@ -78,7 +79,6 @@ from tidb_binlog.drainer.progress import (
     progress_load_statement,
     progress_upsert_statement,
 )
-from tidb_binlog.drainer.sql import Statement, ddl_statements
 from tidb_binlog.errors import DownstreamError, TransientDownstreamError
 
 __all__ = [

@@ -1,9 +1,9 @@
 """The schema keeper's logic: merged binlogs decoded with the schema of their time.
 
 :class:`RowKeeper` (the MySQL sink's) and :class:`PbKeeper` (the file sink's) share
-:class:`SchemaAt`: the :class:`~tidb_binlog.drainer.schema.SchemaKeeper` rebuilt from
+:class:`SchemaAt`: the :class:`~tidb_binlog.drainer.translate.schema.SchemaKeeper` rebuilt from
 the upstream's DDL history at a schema version, the
-:class:`~tidb_binlog.drainer.translate.Translator` over it, ``ignore-txn-commit-ts``,
+:class:`~tidb_binlog.drainer.translate.txn.Translator` over it, ``ignore-txn-commit-ts``,
 and the rule that a fresh keeper (first start, or restarted by Ray mid-pipeline) holds
 the schema at the version it was built with, not where the stream is: it translates
 only after :meth:`SchemaAt.reset` placed it at the checkpoint
@@ -11,11 +11,11 @@ only after :meth:`SchemaAt.reset` placed it at the checkpoint
 
 - :meth:`RowKeeper.translate` → ``(commit_ts, Txn | None, schema_version)``;
   :meth:`RowKeeper.translate_routed` (exactly-once) also routes the rows over the
-  workers (:class:`~tidb_binlog.drainer.routing.BatchPlanner`, whose conflict window
+  workers (:class:`~tidb_binlog.drainer.apply.routing.BatchPlanner`, whose conflict window
   lives across batches until a reset) and returns the plan and one payload per worker,
   each packed.
 - :meth:`PbKeeper.translate` → ``(commit_ts, pb record bytes | None, schema_version)``
-  (:class:`~tidb_binlog.drainer.pb_translate.PbTranslator`).
+  (:class:`~tidb_binlog.drainer.translate.pb.PbTranslator`).
 
 Both wait for a history job like TiDB's drainer: the binlog of a job's intermediate
 state (DROP COLUMN's DeleteOnly) can arrive before the upstream has written the job to
@@ -29,13 +29,13 @@ import time
 from collections.abc import Callable
 
 from tidb_binlog import binlog as bl
-from tidb_binlog.drainer.dml import Txn
-from tidb_binlog.drainer.pb_translate import PbTranslator
+from tidb_binlog.drainer.apply.dml import Txn
+from tidb_binlog.drainer.apply.routing import BatchPlanner
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
-from tidb_binlog.drainer.routing import BatchPlanner
-from tidb_binlog.drainer.schema import SchemaKeeper
-from tidb_binlog.drainer.translate import Translator
+from tidb_binlog.drainer.translate.pb import PbTranslator
+from tidb_binlog.drainer.translate.schema import SchemaKeeper
+from tidb_binlog.drainer.translate.txn import Translator
 from tidb_binlog.packed import pack, unpack
 
 __all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S"]

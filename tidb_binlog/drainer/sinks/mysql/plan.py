@@ -1,7 +1,7 @@
 """How one worker's batch becomes downstream transactions and statements (pure).
 
-:func:`as_part` normalises a batch item (a :class:`~tidb_binlog.drainer.dml.Txn`,
-a dispatcher part ``(commit_ts, dmls)`` or a :class:`~tidb_binlog.drainer.dml.DDL`)
+:func:`as_part` normalises a batch item (a :class:`~tidb_binlog.drainer.apply.dml.Txn`,
+a dispatcher part ``(commit_ts, dmls)`` or a :class:`~tidb_binlog.drainer.apply.dml.DDL`)
 into a :class:`Part` (a named tuple: one per upstream txn, so it must be cheap);
 :func:`check_batch` insists on strictly ascending commit_ts.
 
@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from tidb_binlog.drainer.dml import DDL, DML, Txn
-from tidb_binlog.drainer.merge_by_key import DEFAULT_BATCH_SIZE, merge_statements
-from tidb_binlog.drainer.sql import Statement, dml_statements
+from tidb_binlog.drainer.apply.dml import DDL, DML, Txn
+from tidb_binlog.drainer.apply.merge_by_key import DEFAULT_BATCH_SIZE, merge_statements
+from tidb_binlog.drainer.apply.sql import Statement, dml_statements
 from tidb_binlog.errors import ProtocolError
 
 __all__ = ["Part", "Unit", "as_part", "check_batch", "plan_units", "render_unit"]

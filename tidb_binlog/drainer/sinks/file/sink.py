@@ -1,7 +1,7 @@
 """The file sink (``db-type = "file"``, TiDB's ``drainer/sync/pb.go``): pb records in binlog files.
 
 :class:`FileSink` writes each translated transaction (``pb_binlog.Binlog``
-bytes from :mod:`tidb_binlog.drainer.pb_translate`) as one record of a
+bytes from :mod:`tidb_binlog.drainer.translate.pb`) as one record of a
 :class:`~tidb_binlog.binlogfile.Binlogger` in ``[syncer.to] dir`` (default
 ``data-dir``), and keeps the checkpoint (``<data-dir>/savepoint``, TOML, or any
 store with ``load()``/``save(cp)``: ``FileCheckpointStore``).
@@ -58,10 +58,10 @@ from collections.abc import Callable
 
 from tidb_binlog.binlogfile import SEGMENT_SIZE_BYTES, Binlogger, Pos
 from tidb_binlog.binlogfile.reader import segments, walk
-from tidb_binlog.drainer.checkpoint import Checkpoint, start_commit_ts
-from tidb_binlog.drainer.pb_translate import is_ddl_record, record_commit_ts
+from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint, start_commit_ts
 from tidb_binlog.drainer.pipeline.gate import SequenceGate
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
+from tidb_binlog.drainer.translate.pb import is_ddl_record, record_commit_ts
 from tidb_binlog.errors import ProtocolError, StorageError
 from tidb_binlog.packed import unpack
 

@@ -22,11 +22,11 @@ worker, downstream connection lost during COMMIT) the worker reloads its row
 (:meth:`ReplayGuard.should_skip`); the replay from the global checkpoint, which is
 never ahead of what every worker committed, then needs no safe mode.  Routing
 must give a replayed row the same worker as before
-(:mod:`tidb_binlog.drainer.routing`), and ``worker-count`` must not change
+(:mod:`tidb_binlog.drainer.apply.routing`), and ``worker-count`` must not change
 between a crash and its replay: before the workers start, the task checks the
 count the rows were written with and, when it changed after a crash, drops the
 rows and replays that window in safe mode
-(:meth:`~tidb_binlog.drainer.checkpoint_store.MySQLCheckpointStore.check_workers`).
+(:meth:`~tidb_binlog.drainer.checkpoint.store.MySQLCheckpointStore.check_workers`).
 
 A DDL cannot share a transaction (MySQL commits implicitly around it), so the row
 is upserted in its own transaction right after the DDL; a crash between the two
@@ -47,8 +47,8 @@ exactly-once is off it is also forced
 
 from __future__ import annotations
 
-from tidb_binlog.drainer.checkpoint import CHECKPOINT_SCHEMA
-from tidb_binlog.drainer.sql import Statement, quote_table
+from tidb_binlog.drainer.apply.sql import Statement, quote_table
+from tidb_binlog.drainer.checkpoint.checkpoint import CHECKPOINT_SCHEMA
 
 __all__ = [
     "PROGRESS_TABLE",

@@ -38,8 +38,8 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from tidb_binlog.drainer.dml import DML, DMLType, TableSchema
-from tidb_binlog.drainer.sql import quote_table
+from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema
+from tidb_binlog.drainer.apply.sql import quote_table
 from tidb_binlog.errors import SchemaError
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Binlog → :class:`~tidb_binlog.drainer.dml.Txn`: decode TiDB rows with the right schema.
+"""Binlog → :class:`~tidb_binlog.drainer.apply.dml.Txn`: decode TiDB rows with the right schema.
 
 TiDB Binlog's ``drainer/translator/mysql.go`` and the DML/DDL branches of
 ``drainer/syncer.go``, as one plain object the schema-keeper actor owns.
@@ -54,8 +54,16 @@ from tidb_binlog.codec.row_args import (
     decode_old_and_new_args,
     decode_row_args,
 )
-from tidb_binlog.drainer.dml import DDL, DML, DMLType, TableSchema, Txn, UniqueKey, _dml_unchecked
-from tidb_binlog.drainer.schema import SchemaKeeper
+from tidb_binlog.drainer.apply.dml import (
+    DDL,
+    DML,
+    DMLType,
+    TableSchema,
+    Txn,
+    UniqueKey,
+    _dml_unchecked,
+)
+from tidb_binlog.drainer.translate.schema import SchemaKeeper
 from tidb_binlog.errors import CodecError, SchemaError
 from tidb_binlog.model import ActionType, ColumnInfo, Job, SchemaState, TableInfo
 
