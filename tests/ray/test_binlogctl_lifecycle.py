@@ -2,7 +2,9 @@
 Ray with real MariaDB: two pumps restarted one at a time under continuous inserts
 (the upstream never fails a transaction, the data converges), binlogctl's tables
 along the way, then ``offline-pump`` leaves the pump offline and the drainer running;
-finally the ``tidb-binlog binlogctl`` command itself joins this Ray and lists them."""
+the offline pump started again notifies the drainer before it takes writes; the
+``tidb-binlog binlogctl`` command itself joins this Ray and lists the nodes; and
+``pause-drainer`` leaves the drainer paused."""
 
 from __future__ import annotations
 
@@ -90,7 +92,7 @@ def restart_pump(cluster, node_id: str, ray, ctl, out):
                what=f"{node_id} back online")
 
 
-def test_pumps_restarted_under_inserts_then_offline_pump(two_pumps):
+def test_pumps_restarted_under_inserts_then_offline_pump(two_pumps, new_incarnation):
     ray = pytest.importorskip("ray")
     up_db, down_db, cluster, upstream = two_pumps
     out = io.StringIO()
@@ -132,6 +134,19 @@ def test_pumps_restarted_under_inserts_then_offline_pump(two_pumps):
         assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
         assert drainer.task_state()["state"] == "running"
         assert cluster.registry.node(PUMP, "pump-1").state == OFFLINE
+
+        # the offline pump started again: it notified the running drainer (which now
+        # merges it) before its start returned, i.e. before it took any write
+        actor = cluster.pumps["pump-1"]
+        old_pid = ray.get(actor.pid.remote(), timeout=60)
+        ray.get(actor.stop.remote(), timeout=60)
+        ray.kill(actor, no_restart=False)
+        new_incarnation(actor, old_pid)
+        assert cluster.registry.node(PUMP, "pump-1").state == ONLINE
+        assert drainer.status()["pumps"] == ["pump-0", "pump-1"]
+        write(upstream, 20_000, 10)
+        drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
+        assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
 
         # the console command joins this Ray and finds the registry by its namespace
         env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address)
