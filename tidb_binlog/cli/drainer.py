@@ -28,6 +28,8 @@ import signal
 import threading
 from pathlib import Path
 
+from tidb_binlog.errors import UnavailableError
+
 __all__ = ["register", "run", "load_config"]
 
 log = logging.getLogger("tidb_binlog.drainer")
@@ -75,6 +77,7 @@ def register(sub) -> None:
 
 def load_config(args):
     """The frozen DrainerConfig from ``--config`` with the given flags applied."""
+    # lazy: `tidb-binlog --help` and the other commands never load the drainer's modules
     from tidb_binlog.config import load_drainer_config
 
     overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
@@ -83,15 +86,13 @@ def load_config(args):
 
 
 def run(args) -> int:
-    from cluster.drainer import Drainer, join_cluster
-    from tidb_binlog.errors import UnavailableError
+    # lazy: cluster.drainer imports ray (seconds); only this command pays for it
+    from cluster.drainer import Drainer, check_downstream, join_cluster
+    from tidb_binlog.drainer.pipeline.settings import TaskSettings  # lazy: pymysql, as above
 
     cfg = load_config(args)
     Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
     if cfg.syncer.db_type != "file":  # before Ray: a downstream we cannot use ends it here
-        from cluster.drainer import check_downstream
-        from tidb_binlog.drainer.pipeline.settings import TaskSettings
-
         check_downstream(TaskSettings.from_config(cfg, upstream_meta={}))
     registry, namespace = join_cluster(cfg, ray_address=args.ray_address)
     stop = threading.Event()

@@ -28,6 +28,7 @@ import grpc
 
 from tidb_binlog.errors import BinlogError, ConfigError, UnavailableError
 from tidb_binlog.proto import cistern_pb2, cistern_pb2_grpc
+from tidb_binlog.pump.transport import server_credentials
 
 __all__ = ["CisternServicer", "CisternServer", "serve_cistern", "collector_notifier"]
 
@@ -95,7 +96,6 @@ class CisternServer:
 def serve_cistern(addr: str, on_notify: Callable[[], None], *, security=None,
                   max_workers: int = 8) -> CisternServer:
     """Bind and start the Cistern service on ``addr``."""
-    from tidb_binlog.pump.server import server_credentials
 
     servicer = CisternServicer(on_notify)
     # No SO_REUSEPORT: a second drainer on the same addr must fail, not share the port.

@@ -67,6 +67,7 @@ from tidb_binlog.errors import (
     PurgedError,
 )
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
+from tidb_binlog.pump.transport import open_channel
 
 __all__ = [
     "Items",
@@ -429,7 +430,6 @@ class GrpcPumpSource:
         return None
 
     def _stream(self, gen: int, start_ts: int) -> None:
-        from tidb_binlog.pump.server import open_channel
 
         req = pump_pb2.PullBinlogReq(clusterID=self.cluster_id,
                                      startFrom=pump_pb2.Pos(offset=start_ts))
