@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
@@ -226,6 +227,12 @@ def join_registry(namespace: str = DEFAULT_NAMESPACE, name: str = REGISTRY_NAME,
     actor started elsewhere; keeps the ``ray`` import out of the pure core.
     """
     if not ray.is_initialized():
+        reason = _nothing_answers(address)
+        if reason is not None:  # ray.init would retry such an address for minutes
+            raise UnavailableError(
+                f"no Ray cluster answers at {address} ({reason}); pass the cluster's GCS "
+                "address (--ray-address host:port or $RAY_ADDRESS, as `ray start --head` "
+                "prints it)")
         try:
             ray.init(address=address, namespace=namespace, log_to_driver=False)
         except ConnectionError as exc:
@@ -235,3 +242,16 @@ def join_registry(namespace: str = DEFAULT_NAMESPACE, name: str = REGISTRY_NAME,
                 "(`ray up` / `ray start`) or pass its GCS address (--ray-address host:port "
                 "or $RAY_ADDRESS)") from exc
     return connect_registry(namespace=namespace, name=name)
+
+
+def _nothing_answers(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why nothing listens at a ``host:port`` address; None when something does or the
+    address is not host:port (``auto``, ``ray://...``: ray.init decides)."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not sep or not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
