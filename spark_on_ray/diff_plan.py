@@ -166,14 +166,24 @@ def range_predicate(key: tuple[str, ...], rng: KeyRange, literal) -> str:
     return " AND ".join(conds) or "TRUE"
 
 
+# A derived table with a LIMIT is never merged into the outer query: the row text and its
+# MD5 are computed once per row and stored, instead of once per use of ``h`` (three uses:
+# measured 2-3x faster on sysbench rows).
+_NO_MERGE = "LIMIT 18446744073709551615"
+
+
+def _hashed(info: TableInfo, where: str, fd: int, dd: int) -> str:
+    return (f"(SELECT {row_hash_expr(info, fd, dd)} AS h FROM {info.qualified} WHERE {where} "
+            f"{_NO_MERGE}) AS x")
+
+
 def checksum_sql(chunk: Chunk, literal, fd: int = 6, dd: int = 15) -> str:
     """One row ``(cnt, s1, s2)`` for a key-range chunk, computed by the server."""
     info = chunk.table
-    h = row_hash_expr(info, fd, dd)
-    a, b = _halves(h)
+    a, b = _halves("h")
     where = range_predicate(info.key, chunk.range or KeyRange(), literal)
     return (f"SELECT COUNT(*) AS cnt, CAST(COALESCE(SUM({a}), 0) AS CHAR) AS s1, "
-            f"CAST(COALESCE(SUM({b}), 0) AS CHAR) AS s2 FROM {info.qualified} WHERE {where}")
+            f"CAST(COALESCE(SUM({b}), 0) AS CHAR) AS s2 FROM {_hashed(info, where, fd, dd)}")
 
 
 def _bucket_expr(h: str, buckets: int) -> str:
@@ -182,11 +192,10 @@ def _bucket_expr(h: str, buckets: int) -> str:
 
 def bucket_checksum_sql(info: TableInfo, buckets: int, fd: int = 6, dd: int = 15) -> str:
     """Rows ``(bucket, cnt, s1, s2)`` of every non-empty hash bucket, one scan."""
-    h = row_hash_expr(info, fd, dd)
-    a, b = _halves(h)
-    return (f"SELECT {_bucket_expr(h, buckets)} AS bucket, COUNT(*) AS cnt, "
+    a, b = _halves("h")
+    return (f"SELECT {_bucket_expr('h', buckets)} AS bucket, COUNT(*) AS cnt, "
             f"CAST(SUM({a}) AS CHAR) AS s1, CAST(SUM({b}) AS CHAR) AS s2 "
-            f"FROM {info.qualified} GROUP BY bucket")
+            f"FROM {_hashed(info, 'TRUE', fd, dd)} GROUP BY bucket")
 
 
 def boundaries_sql(info: TableInfo, chunk_size: int) -> str:

@@ -51,6 +51,7 @@ class LoadResult:
     units: int = 0
     tasks: int = 0
     seconds: float = 0.0
+    copy_s: float = 0.0                      # the slowest task's copy time
     spark_start_s: float = 0.0
     drainer_command: str = ""
 
@@ -133,7 +134,8 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
                                 f"drop or truncate them on {down_where} before rerunning",
                                 where=down_where) from exc  # fmt: skip
         report("copy", len(units), len(units))
-        result = LoadResult(ts=answers[0]["ts"], units=len(units), tasks=tasks)
+        result = LoadResult(ts=answers[0]["ts"], units=len(units), tasks=tasks,
+                            copy_s=max(a["copy_s"] for a in answers))
         for info in units:
             result.rows.setdefault(f"{info.database}.{info.table}", 0)
         for answer in answers:
@@ -162,6 +164,7 @@ def _copy(index, payload, sync):
 
 
 def _plan(up, down, tables, cfg, up_where, down_where):
+    slots = cfg.spark.num_executors * cfg.spark.executor_cores
     units: list[plan.CopyUnit] = []
     ddl: list[tuple[str, str]] = []
     for db, table in tables:
@@ -184,12 +187,14 @@ def _plan(up, down, tables, cfg, up_where, down_where):
             ddl.append((f"{db}.{table}", plan.downstream_ddl(create)))
         columns = tuple(c.name for c in info.columns)
         if key:
+            (estimate,), = run_query(up, "SELECT COALESCE(TABLE_ROWS, 0) FROM information_schema"
+                                     f".TABLES WHERE TABLE_SCHEMA = {literal(db)} AND "
+                                     f"TABLE_NAME = {literal(table)}")  # fmt: skip
+            chunk = plan.unit_rows(int(estimate), cfg.load.chunk_size, slots)
             keyed = dplan.TableInfo(db, table, info.columns, key)
-            bounds = [tuple(b) for b in run_query(up, dplan.boundaries_sql(
-                keyed, cfg.load.chunk_size))]
+            bounds = [tuple(b) for b in run_query(up, dplan.boundaries_sql(keyed, chunk))]
             ranges = dplan.chunk_ranges(bounds)
         else:
-            ranges = [dplan.KeyRange()]
-        units += [plan.CopyUnit(db, table, columns, key, r, cfg.load.chunk_size)
-                  for r in ranges]  # fmt: skip
+            chunk, ranges = cfg.load.chunk_size, [dplan.KeyRange()]
+        units += [plan.CopyUnit(db, table, columns, key, r, chunk) for r in ranges]
     return units, ddl

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from spark_on_ray.diff_plan import KeyRange, quote_ident, range_predicate
 
-__all__ = ["ROWID", "CopyUnit", "downstream_ddl", "schedule", "select_sql", "insert_sql"]
+__all__ = ["ROWID", "CopyUnit", "unit_rows", "downstream_ddl", "schedule", "select_sql", "insert_sql"]
 
 ROWID = "_tidb_rowid"
 _ROWID_LINE = re.compile(r"^\s*(`_tidb_rowid`|UNIQUE KEY `[^`]*` \(`_tidb_rowid`\)).*$", re.M)
@@ -33,6 +33,13 @@ def downstream_ddl(create_table: str) -> str:
         if ln.startswith(")") and i > 0:
             lines[i - 1] = lines[i - 1].rstrip().rstrip(",")
     return _AUTO_INC_OPT.sub("", "\n".join(lines))
+
+
+def unit_rows(estimated_rows: int, chunk_size: int, tasks: int) -> int:
+    """Rows per copy unit: ``chunk_size``, but small enough that a table gives every task
+    about four units (so the last units even out the tasks), and at least 1000 rows (or
+    ``chunk_size`` when that is smaller)."""
+    return max(min(1000, chunk_size), min(chunk_size, estimated_rows // max(4 * tasks, 1)))
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ so its commit_ts came from the TSO after every ts in the catalog: > ts.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from spark_on_ray.load_plan import CopyUnit, insert_sql, select_sql
@@ -44,7 +45,7 @@ def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: Datab
     """Copy ``units`` from the shared snapshot; returns ``{"ts", "rows": {table: n}}``."""
     import pymysql
 
-    up_conn = connect(up)
+    up_conn = connect(up, raw=True)
     lock_conn = connect(up) if index == 0 else None
     down_conn = None
     try:
@@ -57,7 +58,7 @@ def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: Datab
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
             cur.execute(SNAPSHOT_TS_SQL)
-            ts = int(cur.fetchone()[0])
+            ts = int(cur.fetchone()[0])  # raw: the server's text
         seen = sync(str(ts))
         if lock_conn is not None:
             lock_conn.rollback()
@@ -68,6 +69,7 @@ def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: Datab
         down_conn = connect(down)
         down_conn.autocommit(False)
         rows: dict[str, int] = {}
+        started = time.monotonic()
         for unit in units:
             name = f"{unit.database}.{unit.table}"
             sql = insert_sql(unit)
@@ -77,7 +79,7 @@ def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: Datab
                     dst.executemany(sql, batch)
                     rows[name] = rows.get(name, 0) + len(batch)
             down_conn.commit()
-        return {"ts": ts, "rows": rows}
+        return {"ts": ts, "rows": rows, "copy_s": time.monotonic() - started}
     finally:
         for conn in (lock_conn, up_conn, down_conn):
             if conn is not None:

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from spark_on_ray.diff_plan import KeyRange
-from spark_on_ray.load_plan import CopyUnit, downstream_ddl, insert_sql, schedule, select_sql
+from spark_on_ray.load_plan import (
+    CopyUnit,
+    downstream_ddl,
+    insert_sql,
+    schedule,
+    select_sql,
+    unit_rows,
+)
 
 SHOW_CREATE = """CREATE TABLE `nopk` (
   `a` int(11) DEFAULT NULL,
@@ -33,6 +40,13 @@ def test_schedule_is_longest_first_onto_the_least_loaded_task():
     shares = schedule(units, 2)
     assert [[u.table for u in s] for s in shares] == [["b", "a"], ["c", "d", "e"]]
     assert schedule(units[:1], 4)[1:] == [[], [], []]
+
+
+def test_unit_rows_gives_every_task_several_units():
+    assert unit_rows(200_000, 50_000, 4) == 12_500
+    assert unit_rows(10_000_000, 50_000, 4) == 50_000
+    assert unit_rows(500, 50_000, 4) == 1000
+    assert unit_rows(500, 50, 4) == 50
 
 
 def test_copy_sql():
