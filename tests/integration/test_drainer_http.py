@@ -121,10 +121,10 @@ def test_cistern_port_0_repicks_when_the_picked_port_plus_1_is_taken(monkeypatch
     import errno
     import socket
 
-    from tidb_binlog.drainer.service import cistern as cistern_module
+    from tidb_binlog.drainer.service import node as node_module
     from tidb_binlog.drainer.service.node import DrainerNode, ServiceSettings
 
-    real_serve, blockers, picked = cistern_module.serve_cistern, [], []
+    real_serve, blockers, picked = node_module.serve_cistern, [], []
 
     def serve_and_steal_the_next_port(*args, **kwargs):
         cistern = real_serve(*args, **kwargs)
@@ -139,7 +139,7 @@ def test_cistern_port_0_repicks_when_the_picked_port_plus_1_is_taken(monkeypatch
                 assert exc.errno == errno.EADDRINUSE, exc
         return cistern
 
-    monkeypatch.setattr(cistern_module, "serve_cistern", serve_and_steal_the_next_port)
+    monkeypatch.setattr(node_module, "serve_cistern", serve_and_steal_the_next_port)
     settings = ServiceSettings(node_id="d1", addr="127.0.0.1:0", advertise_addr="127.0.0.1:0",
                                heartbeat_interval_s=3600)
     node = DrainerNode(settings, InMemoryRegistry(), checkpoint_ts=lambda: 0)
