@@ -19,7 +19,7 @@ from tidb_binlog.errors import BinlogError
 
 # Subcommand modules, in the order `--help` lists them. A module that does not
 # exist yet is skipped, so the command grows as the parts land.
-SUBCOMMANDS = ["pump", "drainer", "binlogctl", "demo", "chaos", "spark", "version"]
+SUBCOMMANDS = ["pump", "drainer", "binlogctl", "reparo", "demo", "chaos", "spark", "version"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,115 @@
+"""Reading a file-sink directory for a restore: which segments, which records, damage.
+
+TiDB Binlog's reparo (``reparo/file.go``, ``read.go``) picks the segments whose records
+can fall in ``[start_ts, stop_ts]`` by each segment's **first** commit_ts: the last
+segment starting at or below ``start_ts`` (it may hold ``start_ts``), then every segment
+starting in ``(start_ts, stop_ts]``; later ones are not opened. :func:`select_segments`
+does the same; it reads only the first record of each segment.
+
+:func:`read_records` then walks from the first picked segment and yields the records with
+``start_ts <= commit_ts`` and (``stop_ts`` 0 = no end) ``commit_ts <= stop_ts``, each as
+``(pos, pb.Binlog)``. The file sink writes in commit order, so the walk stops at the first
+record past ``stop_ts`` instead of reading the rest (TiDB reads on to the end of the
+picked files).
+
+**Damage.** By default (``skip_corrupt=False``) a damaged record stops the read with
+:class:`~tidb_binlog.errors.CorruptRecord` naming the file and the byte offset, as
+TiDB's reparo stops (a restore that silently skips a transaction is not a restore).
+With ``skip_corrupt=True`` the damaged stretch is skipped and recorded in ``stats``
+(``corruptions``: file, offset, why). A partial record at the very end of the newest
+segment is a write in progress, not damage: the read ends there.
+
+Bad input: a missing directory, a path that is not a directory, or a directory
+without binlog segments raise :class:`~tidb_binlog.errors.StorageError` saying what
+``data-dir`` must point at.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from tidb_binlog.binlogfile import Pos, WalkStats, walk
+from tidb_binlog.binlogfile.reader import segments
+from tidb_binlog.errors import ProtocolError, StorageError
+from tidb_binlog.proto import pb_binlog_pb2 as pb
+from tidb_binlog.reparo.decode import parse_binlog
+
+__all__ = ["check_data_dir", "select_segments", "read_records", "first_commit_ts"]
+
+_POINT_AT = ("point data-dir at the directory the drainer's file sink writes "
+             "(drainer.toml [syncer.to] dir, default its data-dir)")
+
+
+def check_data_dir(directory: str | os.PathLike) -> list[tuple[int, Path]]:
+    """The directory's segments ``(suffix, path)``; StorageError when there are none."""
+    d = Path(directory)
+    if not d.exists():
+        raise StorageError(f"data-dir {d} does not exist; {_POINT_AT}")
+    if not d.is_dir():
+        raise StorageError(f"data-dir {d} is not a directory; {_POINT_AT}")
+    segs = segments(d)
+    if not segs:
+        raise StorageError(f"data-dir {d} holds no binlog files (binlog-<16 digits>-"
+                           f"<yyyymmddhhmmss>); {_POINT_AT}")
+    return segs
+
+
+def first_commit_ts(directory: str | os.PathLike, suffix: int) -> int | None:
+    """The commit_ts of the first valid record of one segment (None: it has none)."""
+    for _, payload in walk(directory, Pos(suffix, 0), single_segment=True):
+        return _commit_ts(payload)
+    return None
+
+
+def _commit_ts(payload: bytes) -> int:
+    b = pb.Binlog()
+    try:
+        b.ParseFromString(payload)
+    except Exception as exc:  # protobuf's DecodeError
+        raise ProtocolError(f"binlog file record is not a pb_binlog.Binlog: {exc}") from exc
+    return b.commit_ts
+
+
+def select_segments(directory: str | os.PathLike, start_ts: int = 0, stop_ts: int = 0
+                    ) -> list[tuple[int, Path]]:
+    """The segments a restore of ``[start_ts, stop_ts]`` reads (see the module doc).
+
+    A segment without a valid first record counts as starting at 0, as in TiDB."""
+    picked: list[tuple[int, Path]] = []
+    latest: tuple[int, Path] | None = None
+    for suffix, path in check_data_dir(directory):
+        first = first_commit_ts(directory, suffix) or 0
+        if first <= start_ts:
+            latest = (suffix, path)
+            continue
+        if stop_ts and first > stop_ts:
+            break
+        if latest is not None:
+            picked.append(latest)
+        latest = (suffix, path)
+    if latest is not None:
+        picked.append(latest)
+    return picked
+
+
+def read_records(directory: str | os.PathLike, start_ts: int = 0, stop_ts: int = 0, *,
+                 stats: WalkStats | None = None, skip_corrupt: bool = False,
+                 picked: list[tuple[int, Path]] | None = None
+                 ) -> Iterator[tuple[Pos, pb.Binlog]]:
+    """``(pos after the record, Binlog)`` for every record in the range, in file order."""
+    picked = select_segments(directory, start_ts, stop_ts) if picked is None else picked
+    if not picked:
+        return
+    for pos, payload in walk(directory, Pos(picked[0][0], 0), stats=stats,
+                             strict=not skip_corrupt):
+        try:
+            b = parse_binlog(payload)
+        except ProtocolError as exc:
+            raise ProtocolError(f"record ending at {pos} in {directory}: {exc}") from exc
+        if b.commit_ts < start_ts:
+            continue
+        if stop_ts and b.commit_ts > stop_ts:
+            return
+        yield pos, b
