@@ -76,8 +76,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    # Deferred so `tidb-binlog --help` does not load the codec and the drainer modules.
+    # Deferred (start-up time): `tidb-binlog --help` should not load the codec and drainer.
     from tidb_binlog.config.reparo import load_reparo_config
+    # Deferred (start-up time), as above.
     from tidb_binlog.reparo.runner import run_reparo, summary_lines
 
     overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()

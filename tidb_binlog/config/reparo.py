@@ -141,6 +141,8 @@ def load_reparo_config(path: str | Path | None, overrides: dict | None = None, *
     """Load reparo.toml (``None``: defaults only), apply ``overrides``, check, resolve
     the range. ``tz`` is the zone of the datetimes (None: the host's, as TiDB)."""
     cfg, source = _load(ReparoConfig, path, overrides, _REPARO_FLAGS)
+    if any(v is not None for v in (overrides or {}).values()):  # a value may be a flag's
+        source = "the command line" if path is None else f"{source} or the command line"
     if not cfg.data_dir:
         raise _fail("data-dir", source, "is empty; set it to the directory of the drainer's "
                     "file sink (drainer.toml [syncer.to] dir) or pass --data-dir")

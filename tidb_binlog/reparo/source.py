@@ -76,11 +76,15 @@ def select_segments(directory: str | os.PathLike, start_ts: int = 0, stop_ts: in
                     ) -> list[tuple[int, Path]]:
     """The segments a restore of ``[start_ts, stop_ts]`` reads (see the module doc).
 
-    A segment without a valid first record counts as starting at 0, as in TiDB."""
+    A segment without a valid record (the empty one the sink opens after a rotation) is
+    left out; TiDB counts it as starting at 0, which can drop the segment before it from
+    its list."""
     picked: list[tuple[int, Path]] = []
     latest: tuple[int, Path] | None = None
     for suffix, path in check_data_dir(directory):
-        first = first_commit_ts(directory, suffix) or 0
+        first = first_commit_ts(directory, suffix)
+        if first is None:
+            continue
         if first <= start_ts:
             latest = (suffix, path)
             continue
