@@ -36,7 +36,7 @@ from tidb_binlog.drainer.checkpoint.checkpoint import Advancer, Checkpoint
 from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
 from tidb_binlog.drainer.sinks.mysql.loader import Loader, LoaderConfig
 from tidb_binlog.drainer.sinks.mysql.plan import Part
-from tidb_binlog.errors import SchemaError
+from tidb_binlog.errors import DownstreamError, SchemaError
 
 __all__ = ["MysqlApplier", "TableShape", "read_table_schema"]
 
@@ -111,8 +111,16 @@ class MysqlApplier:
     # -- set-up ----------------------------------------------------------------------
     def check(self) -> None:
         """Connect once now, so an unreachable or refusing downstream fails before any
-        file is read (the loader's connect error names the address and the user)."""
-        self._schema_conn.connection()
+        file is read: DownstreamError naming the address, the user and the server's
+        answer (never the password)."""
+        try:
+            self._schema_conn.connection()
+        except DownstreamError as exc:
+            raise DownstreamError(
+                f"cannot restore into the dest-db {self.config.address} as user "
+                f"{self.config.user!r}: {exc.message.removesuffix('; will retry')}. Check "
+                "[dest-db] host, port, user and password in reparo.toml, and that the "
+                "server is up", code=exc.code) from exc
 
     @property
     def applied_ts(self) -> int:
