@@ -1,16 +1,16 @@
-"""``tidb-binlog reparo``: restore a drainer's file-sink directory into MySQL/TiDB, or print it.
+"""`tidb-binlog reparo`: restore a drainer's file-sink directory into MySQL/TiDB, or print it.
 
     tidb-binlog reparo --config reparo.toml                       # everything in data-dir
     tidb-binlog reparo --config reparo.toml --stop-tso 4635...    # up to a point in time
     tidb-binlog reparo --data-dir data.drainer                    # print it (dest-type print)
 
 TiDB Binlog's reparo: it reads the pb binlog files the drainer's file sink wrote
-(``db-type = "file"``) in commit order, keeps the records whose commit_ts lies in
-[start, stop] (``start-tso``/``stop-tso``, or ``start-datetime``/``stop-datetime`` in the
-host's local time, "2006-01-02 15:04:05") and the tables the replicate-do/ignore rules
-keep, and applies them to ``[dest-db]`` (``dest-type = "mysql"``: worker-count
+(db-type = "file") in commit order, keeps the records whose commit_ts lies in
+[start, stop] (start-tso/stop-tso, or start-datetime/stop-datetime in the host's
+local time, "2006-01-02 15:04:05") and the tables the replicate-do/ignore rules
+keep, and applies them to [dest-db] (dest-type = "mysql": worker-count
 connections, txn-batch row changes per transaction, safe-mode for REPLACE) or prints
-them (``dest-type = "print"``). The downstream must already hold the tables as of the
+them (dest-type = "print"). The downstream must already hold the tables as of the
 start (the snapshot the drainer started from). Prints a summary on stderr; exit 0 when
 everything in range was applied, 1 on an error (it names the file and offset of a
 damaged record, the commit_ts of a refused statement, and up to where the downstream
@@ -78,6 +78,7 @@ def register(sub) -> None:
 def run(args) -> int:
     # Deferred (start-up time): `tidb-binlog --help` should not load the codec and drainer.
     from tidb_binlog.config.reparo import load_reparo_config
+
     # Deferred (start-up time), as above.
     from tidb_binlog.reparo.runner import run_reparo, summary_lines
 
