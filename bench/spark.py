@@ -141,8 +141,8 @@ def main() -> None:
             handle.stop()
         assert res.total_rows == args.load_rows, res.rows
         ours = res.total_rows / res.seconds
-        print(f"spark load: {ours:,.0f} rows/s ({res.seconds:.1f} s, slowest task copying "
-              f"{res.copy_s:.1f} s, {res.tasks} tasks, "
+        print(f"spark load: {ours:,.0f} rows/s ({res.seconds:.1f} s, of which the Spark stage "
+              f"{res.stage_s:.1f} s and its slowest task's copy {res.copy_s:.1f} s; {res.tasks} tasks, "
               f"{res.units} units; Spark start {handle.started_s:.1f} s not counted; "
               f"load avg {_load_avg()})", flush=True)
         results.append(f"RESULT spark_load value={ours:.0f} unit=rows/s ceiling={single:.0f} "

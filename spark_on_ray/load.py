@@ -52,6 +52,7 @@ class LoadResult:
     tasks: int = 0
     seconds: float = 0.0
     copy_s: float = 0.0                      # the slowest task's copy time
+    stage_s: float = 0.0                     # the Spark stage: task start-up + copy
     spark_start_s: float = 0.0
     drainer_command: str = ""
 
@@ -125,6 +126,7 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
         shares = plan.schedule(units, tasks)
         report("copy", 0, len(units))
         payloads = [(share, cfg.upstream, cfg.downstream, lc.batch_size) for share in shares]
+        t_stage = time.monotonic()
         try:
             answers = handle.run_barrier(_copy, payloads)
         except Exception as exc:
@@ -135,7 +137,8 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
                                 where=down_where) from exc  # fmt: skip
         report("copy", len(units), len(units))
         result = LoadResult(ts=answers[0]["ts"], units=len(units), tasks=tasks,
-                            copy_s=max(a["copy_s"] for a in answers))
+                            copy_s=max(a["copy_s"] for a in answers),
+                            stage_s=time.monotonic() - t_stage)
         for info in units:
             result.rows.setdefault(f"{info.database}.{info.table}", 0)
         for answer in answers:

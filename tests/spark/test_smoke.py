@@ -59,3 +59,19 @@ def test_missing_jar_and_java_are_clear_errors(tmp_path, monkeypatch):
     os.chmod(fake, 0o755)
     with pytest.raises(SparkSetupError, match="Java 21.*openjdk-17"):
         check_java()
+
+
+def test_spark_leaves_cpus_to_the_other_actors(spark_handle, ray_local):
+    # One executor reserving one CPU and a master reserving none: on the 4-CPU test Ray
+    # at least 3 CPUs stay for pumps and drainers (fewer only while other tests' actors run).
+    total = ray_local.cluster_resources()["CPU"]
+    assert spark_handle.config.num_executors * spark_handle.config.executor_ray_cpus == 1
+    assert ray_local.available_resources().get("CPU", 0) >= 1 and total == 4
+    assert spark_handle.slots == 4
+
+
+def test_a_size_taking_every_cpu_is_refused(ray_local):
+    from spark_on_ray.session import start_spark
+
+    with pytest.raises(SparkSetupError, match=r"executor-ray-cpus = 4 would take every CPU"):
+        start_spark(SparkConfig(num_executors=2, executor_ray_cpus=2.0))

@@ -82,6 +82,8 @@ class _Progress:
         self.progress.__exit__(*exc)
 
     def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage != "start" and "start" in self.tasks:   # the job is under way
+            self.progress.update(self.tasks["start"], completed=1)
         if stage not in self.tasks:
             self.tasks[stage] = self.progress.add_task(stage, total=max(total, 1))
         self.progress.update(self.tasks[stage], completed=done, total=max(total, 1))
@@ -100,7 +102,8 @@ def run_diff(args) -> int:
         progress("start", 0, 1)
         result = diff.run(cfg, tables=tuple(args.tables or ()), progress=progress,
                           ray_address=args.ray_address)
-    table = Table(title=f"diff: {cfg.upstream.where()} vs {cfg.downstream.where()}")
+    console.print(f"diff: {cfg.upstream.where()} vs {cfg.downstream.where()}", highlight=False)
+    table = Table()
     for col in ("table", "chunks", "upstream rows", "downstream rows", "missing", "extra",
                 "changed", "verdict"):
         table.add_column(col, justify="left" if col in ("table", "verdict") else "right")
@@ -128,8 +131,9 @@ def run_load(args) -> int:
         progress("start", 0, 1)
         result = load.run(cfg, tables=tuple(args.tables or ()), progress=progress,
                           ray_address=args.ray_address)
-    table = Table(title=f"load: {cfg.upstream.where()} -> {cfg.downstream.where()} "
-                        f"at commit_ts {result.ts}")
+    console.print(f"load: {cfg.upstream.where()} -> {cfg.downstream.where()} at commit_ts "
+                  f"{result.ts}", highlight=False)
+    table = Table()
     table.add_column("table")
     table.add_column("rows", justify="right")
     for name, rows in sorted(result.rows.items()):
@@ -138,7 +142,7 @@ def run_load(args) -> int:
     elapsed = time.monotonic() - t0
     console.print(f"{result.total_rows} rows, {len(result.rows)} table(s), {result.units} "
                   f"units on {result.tasks} tasks; {elapsed:.1f} s (Spark start "
-                  f"{result.spark_start_s:.1f} s)")
+                  f"{result.spark_start_s:.1f} s, copy stage {result.stage_s:.1f} s)")
     console.print(f"snapshot commit_ts: {result.ts}; start replication from it:")
     console.print(f"  {result.drainer_command}", highlight=False)
     return 0
