@@ -413,3 +413,43 @@ def test_no_prewrite_and_a_closed_client_give_up_without_raising(cluster):
         assert result.pending.result(timeout=30) is None  # given up: never raised
     finally:
         pumps["pump-1"].restart()
+
+
+class SlowPump(StoringPump):
+    """A pump that takes ``delay_s`` to acknowledge a Prewrite (a big payload being
+    received and fsynced)."""
+
+    delay_s = 0.4
+
+    def WriteBinlog(self, request, context):
+        if decode(request.payload).tp == BinlogType.PREWRITE:
+            time.sleep(self.delay_s)
+        return super().WriteBinlog(request, context)
+
+
+def test_a_prewrite_deadline_scales_with_its_payload():
+    """Base deadlines far below the pump's answer time; the payload's share at the
+    throughput floor (64 KB at 20 KB/s: +3.2 s) lets the attempt finish, once."""
+    pump = SlowPump("slow", 9)
+    payload = b"x" * (64 << 10)
+    try:
+        with PumpClient(None, cluster_id=9, pumps=[pump.addr], rpc_timeout_s=0.05,
+                        write_timeout_s=0.1, min_write_bytes_per_s=20_000,
+                        probe_interval_s=3600) as client:
+            assert client.rpc_timeout_for(len(payload)) == pytest.approx(0.05 + 65536 / 20_000)
+            assert client.write_binlog(prewrite(7, payload)) == pump.addr
+        assert [b.start_ts for b in pump.binlogs] == [7]
+        # the same write with the deadline not scaled (a floor so high it adds nothing) is
+        # cut off at 0.05 s, and the 0.1 s budget runs out: what a 2M-row Prewrite hit
+        with PumpClient(None, cluster_id=9, pumps=[pump.addr], rpc_timeout_s=0.05,
+                        write_timeout_s=0.1, min_write_bytes_per_s=1e15,
+                        probe_interval_s=3600) as client:
+            with pytest.raises(UnavailableError, match=r"\(65\d+ bytes\) within 0.1s"):
+                client.write_binlog(prewrite(8, payload))
+    finally:
+        pump.stop()
+
+
+def test_min_write_bytes_per_s_must_be_positive():
+    with pytest.raises(ValueError, match="min_write_bytes_per_s must be positive"):
+        PumpClient(None, cluster_id=9, pumps=["127.0.0.1:1"], min_write_bytes_per_s=0)

@@ -78,7 +78,10 @@ class BatchClient(Protocol):
 
     @property
     def rpc_timeout_s(self) -> float:
-        """The deadline of one attempt."""
+        """The deadline of one attempt of a small binlog (a Commit/Rollback)."""
+
+    def rpc_timeout_for(self, nbytes: int) -> float:
+        """The deadline of one attempt carrying ``nbytes`` (scaled with the payload)."""
 
     def closed(self) -> bool:
         """``close()`` has begun: new work is given up, not started."""
@@ -148,19 +151,22 @@ def _first_attempts(client: BatchClient, targets: list[tuple[PumpEntry, bytes, i
         for entry, payload, _ in targets:
             try:
                 raw.append(client.channel(entry).write(client.cluster_id, payload,
-                                                        client.rpc_timeout_s))
+                                                        client.rpc_timeout_for(len(payload))))
             except BinlogError as exc:
                 raw.append(exc)
     else:
         inflight = []
+        longest_s = 0.0
         for entry, payload, _ in targets:
             channel = client.channel(entry)
+            timeout_s = client.rpc_timeout_for(len(payload))
+            longest_s = max(longest_s, timeout_s)
             try:
                 inflight.append((channel, channel.write_future(client.cluster_id, payload,
-                                                               client.rpc_timeout_s)))
+                                                               timeout_s)))
             except BinlogError as exc:
                 inflight.append((None, exc))
-        wait_s = client.rpc_timeout_s + COMPLETION_GRACE_S
+        wait_s = longest_s + COMPLETION_GRACE_S
         for channel, fut in inflight:
             try:
                 raw.append(fut if channel is None else channel.result(fut, wait_s))

@@ -9,7 +9,9 @@ Prewrite (``write_binlog`` of a ``Prewrite``; synchronous, raises)
     non-empty errmsg) counts against that pump and the binlog goes to the next
     available pump at once; a retry interval (0.1 s) is slept only between
     rounds, when every available pump has failed it. Each attempt waits at most
-    ``rpc_timeout_s``. The client gives up when ``write_timeout_s`` has passed
+    ``rpc_timeout_s`` plus the payload's transfer time at the throughput floor
+    (see "Deadlines that scale with the payload" below). The client gives up when
+    ``write_timeout_s`` (scaled the same way) has passed
     *and* every available pump was tried (TiDB's rule), or when no pump is
     available; it then tries each unavailable-but-online pump once, and finally
     raises :class:`~tidb_binlog.errors.UnavailableError` naming every pump it
@@ -43,6 +45,28 @@ Commit / Rollback without a thread hand-off (``write_finish_nowait``)
     The first attempt is a gRPC future started on the caller's thread and
     finished in gRPC's completion callback; a failed attempt goes to the retry
     pool above. What an upstream's committing session calls per transaction.
+
+Deadlines that scale with the payload
+    A Prewrite carries the whole transaction: 200 MB for a million small rows. A
+    fixed 5 s deadline cut such a write off while the pump was still receiving and
+    fsyncing it; the client then retried, the budget ran out, the transaction rolled
+    back, and the pump had stored every abandoned copy. So each attempt's deadline is
+    ``rpc_timeout_s + len(payload) / min_write_bytes_per_s`` and the Prewrite's budget
+    ``write_timeout_s + len(payload) / min_write_bytes_per_s``
+    (:func:`scaled_timeout_s`). ``min_write_bytes_per_s`` (default 8 MiB/s) is a
+    conservative floor for "gRPC transfer + pump write + fdatasync" on a loaded
+    machine, not an estimate: a 200 MB Prewrite gets 5 + 24 s per attempt, a 1 GiB one
+    5 + 128 s, a 1 KB one 5.0001 s (small binlogs keep TiDB's deadlines). Raising the
+    floor detects a stopped pump sooner for big payloads; lowering it tolerates a
+    slower disk. The pump acknowledges a Prewrite it already stored for the same
+    start_ts (same size and checksum) without writing it again, so an attempt that
+    did time out costs the retry nothing at the pump.
+
+Message size
+    ``max_message_size_bytes`` (default 2^31 - 1, gRPC's int32 ceiling) is the
+    channel's send and receive limit; a Prewrite above it raises ProtocolError before
+    anything is sent. The pumps' own limit is ``max-message-size`` in pump.toml (same
+    default); keep the client's at or below it.
 
 Bounded waits
     Every wait of the public API ends: each RPC carries a deadline
@@ -88,7 +112,8 @@ from tidb_binlog.pump_client.transport import (
     PumpTLS,
 )
 
-__all__ = ["PumpClient", "PumpClientTimeout", "WriteResult", "LOCAL_PUMP_ID"]
+__all__ = ["PumpClient", "PumpClientTimeout", "WriteResult", "LOCAL_PUMP_ID",
+           "DEFAULT_MIN_WRITE_BYTES_PER_S", "scaled_timeout_s"]
 
 log = logging.getLogger("tidb_binlog.pump_client")
 
@@ -96,6 +121,16 @@ LOCAL_PUMP_ID = "localPump"
 _TYPE_NAMES = {BinlogType.PREWRITE: "prewrite", BinlogType.COMMIT: "commit",
                BinlogType.ROLLBACK: "rollback"}
 _NO_PUMP = "(no pump)"  # in_flight key of a commit whose prewrite did not go through us
+
+# The throughput floor the deadlines of big payloads are scaled by (see the module
+# docstring): gRPC transfer + the pump's write and fdatasync, on a loaded machine.
+DEFAULT_MIN_WRITE_BYTES_PER_S = 8 << 20
+
+
+def scaled_timeout_s(base_s: float, nbytes: int, min_bytes_per_s: float) -> float:
+    """``base_s`` plus the time ``nbytes`` take at ``min_bytes_per_s``: the deadline of an
+    attempt (base ``rpc_timeout_s``) or a Prewrite's budget (base ``write_timeout_s``)."""
+    return base_s + nbytes / min_bytes_per_s
 
 
 class PumpClientTimeout(UnavailableError, TimeoutError):
@@ -117,12 +152,17 @@ class PumpClient:
                  unavailable_after_errors: int = DEFAULT_UNAVAILABLE_AFTER_ERRORS,
                  probe_interval_s: float = 30.0, watch_timeout_s: float = 10.0,
                  max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+                 min_write_bytes_per_s: float = DEFAULT_MIN_WRITE_BYTES_PER_S,
                  tls: PumpTLS | None = None, async_workers: int = 4,
                  rng: random.Random | None = None):
         if strategy == LOCAL and not local_socket:
             raise ValueError("strategy 'local' needs local_socket (the pump's unix socket path)")
         if registry is None and not pumps and strategy != LOCAL:
             raise ValueError("PumpClient needs a registry, a static pumps list or a local_socket")
+        if not min_write_bytes_per_s > 0:
+            raise ValueError(f"min_write_bytes_per_s must be positive (bytes per second the "
+                             f"deadlines of big payloads are scaled by), got "
+                             f"{min_write_bytes_per_s!r}")
         if cluster_id is None:
             if registry is None:
                 raise ValueError("cluster_id is required when there is no registry")
@@ -131,6 +171,7 @@ class PumpClient:
         self.write_timeout_s = write_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self.commit_retry_s = commit_retry_s
+        self.min_write_bytes_per_s = min_write_bytes_per_s
         self._retry_interval_s = retry_interval_s
         self._commit_backoff_max_s = commit_backoff_max_s
         self._max_message_size_bytes = max_message_size_bytes
@@ -385,6 +426,14 @@ class PumpClient:
 
     # -- prewrite ------------------------------------------------------------------
 
+    def rpc_timeout_for(self, nbytes: int) -> float:
+        """The deadline of one WriteBinlog attempt carrying ``nbytes``."""
+        return scaled_timeout_s(self.rpc_timeout_s, nbytes, self.min_write_bytes_per_s)
+
+    def write_timeout_for(self, nbytes: int) -> float:
+        """The budget of a Prewrite of ``nbytes`` over all its attempts."""
+        return scaled_timeout_s(self.write_timeout_s, nbytes, self.min_write_bytes_per_s)
+
     def _encode(self, binlog: Binlog) -> bytes:
         payload = encode(binlog)
         if len(payload) > self._max_message_size_bytes:
@@ -400,7 +449,9 @@ class PumpClient:
             raise UnavailableError(f"the pump client is closed: the prewrite binlog of "
                                    f"start_ts={start_ts} was not written; the transaction must "
                                    "not commit")
-        deadline = time.monotonic() + self.write_timeout_s
+        budget_s = self.write_timeout_for(len(payload))
+        rpc_s = self.rpc_timeout_for(len(payload))
+        deadline = time.monotonic() + budget_s
         attempt = len(tried)
         while not self._closed.is_set():
             with self._lock:
@@ -410,7 +461,7 @@ class PumpClient:
                 break
             if entry.node_id in tried:  # a new round over pumps that all failed
                 self._closed.wait(self._retry_interval_s)
-            timeout_s = min(self.rpc_timeout_s, max(deadline - time.monotonic(), 0.05))
+            timeout_s = min(rpc_s, max(deadline - time.monotonic(), 0.05))
             error = self._attempt(entry, payload, timeout_s, remember_ts=start_ts)
             if error is None:
                 metrics.WRITE_OK["prewrite"].inc()
@@ -426,7 +477,7 @@ class PumpClient:
             if self._closed.is_set():
                 break
             self._channel(entry).reset()
-            error = self._attempt(entry, payload, self.rpc_timeout_s)
+            error = self._attempt(entry, payload, rpc_s)
             if error is None:
                 with self._lock:
                     self._book.mark_available(entry.node_id)
@@ -437,8 +488,8 @@ class PumpClient:
         metrics.WRITE_TOTAL.labels("prewrite", "error").inc()
         detail = "; ".join(f"{node}: {err}" for node, err in tried.items()) or "no pump is online"
         raise UnavailableError(
-            f"no pump took the prewrite binlog of start_ts={start_ts} within "
-            f"{self.write_timeout_s:g}s ({detail}); the transaction must not commit. "
+            f"no pump took the prewrite binlog of start_ts={start_ts} ({len(payload)} bytes) "
+            f"within {budget_s:g}s ({detail}); the transaction must not commit. "
             "Check that pumps are running and online (binlogctl -cmd pumps).")
 
     def _attempt(self, entry: PumpEntry, payload: bytes, timeout_s: float, *,
@@ -582,6 +633,9 @@ class _BatchSide:
     @property
     def rpc_timeout_s(self) -> float:
         return self._client.rpc_timeout_s
+
+    def rpc_timeout_for(self, nbytes: int) -> float:
+        return self._client.rpc_timeout_for(nbytes)
 
     def closed(self) -> bool:
         return self._client._closed.is_set()

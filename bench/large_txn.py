@@ -1,0 +1,247 @@
+"""One large transaction end to end, and the peak memory it costs each process (one run).
+
+Stands up two throwaway MariaDB servers (upstream behind the TiDB-behaving emulator,
+downstream), the registry and two PumpActors (:class:`cluster.launch.LocalCluster`,
+``sync-log`` on) and a drainer task (:class:`cluster.drainer.Drainer`, ``--workers``
+SQL workers), then inserts ``--rows`` rows in ONE upstream transaction (1000-row
+statements) into ``large_txn.lt (id, k, c, pad)`` whose ``c`` is sized so a row holds
+about ``--row-bytes`` bytes of data, commits it, and waits until the drainer's checkpoint
+passes its commit_ts (the row count downstream is then checked).
+
+Timings:
+
+- ``insert_s``: the statements inside the transaction (before commit);
+- ``commit_s``: ``Txn.commit()``: the Prewrite binlog write (``prewrite_s``, the pump
+  client's ``write_binlog``), commit_ts, COMMIT, the Commit binlog handed over;
+- ``apply_s``: from commit's return until the drainer's checkpoint reaches commit_ts;
+- ``first_apply_s``: from commit's return until the first downstream commit of the
+  transaction's rows (the coordinator's apply samples).
+
+Memory: before the transaction every process's peak RSS (``VmHWM``) is reset through
+``/proc/<pid>/clear_refs`` (falling back to sampling ``VmRSS`` every 50 ms where that is
+refused) and its ``VmRSS`` noted; afterwards growth = peak - that baseline, printed per
+process kind (``upstream`` is this driver process, which runs the emulator and the pump
+client; Ray actors by class name: ``PumpActor``, ``MergerActor``, ``SchemaKeeperActor``,
+``CoordinatorActor``, each ``SqlWorkerActor``) as MB and as a multiple of the data size.
+``data_mb`` is the Prewrite binlog's encoded size (``ByteSize()``: the row data as
+TiDB's row format encodes it, plus a few bytes of framing per row).
+
+Prints, last::
+
+    RESULT large_txn rows=<n> data_mb=<mb> commit_s=<s> apply_s=<s> first_apply_s=<s>
+    RESULT large_txn_mem <kind>=<x>x ...   (peak RSS growth / data size, per process)
+
+    .venv/bin/python bench/large_txn.py --rows 1000000            # ~200 MB of row data
+    .venv/bin/python bench/large_txn.py --rows 2000000 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from drainer import _ours, _processes  # noqa: E402  (bench/drainer.py: the actor pids)
+
+DB = "large_txn"
+MB = 1 << 20
+
+
+def _status_kb(pid: int, field: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class PeakRss:
+    """Peak RSS growth of a set of processes over a window (see the module docstring)."""
+
+    def __init__(self, pids: dict[int, str]):
+        self.pids = pids
+        self.base = {pid: _status_kb(pid, "VmRSS") for pid in pids}
+        self.sampled = dict(self.base)
+        self.hwm_reset: set[int] = set()
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/clear_refs", "w") as f:
+                    f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+                self.hwm_reset.add(pid)
+            except OSError:
+                pass
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True, name="rss-sampler")
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            for pid in self.pids:
+                self.sampled[pid] = max(self.sampled[pid], _status_kb(pid, "VmRSS"))
+
+    def stop(self) -> dict[int, float]:
+        """pid -> peak growth in bytes."""
+        self._stop.set()
+        self._thread.join()
+        out = {}
+        for pid in self.pids:
+            peak = self.sampled[pid]
+            if pid in self.hwm_reset:
+                peak = max(peak, _status_kb(pid, "VmHWM"))
+            out[pid] = max(peak - self.base[pid], 0) * 1024.0
+        return out
+
+
+def rows_of(n: int, row_bytes: int):
+    """``n`` rows of about ``row_bytes`` bytes of data each (k INT, c, pad CHAR(60))."""
+    import random
+    import string
+
+    rng = random.Random(7)
+    c_len = max(row_bytes - 72, 1)
+    chunk = "".join(rng.choices(string.ascii_letters + string.digits, k=c_len + 4096))
+    pad = "".join(rng.choices(string.digits, k=59))
+    for i in range(n):
+        off = i % 4096
+        yield {"k": i, "c": chunk[off:off + c_len], "pad": pad}
+
+
+def main(argv=None) -> int:
+    import ray
+
+    from cluster.drainer import Drainer
+    from cluster.launch import LocalCluster
+    from tidb_binlog.config import load_drainer_config
+    from tidb_binlog.testing.mariadb import MariaDBServer
+    from tidb_binlog.upstream import Upstream
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=1_000_000, help="rows in the one transaction")
+    p.add_argument("--row-bytes", type=int, default=200,
+                   help="data bytes per row (c is sized to fit; at least ~80)")
+    p.add_argument("--workers", type=int, default=2, help="syncer.worker-count")
+    p.add_argument("--txn-batch", type=int, default=1000, help="syncer.txn-batch")
+    p.add_argument("--work-dir", default=None)
+    p.add_argument("--no-drainer", action="store_true",
+                   help="only upstream and pumps (no drainer task; apply is not timed)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    base = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-large-txn-"))
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             namespace="bench-large-txn", object_store_memory=300 << 20)
+    up_db = MariaDBServer(base, name="lt-up").start()
+    down_db = MariaDBServer(base, name="lt-down").start()
+    cluster = LocalCluster(base / "cluster", pumps=2, upstream_params=up_db.params(),
+                           namespace="bench-large-txn").start()
+    client = cluster.pump_client()
+    upstream = Upstream(up_db.params(), client, cluster.get_ts)
+    drainer = None
+    lines = []
+    try:
+        upstream.ddl(f"CREATE DATABASE {DB}")
+        c_len = max(args.row_bytes - 72, 1)
+        upstream.ddl(f"CREATE TABLE lt (id BIGINT PRIMARY KEY AUTO_INCREMENT, k INT NOT NULL, "
+                     f"c VARCHAR({max(c_len, 1)}) NOT NULL, pad CHAR(60) NOT NULL)", DB)
+        if not args.no_drainer:
+            drainer = Drainer.start(load_drainer_config(None, {
+                "syncer.to.host": down_db.host, "syncer.to.port": down_db.port,
+                "syncer.to.user": down_db.user, "syncer.to.password": down_db.password,
+                "syncer.worker-count": args.workers, "syncer.txn-batch": args.txn_batch,
+                "initial-commit-ts": 0, "addr": "127.0.0.1:0"}), registry=cluster.registry)
+            ddl_ts = cluster.get_ts()
+            while True:  # the task runs and has applied the DDL: its actors are settled
+                st = drainer.status()
+                if st["state"] == "failed":
+                    raise RuntimeError(f"drainer failed: {st['error']}")
+                if st["state"] == "running" and st["checkpoint_commit_ts"] >= ddl_ts:
+                    break
+                time.sleep(0.1)
+        pids = {pid: kind for pid, kind in _ours(_processes()).items() if "Actor" in kind}
+        pids[os.getpid()] = "upstream"
+        prewrite = {}
+        write_binlog = client.write_binlog
+
+        def timed_write(binlog):
+            if binlog.tp == 0 and binlog.start_ts:  # the Prewrite
+                prewrite["bytes"] = binlog.ByteSize()  # no copy of the payload
+                t0 = time.perf_counter()
+                try:
+                    return write_binlog(binlog)
+                finally:
+                    prewrite["s"] = time.perf_counter() - t0
+            return write_binlog(binlog)
+
+        client.write_binlog = timed_write  # the emulator calls writer.write_binlog
+        peak = PeakRss(pids)
+        t0 = time.perf_counter()
+        with upstream.session(DB) as s:
+            txn = s.begin()
+            n = txn.insert("lt", rows_of(args.rows, args.row_bytes))
+            t1 = time.perf_counter()
+            commit_ts = txn.commit()
+        t2 = time.perf_counter()
+        commit_wall = time.time()
+        insert_s, commit_s = t1 - t0, t2 - t1
+        data = prewrite.get("bytes", 0)
+        print(f"upstream: {n} rows inserted in {insert_s:.1f} s, commit {commit_s:.2f} s "
+              f"(prewrite write {prewrite.get('s', 0):.2f} s, {data / MB:.1f} MB)", flush=True)
+        apply_s = first_s = 0.0
+        if drainer is not None:
+            while True:
+                st = drainer.status()
+                if st["state"] == "failed":
+                    raise RuntimeError(f"drainer failed: {st['error']}")
+                if st["checkpoint_commit_ts"] >= commit_ts:
+                    break
+                time.sleep(0.1)
+            apply_s = time.perf_counter() - t2
+            samples = ray.get(drainer.coordinator.apply_samples.options(
+                concurrency_group="status").remote())
+            after = [at for _, at in samples if at >= commit_wall]
+            first_s = (min(after) - commit_wall) if after else apply_s
+        growth = peak.stop()
+        if drainer is not None:
+            with down_db.connect() as conn, conn.cursor() as cur:
+                cur.execute(f"SELECT COUNT(*) FROM {DB}.lt")
+                got = cur.fetchone()[0]
+            if got != n:
+                raise RuntimeError(f"downstream has {got} rows, expected {n}")
+        mem = []
+        counts: dict[str, int] = {}
+        for pid, kind in sorted(pids.items(), key=lambda kv: kv[1]):
+            counts[kind] = counts.get(kind, 0) + 1
+            label = kind if list(pids.values()).count(kind) == 1 else f"{kind}{counts[kind]}"
+            mem.append((label, growth[pid]))
+            print(f"  {label:<20} pid {pid:>7}: peak RSS +{growth[pid] / MB:8.1f} MB "
+                  f"= {growth[pid] / max(data, 1):5.2f}x the data", flush=True)
+        lines.append(f"RESULT large_txn rows={n} data_mb={data / MB:.1f} insert_s={insert_s:.1f} "
+                     f"commit_s={commit_s:.2f} prewrite_s={prewrite.get('s', 0):.2f} "
+                     f"apply_s={apply_s:.2f} first_apply_s={first_s:.2f}")
+        lines.append("RESULT large_txn_mem " + " ".join(
+            f"{label}={g / max(data, 1):.2f}x" for label, g in mem))
+    finally:
+        if drainer is not None:
+            drainer.stop()
+        upstream.close()
+        cluster.stop()
+        down_db.close()
+        up_db.close()
+        ray.shutdown()
+    for line in lines:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
