@@ -24,7 +24,9 @@ process kind (``upstream`` is this driver process, which runs the emulator and t
 client; Ray actors by class name: ``PumpActor``, ``MergerActor``, ``SchemaKeeperActor``,
 ``CoordinatorActor``, each ``SqlWorkerActor``) as MB and as a multiple of the data size.
 ``data_mb`` is the Prewrite binlog's encoded size (``ByteSize()``: the row data as
-TiDB's row format encodes it, plus a few bytes of framing per row).
+TiDB's row format encodes it, plus a few bytes of framing per row); ``pump_vlog_mb`` the
+pumps' value logs at the end (a Prewrite stored more than once shows here). A failed
+commit is reported (``FAILED=<error>``) with the memory up to then.
 
 Prints, last::
 
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -185,11 +188,15 @@ def main(argv=None) -> int:
         client.write_binlog = timed_write  # the emulator calls writer.write_binlog
         peak = PeakRss(pids)
         t0 = time.perf_counter()
+        failed = None
         with upstream.session(DB) as s:
             txn = s.begin()
             n = txn.insert("lt", rows_of(args.rows, args.row_bytes))
             t1 = time.perf_counter()
-            commit_ts = txn.commit()
+            try:
+                commit_ts = txn.commit()
+            except Exception as exc:  # noqa: BLE001 - reported as the result, with the memory
+                failed = exc
         t2 = time.perf_counter()
         commit_wall = time.time()
         insert_s, commit_s = t1 - t0, t2 - t1
@@ -197,7 +204,10 @@ def main(argv=None) -> int:
         print(f"upstream: {n} rows inserted in {insert_s:.1f} s, commit {commit_s:.2f} s "
               f"(prewrite write {prewrite.get('s', 0):.2f} s, {data / MB:.1f} MB)", flush=True)
         apply_s = first_s = 0.0
-        if drainer is not None:
+        if failed is not None:
+            print(f"commit failed after {commit_s:.1f} s: {failed}", flush=True)
+            time.sleep(2.0)  # let the pumps finish what they were writing: it counts too
+        elif drainer is not None:
             while True:
                 st = drainer.status()
                 if st["state"] == "failed":
@@ -211,7 +221,7 @@ def main(argv=None) -> int:
             after = [at for _, at in samples if at >= commit_wall]
             first_s = (min(after) - commit_wall) if after else apply_s
         growth = peak.stop()
-        if drainer is not None:
+        if drainer is not None and failed is None:
             with down_db.connect() as conn, conn.cursor() as cur:
                 cur.execute(f"SELECT COUNT(*) FROM {DB}.lt")
                 got = cur.fetchone()[0]
@@ -225,9 +235,12 @@ def main(argv=None) -> int:
             mem.append((label, growth[pid]))
             print(f"  {label:<20} pid {pid:>7}: peak RSS +{growth[pid] / MB:8.1f} MB "
                   f"= {growth[pid] / max(data, 1):5.2f}x the data", flush=True)
+        vlog = sum(f.stat().st_size for f in (base / "cluster").glob("pump-*/value/*.vlog"))
         lines.append(f"RESULT large_txn rows={n} data_mb={data / MB:.1f} insert_s={insert_s:.1f} "
                      f"commit_s={commit_s:.2f} prewrite_s={prewrite.get('s', 0):.2f} "
-                     f"apply_s={apply_s:.2f} first_apply_s={first_s:.2f}")
+                     f"apply_s={apply_s:.2f} first_apply_s={first_s:.2f} "
+                     f"pump_vlog_mb={vlog / MB:.0f}"
+                     + (f" FAILED={type(failed).__name__}" if failed is not None else ""))
         lines.append("RESULT large_txn_mem " + " ".join(
             f"{label}={g / max(data, 1):.2f}x" for label, g in mem))
     finally:
@@ -238,6 +251,8 @@ def main(argv=None) -> int:
         down_db.close()
         up_db.close()
         ray.shutdown()
+        if not args.work_dir:
+            shutil.rmtree(base, ignore_errors=True)
     for line in lines:
         print(line)
     return 0

@@ -61,7 +61,7 @@ from tidb_binlog.pump.transport import (
     message_options,
     server_credentials,
 )
-from tidb_binlog.pump.wire import EMPTY_WRITE_RESP, pull_response_bytes
+from tidb_binlog.pump.wire import EMPTY_WRITE_RESP, parse_write_request, pull_response_bytes
 
 __all__ = ["PumpServicer", "PumpGrpcServer", "build_server", "method_handlers", "new_event_loop",
            "EVENT_LOOP_ENV"]
@@ -179,10 +179,12 @@ def _pass_through(message: bytes) -> bytes:
 
 def method_handlers(servicer: PumpServicer) -> dict[str, grpc.RpcMethodHandler]:
     """``binlog.Pump``'s two methods (TiDB's pump.proto) on one server: requests are
-    parsed by protobuf, responses are the servicer's bytes as they are."""
+    parsed by protobuf (a large WriteBinlog request by :func:`.wire.parse_write_request`,
+    its payload a view into the received bytes, not a copy), responses are the
+    servicer's bytes as they are."""
     return {
         "WriteBinlog": grpc.unary_unary_rpc_method_handler(
-            servicer.WriteBinlog, request_deserializer=pump_pb2.WriteBinlogReq.FromString,
+            servicer.WriteBinlog, request_deserializer=parse_write_request,
             response_serializer=_pass_through),
         "PullBinlogs": grpc.unary_stream_rpc_method_handler(
             servicer.PullBinlogs, request_deserializer=pump_pb2.PullBinlogReq.FromString,

@@ -63,6 +63,7 @@ from tidb_binlog.pump.node_rules import (
     resolve_node_id,
 )
 from tidb_binlog.pump.transport import notify_drainer
+from tidb_binlog.pump.wire import LARGE_PAYLOAD_BYTES, binlog_header
 from tidb_binlog.tso import TimestampOracle
 
 __all__ = [
@@ -250,7 +251,10 @@ class PumpNode:
         if cluster_id != self.cluster_id:
             raise ClusterIDMismatch(f"cluster ID are mismatch, {cluster_id} vs {self.cluster_id}",
                                     expected=self.cluster_id, got=cluster_id)
-        b = bl.decode(payload)
+        if len(payload) >= LARGE_PAYLOAD_BYTES and getattr(self.storage, "STORES_PAYLOAD", False):
+            b = binlog_header(payload)  # a storage that stores the payload needs no more
+        else:
+            b = bl.decode(payload)
         if bl.is_probe(b):
             return None
         if b.tp == bl.BinlogType.PREWRITE and not (self._accepting and self._state == ONLINE):

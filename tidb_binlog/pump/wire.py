@@ -31,8 +31,16 @@ durable): zero bytes.
 from __future__ import annotations
 
 from tidb_binlog import binlog as bl
+from tidb_binlog.proto import pump_pb2
 
-__all__ = ["EMPTY_WRITE_RESP", "pull_response_bytes", "start_ts_of", "varint"]
+__all__ = ["EMPTY_WRITE_RESP", "LARGE_PAYLOAD_BYTES", "WriteRequest", "binlog_header",
+           "parse_write_request", "pull_response_bytes", "start_ts_of", "varint"]
+
+# From this size on, a WriteBinlog request's payload is a memoryview into the request
+# (:func:`parse_write_request`) and a binlog's header fields are read without parsing
+# its prewrite value (:func:`binlog_header`): a 200 MB Prewrite is not copied to be
+# received or checked.
+LARGE_PAYLOAD_BYTES = 1 << 20
 
 EMPTY_WRITE_RESP = b""
 
@@ -113,3 +121,115 @@ def pull_response_bytes(commit_ts: int, payload: bytes, start_ts: int | None = N
                        b"\x12" + varint(len(payload)) if payload else b"", payload,
                        b"\x22", _ONE_BYTE[len(meta)], meta))
     return b"\x0a" + varint(len(entity)) + entity
+
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    """``(value, index past it)`` of the varint at ``pos``; ``(-1, -1)`` when truncated or
+    longer than 10 bytes."""
+    value = shift = 0
+    end = min(len(buf), pos + 10)
+    while pos < end:
+        b = buf[pos]
+        value |= (b & 0x7F) << shift
+        pos += 1
+        if b < 0x80:
+            return value & _U64, pos
+        shift += 7
+    return -1, -1
+
+
+def _fields(buf):
+    """Yield ``(field number, wire type, value or (start, end))`` of a message's
+    top-level fields (varint and length-delimited only); raise ValueError on anything
+    else, a truncated field included."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        tag, pos = _read_varint(buf, pos)
+        if tag < 0:
+            raise ValueError("truncated tag")
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = _read_varint(buf, pos)
+            if value < 0:
+                raise ValueError("truncated varint")
+            yield number, wire, value
+        elif wire == 2:
+            length, pos = _read_varint(buf, pos)
+            if length < 0 or pos + length > end:
+                raise ValueError("truncated bytes field")
+            yield number, wire, (pos, pos + length)
+            pos += length
+        else:
+            raise ValueError(f"wire type {wire}")
+
+
+class WriteRequest:
+    """A parsed ``WriteBinlogReq`` whose payload is a memoryview into the request bytes
+    (what :func:`parse_write_request` returns for a large request)."""
+
+    __slots__ = ("clusterID", "payload")
+
+    def __init__(self, cluster_id: int, payload):
+        self.clusterID = cluster_id
+        self.payload = payload
+
+
+def parse_write_request(data: bytes):
+    """The gRPC request deserializer of ``WriteBinlog``.
+
+    Below :data:`LARGE_PAYLOAD_BYTES`: protobuf's ``WriteBinlogReq``. From there on a
+    :class:`WriteRequest` whose ``payload`` is a memoryview of ``data`` (protobuf would
+    hand out a new copy of the payload at each access of ``.payload``); anything but
+    the two known fields in their wire types falls back to protobuf, which also
+    raises for malformed bytes as before.
+    """
+    if len(data) < LARGE_PAYLOAD_BYTES:
+        return pump_pb2.WriteBinlogReq.FromString(data)
+    cluster_id, payload = 0, memoryview(b"")
+    try:
+        for number, wire, value in _fields(data):
+            if number == 1 and wire == 0:
+                cluster_id = value
+            elif number == 2 and wire == 2:
+                payload = memoryview(data)[value[0]:value[1]]
+            else:
+                raise ValueError(f"field {number}")
+    except ValueError:
+        return pump_pb2.WriteBinlogReq.FromString(data)
+    return WriteRequest(cluster_id, payload)
+
+
+# Binlog fields (binlog.proto): number -> (wire type, kept in the header)
+_BINLOG_FIELDS = {1: 0, 2: 0, 3: 0, 4: 2, 5: 2, 6: 2, 7: 0, 8: 0}
+_BINLOG_TYPES = frozenset((bl.BinlogType.PREWRITE, bl.BinlogType.COMMIT, bl.BinlogType.ROLLBACK,
+                           bl.BinlogType.PRE_DDL, bl.BinlogType.POST_DDL))
+
+
+def _int64(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def binlog_header(payload) -> bl.Binlog:
+    """A ``Binlog`` holding only ``tp``, ``start_ts`` and ``commit_ts`` of ``payload``
+    (any bytes-like), read without copying its prewrite value: what the pump needs to
+    check and store a large binlog. The rest of the payload is checked as protobuf
+    would (known fields in their wire types, lengths within the payload); anything
+    else (an unknown field, a bad tp) is parsed by :func:`tidb_binlog.binlog.decode`,
+    which raises ProtocolError for malformed bytes."""
+    tp = start_ts = commit_ts = None
+    try:
+        for number, wire, value in _fields(payload):
+            if _BINLOG_FIELDS.get(number) != wire:
+                raise ValueError(f"field {number}")
+            if number == 1:
+                tp = value
+            elif number == 2:
+                start_ts = _int64(value)
+            elif number == 3:
+                commit_ts = _int64(value)
+    except ValueError:
+        tp = None
+    if tp is None or tp not in _BINLOG_TYPES:
+        full = bl.decode(payload)
+        return bl.Binlog(tp=full.tp, start_ts=full.start_ts, commit_ts=full.commit_ts)
+    return bl.Binlog(tp=tp, start_ts=start_ts or 0, commit_ts=commit_ts or 0)

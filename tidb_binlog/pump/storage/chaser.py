@@ -102,6 +102,7 @@ class Indexer:
             self._gate.wait()
             if self._stop and not self._drain:
                 return
+            job = None  # the previous job is done: do not hold it through an idle wait
             try:
                 job = self._q.get(timeout=_IDLE_TICK_S)
             except queue.Empty:
@@ -134,7 +135,8 @@ class Indexer:
         fid, off = start
         entries = []
         for it in items:
-            end = off + len(it[0])
+            size = it[0]  # the record's size: the storage forwards sizes, not the bytes
+            end = off + (size if isinstance(size, int) else len(size))
             entries.append((it[1], it[2], it[3], it[4], ValuePointer(fid, off),
                             ValuePointer(fid, end)))
             off = end

@@ -29,6 +29,18 @@ writer settles every future of a group with ONE ``loop.call_soon_threadsafe``
 per group (not one wake-up per request), right after the group's fdatasync, so
 an acknowledgement still means durable.
 
+Large records: an item's record may be a tuple of buffers (a small header and the
+payload as the caller received it, e.g. a memoryview into the gRPC request) instead of
+one framed ``bytes``; a group holding one is written with ``writev`` (``append`` gets
+the list of buffers), so a 200 MB Prewrite is never copied to be framed or joined. Once
+a group is written the writer drops its reference to the group's items (the indexer
+gets the sizes), so nothing keeps a written payload alive while the writer waits.
+
+Following a queued write (:meth:`GroupCommitter.enqueue` returns the group,
+:meth:`GroupCommitter.wait` / :meth:`GroupCommitter.follow_async` wait for it): the
+storage acknowledges a Prewrite it already has in flight by waiting for that one's
+group instead of writing it again.
+
 After an I/O failure the committer refuses every later write (the kernel's page
 cache state is unknown after a failed fsync); reopen the storage to continue.
 The writer holds :attr:`io_lock` while it appends and forwards a group, so the
@@ -49,6 +61,13 @@ from tidb_binlog.errors import StorageError
 __all__ = ["GroupCommitter"]
 
 log = logging.getLogger(__name__)
+
+
+def record_size(record) -> int:
+    """Bytes of a record: one bytes-like, or a tuple of buffers written back to back."""
+    if isinstance(record, tuple):
+        return sum(len(part) for part in record)
+    return len(record)
 
 
 class _Group:
@@ -102,11 +121,33 @@ class GroupCommitter:
 
     def submit(self, item: tuple, ts: int) -> None:
         """Queue ``item`` (``item[0]`` = framed record) and wait until it is durable."""
+        self.wait(self.enqueue(item, ts))
+
+    def enqueue(self, item: tuple, ts: int) -> _Group:
+        """Queue ``item`` without waiting; the returned group is what :meth:`wait` and
+        :meth:`follow_async` wait for."""
         with self._cond:
-            g = self._join(item, ts)
+            return self._join(item, ts)
+
+    @staticmethod
+    def wait(g: _Group) -> None:
+        """Block until group ``g`` is durable; raise its error if it failed."""
         g.done.wait()
         if g.error is not None:
             raise g.error
+
+    def follow_async(self, g: _Group, loop) -> asyncio.Future:
+        """A future of ``loop`` settled once group ``g`` is durable (at once if it is)."""
+        fut = loop.create_future()
+        with self._cond:  # _wake marks done and takes the futures under the same lock
+            if not g.done.is_set():
+                if g.futures is None:
+                    g.futures = {loop: [fut]}
+                else:
+                    g.futures.setdefault(loop, []).append(fut)
+                return fut
+        _settle([fut], g.error)
+        return fut
 
     def submit_async(self, item: tuple, ts: int, loop) -> asyncio.Future:
         """Queue ``item`` from event loop ``loop`` (its thread); the returned future is
@@ -135,18 +176,19 @@ class GroupCommitter:
             groups.append(g)
             self._cond.notify()
         g.items.append(item)
-        g.nbytes += len(item[0])
+        g.nbytes += record_size(item[0])
         if ts > g.max_ts:
             g.max_ts = ts
         return g
 
-    @staticmethod
-    def _wake(g: _Group) -> None:
+    def _wake(self, g: _Group) -> None:
         """Wake a finished group's callers: sync ones by its event, async ones with
         one ``call_soon_threadsafe`` per event loop."""
-        g.done.set()
-        if g.futures:
-            for loop, futures in g.futures.items():
+        with self._cond:  # against follow_async registering a future meanwhile
+            g.done.set()
+            waiting, g.futures = g.futures, None
+        if waiting:
+            for loop, futures in waiting.items():
                 try:
                     loop.call_soon_threadsafe(_settle, futures, g.error)
                 except RuntimeError:  # that loop is closed: its server is gone
@@ -169,28 +211,42 @@ class GroupCommitter:
                     self._cond.wait(self._delay_s)  # joins go on meanwhile (lock released)
                 g = self._groups.popleft()
             concurrent = len(g.items) >= 2
-            t0 = time.perf_counter()
-            buf = b"".join([it[0] for it in g.items])
-            with self.io_lock:
-                try:
-                    start = self._append(buf, g.max_ts)
-                except BaseException as exc:  # fail this group and every later one
-                    self._fail(g, exc)
-                    continue
-                self._wake(g)
-                try:
-                    self._on_durable(start, g.items)
-                except BaseException:
-                    log.exception("forwarding a durable group to the indexer failed")
-                    m.error_count.labels("batch_write_kv").inc()
-            self.groups_written += 1
-            self.records_written += len(g.items)
-            elapsed_s = time.perf_counter() - t0
-            batch_s.observe(elapsed_s)
-            batch_bytes.observe(len(buf))
-            if elapsed_s > self._slow_s:
-                log.warning("slow value-log write: %d records, %d bytes took %.3f s",
-                            len(g.items), len(buf), elapsed_s)
+            self._write(g, batch_s, batch_bytes)
+            g = None  # no payload stays referenced while the writer waits for the next
+
+    def _write(self, g: _Group, batch_s, batch_bytes) -> None:
+        """Append, sync and hand over one group (a method so its buffers die with it)."""
+        m = self._metrics
+        t0 = time.perf_counter()
+        records = [it[0] for it in g.items]
+        if any(isinstance(r, tuple) for r in records):  # a large record: writev, no copy
+            buf = [part for r in records for part in (r if isinstance(r, tuple) else (r,))]
+        else:
+            buf = b"".join(records)
+        del records
+        nbytes, count = g.nbytes, len(g.items)
+        with self.io_lock:
+            try:
+                start = self._append(buf, g.max_ts)
+            except BaseException as exc:  # fail this group and every later one
+                self._fail(g, exc)
+                return
+            del buf
+            self._wake(g)
+            items, g.items = g.items, []  # a follower may keep the group: not its payloads
+            try:
+                self._on_durable(start, items)
+            except BaseException:
+                log.exception("forwarding a durable group to the indexer failed")
+                m.error_count.labels("batch_write_kv").inc()
+        self.groups_written += 1
+        self.records_written += count
+        elapsed_s = time.perf_counter() - t0
+        batch_s.observe(elapsed_s)
+        batch_bytes.observe(nbytes)
+        if elapsed_s > self._slow_s:
+            log.warning("slow value-log write: %d records, %d bytes took %.3f s",
+                        count, nbytes, elapsed_s)
 
     def _fail(self, g: _Group, exc: BaseException) -> None:
         err = exc if isinstance(exc, StorageError) else StorageError(

@@ -71,6 +71,10 @@ class StorageMetrics:
                                          ["type"], registry=r)
         self.query_tikv_count = Counter(p + "query_tikv_count",
                                         "Resolver queries for unmatched prewrites", registry=r)
+        self.duplicate_prewrite_count = Counter(
+            p + "duplicate_prewrite_count",
+            "Prewrites acknowledged without writing: the same one was stored or in flight",
+            registry=r)
         self.corruption_skipped_bytes = Counter(
             p + "corruption_skipped_bytes", "Value-log bytes skipped as corrupt", registry=r)
         if gauges:

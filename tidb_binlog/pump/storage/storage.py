@@ -25,6 +25,22 @@ Missing commits (:mod:`.missing_commits`): a prewrite still unmatched
 ``max_txn_timeout_s`` after it was stored is looked up through the ``resolver``
 (committed → the storage writes the Commit itself; rolled back → dropped).
 GC and the disk-space guard: :mod:`.gc`.
+
+Duplicate Prewrites: a pump client whose attempt hit its deadline while the pump was
+still receiving or fsyncing a big Prewrite sends the same Prewrite again (to this pump
+or the next). Each Prewrite is remembered as ``start_ts -> (size, crc32c, its group)``
+until its Commit or Rollback arrives (at most ``_MAX_TRACKED_PREWRITES``, oldest
+forgotten first). A Prewrite with the same start_ts, size and checksum as one that is
+durable is acknowledged at once; as one still in flight, once that one's group is
+durable; nothing is written twice (``binlog_pump_storage_duplicate_prewrite_count``).
+A different payload under the same start_ts (never sent by TiDB) is stored as before,
+the later one winning in the index; after a restart the memory is empty, so a retry
+that arrives then is stored again (served once all the same: the index keeps one
+pointer per start_ts). TiDB's pump stores every copy it receives.
+
+Large payloads (at least ``LARGE_RECORD_BYTES``) are framed as ``(header, payload)``
+and appended with ``writev`` from the caller's buffer (see :mod:`.group_commit`): no
+framed copy of a 200 MB Prewrite.
 """
 
 from __future__ import annotations
@@ -35,9 +51,11 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import google_crc32c
 from google.protobuf.message import DecodeError
 
 from tidb_binlog import binlog as bl
@@ -45,12 +63,17 @@ from tidb_binlog.errors import ProtocolError, PurgedError, StorageError
 from tidb_binlog.pump.storage import index as ix
 from tidb_binlog.pump.storage.chaser import Indexer
 from tidb_binlog.pump.storage.gc import DiskGuard, GarbageCollector
-from tidb_binlog.pump.storage.group_commit import GroupCommitter
+from tidb_binlog.pump.storage.group_commit import GroupCommitter, record_size
 from tidb_binlog.pump.storage.metrics import StorageMetrics, default_metrics
 from tidb_binlog.pump.storage.missing_commits import MissingCommits
 from tidb_binlog.pump.storage.reader import CommitReader
 from tidb_binlog.pump.storage.sorter import Sorter
-from tidb_binlog.pump.storage.vlog import ValueLog, ValuePointer, encode_record
+from tidb_binlog.pump.storage.vlog import (
+    ValueLog,
+    ValuePointer,
+    payload_crc,
+    record_header,
+)
 from tidb_binlog.tso import extract_physical
 
 __all__ = ["StorageOptions", "Storage"]
@@ -59,6 +82,22 @@ log = logging.getLogger(__name__)
 
 _PREWRITE, _COMMIT, _ROLLBACK = bl.BinlogType.PREWRITE, bl.BinlogType.COMMIT, bl.BinlogType.ROLLBACK
 _SEAL_ON_CLOSE_BYTES = 50 * 1024
+# A payload this large is appended from the caller's buffer with a separate header
+# (writev) instead of being copied into a framed record.
+LARGE_RECORD_BYTES = 1 << 20
+_MAX_TRACKED_PREWRITES = 100_000  # start_ts remembered for duplicate detection
+_CRC_CHUNK_BYTES = 1 << 20
+
+
+def _checksum(payload) -> int:
+    """crc32c of a payload; a memoryview is summed in 1 MiB pieces (the checksum
+    library takes only ``bytes``), so a large one is never copied whole."""
+    if isinstance(payload, bytes):
+        return payload_crc(payload)
+    crc = 0
+    for off in range(0, len(payload), _CRC_CHUNK_BYTES):
+        crc = google_crc32c.extend(crc, bytes(payload[off:off + _CRC_CHUNK_BYTES]))
+    return crc
 
 
 @dataclass(frozen=True)
@@ -105,6 +144,10 @@ def _ts_of(payload: bytes) -> int:
 class Storage:
     """Durable binlog storage for one pump; see the module docstring. Thread-safe."""
 
+    # write_binlog stores ``payload`` as given and reads only tp/start_ts/commit_ts of
+    # ``binlog``: the node may pass a header-only Binlog for a large payload
+    STORES_PAYLOAD = True
+
     def __init__(self, data_dir, options: StorageOptions = StorageOptions(), *, resolver=None,
                  current_ts=None, clock=time.monotonic, metrics: StorageMetrics | None = None):
         self.dir = Path(data_dir)
@@ -132,6 +175,9 @@ class Storage:
         m.max_commit_ts.set(extract_physical(self._max_commit_ts))
         self._to_disk_s = m.write_duration_s.labels("to_disk")
         self._fsync_s = m.write_duration_s.labels("fsync")
+        # start_ts -> (record size, payload crc, group) of Prewrites not finished yet
+        self._prewrites: OrderedDict[int, tuple[int, int, object]] = OrderedDict()
+        self._dedupe_lock = threading.Lock()
         self._committer = GroupCommitter(self._append, self._forward, metrics=m,
                                          max_group_bytes=options.max_group_bytes,
                                          slow_write_threshold_s=options.slow_write_threshold_s,
@@ -255,18 +301,44 @@ class Storage:
 
     # -- writing ---------------------------------------------------------------------------
     def write_binlog(self, binlog: bl.Binlog, payload: bytes | None = None) -> None:
-        """Store one binlog durably (see the module docstring). Thread-safe."""
-        self._committer.submit(*self._framed(binlog, payload))
+        """Store one binlog durably (see the module docstring). Thread-safe.
+
+        ``payload`` (any bytes-like; a memoryview is not copied) is ``binlog``
+        serialized, when the caller has it."""
+        self._committer.wait(self._enqueue(*self._framed(binlog, payload)))
 
     def write_binlog_async(self, binlog: bl.Binlog, payload: bytes | None = None):
         """:meth:`write_binlog` for an event loop: checks and frames the binlog now
         (raising the same errors), then returns an ``asyncio.Future`` of the running
         loop that completes once the record is durable. Call it on the loop's thread."""
-        item, ts = self._framed(binlog, payload)
-        return self._committer.submit_async(item, ts, asyncio.get_running_loop())
+        group = self._enqueue(*self._framed(binlog, payload))
+        return self._committer.follow_async(group, asyncio.get_running_loop())
 
-    def _framed(self, binlog: bl.Binlog, payload: bytes | None) -> tuple[tuple, int]:
-        """Validate ``binlog`` and frame it: ``(group-commit item, its max ts)``."""
+    def _enqueue(self, item: tuple, ts: int, crc: int):
+        """Queue a framed binlog, or find the same Prewrite already stored or in flight
+        (see "Duplicate Prewrites" in the module docstring); the group to wait for."""
+        size, start_ts, tp = record_size(item[0]), item[2], item[4]
+        with self._dedupe_lock:
+            if tp != _PREWRITE:
+                self._prewrites.pop(start_ts, None)
+                return self._committer.enqueue(item, ts)
+            seen = self._prewrites.get(start_ts)
+            if seen is not None and seen[0] == size and seen[1] == crc \
+                    and getattr(seen[2], "error", None) is None:
+                self.metrics.duplicate_prewrite_count.inc()
+                log.info("prewrite start_ts=%d (%d bytes) is already %s: acknowledged without "
+                         "writing it again (a client retried after its deadline)", start_ts,
+                         size, "stored" if seen[2].done.is_set() else "being written")
+                return seen[2]
+            group = self._committer.enqueue(item, ts)
+            self._prewrites[start_ts] = (size, crc, group)
+            if len(self._prewrites) > _MAX_TRACKED_PREWRITES:
+                self._prewrites.popitem(last=False)
+            return group
+
+    def _framed(self, binlog: bl.Binlog, payload: bytes | None) -> tuple[tuple, int, int]:
+        """Validate ``binlog`` and frame it: ``(group-commit item, its max ts, payload
+        crc)``; a large payload's record is ``(header, payload)``, not a copy."""
         tp, start_ts, commit_ts = binlog.tp, binlog.start_ts, binlog.commit_ts
         if tp not in (_PREWRITE, _COMMIT, _ROLLBACK):
             raise ProtocolError(f"binlog type {tp} (start_ts {start_ts}) is not stored by a pump; "
@@ -284,8 +356,13 @@ class Storage:
         if payload is None:
             payload = binlog.SerializeToString()
         key_ts = start_ts if tp == _PREWRITE else commit_ts
-        return ((encode_record(payload), key_ts, start_ts, commit_ts, tp),
-                commit_ts if commit_ts > start_ts else start_ts)
+        crc = _checksum(payload)
+        if len(payload) >= LARGE_RECORD_BYTES:
+            record = (record_header(len(payload), crc), payload)
+        else:
+            record = record_header(len(payload), crc) + bytes(payload)
+        return ((record, key_ts, start_ts, commit_ts, tp),
+                commit_ts if commit_ts > start_ts else start_ts, crc)
 
     def _append(self, buf: bytes, max_ts: int) -> ValuePointer:
         fid = self.vlog.active_fid
@@ -298,7 +375,9 @@ class Storage:
         return start
 
     def _forward(self, start: ValuePointer, items: list[tuple]) -> None:
-        self._indexer.forward(start, items)
+        # the indexer needs each record's size, not its bytes: a written payload is not
+        # kept alive while the group waits in the indexer's queue
+        self._indexer.forward(start, [(record_size(it[0]), *it[1:]) for it in items])
 
     def _apply(self, entries: list[tuple], head: ValuePointer) -> None:
         """Indexer thread: one LevelDB batch, then feed the sorter."""

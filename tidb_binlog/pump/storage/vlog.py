@@ -73,6 +73,7 @@ BLOCK_READ_BYTES = 256 << 10  # a BlockReader's pread (a pull's records are near
 _MAGIC_BYTES = struct.pack("<I", RECORD_MAGIC)
 _NAME = re.compile(r"^(\d{6,})\.vlog$")
 _crc = google_crc32c.value
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
 
 class ValuePointer(NamedTuple):
@@ -94,6 +95,17 @@ class ValuePointer(NamedTuple):
 def encode_record(payload: bytes) -> bytes:
     """Frame one payload (header + payload), ready to append."""
     return _HEADER.pack(RECORD_MAGIC, len(payload), _crc(payload)) + payload
+
+
+def record_header(length: int, crc: int) -> bytes:
+    """The header of a record whose payload is ``length`` bytes with checksum ``crc``
+    (for appending header and payload as separate buffers, without copying the payload)."""
+    return _HEADER.pack(RECORD_MAGIC, length, crc)
+
+
+def payload_crc(payload) -> int:
+    """The checksum a record header carries for ``payload`` (any bytes-like)."""
+    return _crc(payload)
 
 
 def _valid_at(buf, off: int, end: int) -> int:
@@ -278,19 +290,26 @@ class ValueLog:
         self._seal(seg)
         self._create(seg.fid + 1)
 
-    def append(self, buf: bytes, max_ts: int) -> ValuePointer:
-        """Append pre-framed records; return where they start. Durable on return if ``sync``."""
+    def append(self, buf, max_ts: int) -> ValuePointer:
+        """Append pre-framed records; return where they start. Durable on return if ``sync``.
+
+        ``buf`` is one bytes-like, or a list of them written back to back with
+        ``writev`` (a large payload is appended from the caller's buffer, uncopied)."""
         seg = self._segments[self._active_fid]
         if seg.size >= self.file_size_bytes and seg.size > 0:
             self.rotate()
             seg = self._segments[self._active_fid]
         start = ValuePointer(seg.fid, seg.size)
-        view = memoryview(buf)
-        written = 0
         try:
             t0 = time.perf_counter()
-            while written < len(buf):
-                written += os.write(self._wfd, view[written:])
+            if isinstance(buf, list):
+                nbytes = self._writev(buf)
+            else:
+                nbytes = len(buf)
+                view = memoryview(buf)
+                written = 0
+                while written < nbytes:
+                    written += os.write(self._wfd, view[written:])
             t1 = time.perf_counter()
             if self.sync:
                 os.fdatasync(self._wfd)
@@ -303,12 +322,31 @@ class ValueLog:
                 os.lseek(self._wfd, seg.size, os.SEEK_SET)
             except OSError:
                 log.exception("value log %s: cannot truncate a failed write", seg.path)
-            raise StorageError(f"value log {seg.path}: write of {len(buf)} bytes at offset "
+            size = len(buf) if not isinstance(buf, list) else sum(len(b) for b in buf)
+            raise StorageError(f"value log {seg.path}: write of {size} bytes at offset "
                                f"{seg.size} failed: {exc}") from exc
-        seg.size += len(buf)
+        seg.size += nbytes
         if max_ts > seg.max_ts:
             seg.max_ts = max_ts
         return start
+
+    def _writev(self, bufs: list) -> int:
+        """Write ``bufs`` back to back (partial writes resumed); the bytes written."""
+        views = [memoryview(b).cast("B") for b in bufs]
+        total = sum(v.nbytes for v in views)
+        i = 0
+        while i < len(views):
+            n = os.writev(self._wfd, views[i:i + _IOV_MAX])
+            while n > 0 and i < len(views):
+                if n >= views[i].nbytes:
+                    n -= views[i].nbytes
+                    i += 1
+                else:
+                    views[i] = views[i][n:]
+                    n = 0
+            while i < len(views) and views[i].nbytes == 0:
+                i += 1
+        return total
 
     # -- reading -------------------------------------------------------------------
     def _fd(self, fid: int) -> tuple[int, _Segment]:
