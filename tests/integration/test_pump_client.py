@@ -453,3 +453,26 @@ def test_a_prewrite_deadline_scales_with_its_payload():
 def test_min_write_bytes_per_s_must_be_positive():
     with pytest.raises(ValueError, match="min_write_bytes_per_s must be positive"):
         PumpClient(None, cluster_id=9, pumps=["127.0.0.1:1"], min_write_bytes_per_s=0)
+
+
+@pytest.mark.parametrize("size", [300, (1 << 20) + 7])
+def test_a_prewrite_given_as_parts_is_sent_as_the_same_binlog(size):
+    """``write_prewrite_parts``: what the upstream hands over for a large transaction;
+    the list is emptied (the caller's last reference to the payload goes)."""
+    pump = StoringPump("parts", 9)
+    value = bytes(range(256)) * (size // 256 + 1)
+    payload = encode(prewrite(11, value, prewrite_key=b"k"))
+    try:
+        with PumpClient(None, cluster_id=9, pumps=[pump.addr], probe_interval_s=3600) as client:
+            parts = [payload[:100], payload[100:]]
+            assert client.write_prewrite_parts(11, parts) == pump.addr
+            assert parts == []
+            assert client.pump_of(11) == pump.addr  # the commit follows it
+            client.write_binlog(commit(11, 12))
+        assert [encode(b) for b in pump.binlogs] == [payload, encode(commit(11, 12))]
+        with PumpClient(None, cluster_id=9, pumps=[pump.addr], probe_interval_s=3600,
+                        max_message_size_bytes=size // 2) as client:
+            with pytest.raises(ProtocolError, match="above max_message_size_bytes"):
+                client.write_prewrite_parts(13, [payload])
+    finally:
+        pump.stop()

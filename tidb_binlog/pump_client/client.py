@@ -110,6 +110,7 @@ from tidb_binlog.pump_client.transport import (
     DEFAULT_MAX_MESSAGE_SIZE_BYTES,
     PumpChannel,
     PumpTLS,
+    write_request_bytes,
 )
 
 __all__ = ["PumpClient", "PumpClientTimeout", "WriteResult", "LOCAL_PUMP_ID",
@@ -125,6 +126,25 @@ _NO_PUMP = "(no pump)"  # in_flight key of a commit whose prewrite did not go th
 # The throughput floor the deadlines of big payloads are scaled by (see the module
 # docstring): gRPC transfer + the pump's write and fdatasync, on a loaded machine.
 DEFAULT_MIN_WRITE_BYTES_PER_S = 8 << 20
+
+
+# A Prewrite this large is sent as a request serialized once by the client (no
+# WriteBinlogReq message holding a copy of it, no serialization copy per attempt).
+LARGE_REQUEST_BYTES = 1 << 20
+
+
+class _Serialized:
+    """A pre-serialized WriteBinlogReq; ``len()`` is its payload's size (what the
+    deadlines scale with)."""
+
+    __slots__ = ("request", "size")
+
+    def __init__(self, request: bytes, size: int):
+        self.request = request
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def scaled_timeout_s(base_s: float, nbytes: int, min_bytes_per_s: float) -> float:
@@ -215,10 +235,30 @@ class PumpClient:
         started = time.monotonic()
         try:
             if kind == "prewrite":
-                return self._write_prewrite(binlog, self._encode(binlog), {})
+                return self._write_prewrite(binlog.start_ts,
+                                            self._prepared(self._encode(binlog)), {})
             return self._write_finish(binlog, encode(binlog), kind)
         finally:
             metrics.WRITE_SECONDS[kind].observe(time.monotonic() - started)
+
+    def write_prewrite_parts(self, start_ts: int, parts: list) -> str:
+        """``write_binlog`` of a Prewrite the caller serialized itself: ``parts`` (a list
+        of bytes) concatenated are the marshalled ``Binlog``. The client takes the parts
+        out of the list (it is emptied once the request is built), so a caller that
+        keeps no other reference frees them while the write is in flight: the large
+        transaction's path (see "Memory of a large Prewrite" in the README)."""
+        started = time.monotonic()
+        try:
+            size = sum(len(p) for p in parts)
+            self._check_size(start_ts, size)
+            if size < LARGE_REQUEST_BYTES:
+                payload = b"".join(parts)
+                parts.clear()
+            else:
+                payload = _Serialized(write_request_bytes(self.cluster_id, parts), size)
+            return self._write_prewrite(start_ts, payload, {})
+        finally:
+            metrics.WRITE_SECONDS["prewrite"].observe(time.monotonic() - started)
 
     def write_binlog_async(self, binlog: Binlog) -> Future:
         """``write_binlog`` on the client's thread pool (meant for Commit/Rollback).
@@ -436,15 +476,25 @@ class PumpClient:
 
     def _encode(self, binlog: Binlog) -> bytes:
         payload = encode(binlog)
-        if len(payload) > self._max_message_size_bytes:
-            raise ProtocolError(
-                f"prewrite binlog start_ts={binlog.start_ts} is {len(payload)} bytes, above "
-                f"max_message_size_bytes={self._max_message_size_bytes}; raise max-message-size "
-                "on the pumps and the client, or split the transaction")
+        self._check_size(binlog.start_ts, len(payload))
         return payload
 
-    def _write_prewrite(self, binlog: Binlog, payload: bytes, tried: dict[str, str]) -> str:
-        start_ts = binlog.start_ts
+    def _check_size(self, start_ts: int, size: int) -> None:
+        if size > self._max_message_size_bytes:
+            raise ProtocolError(
+                f"prewrite binlog start_ts={start_ts} is {size} bytes, above "
+                f"max_message_size_bytes={self._max_message_size_bytes}; raise max-message-size "
+                "on the pumps and the client, or split the transaction")
+
+    def _prepared(self, payload: bytes):
+        """A large payload as its serialized request (built once, sent by every attempt
+        without a protobuf message or serialization copy); a small one as it is."""
+        if len(payload) < LARGE_REQUEST_BYTES:
+            return payload
+        return _Serialized(write_request_bytes(self.cluster_id, [payload]), len(payload))
+
+    def _write_prewrite(self, start_ts: int, payload, tried: dict[str, str]) -> str:
+        """``payload``: the marshalled Binlog, or a :class:`_Serialized` request."""
         if self._closed.is_set():
             raise UnavailableError(f"the pump client is closed: the prewrite binlog of "
                                    f"start_ts={start_ts} was not written; the transaction must "
@@ -500,7 +550,10 @@ class PumpClient:
         commit's dropped (``forget_ts``) in the same lock section as the outcome.
         """
         try:
-            errmsg = self._channel(entry).write(self.cluster_id, payload, timeout_s)
+            if isinstance(payload, _Serialized):
+                errmsg = self._channel(entry).write_request(payload.request, timeout_s)
+            else:
+                errmsg = self._channel(entry).write(self.cluster_id, payload, timeout_s)
         except UnavailableError as exc:
             errmsg = str(exc)
         return self._outcome(entry, errmsg, remember_ts=remember_ts, forget_ts=forget_ts)
@@ -662,7 +715,7 @@ class _BatchSide:
                                      forget_ts=forget_ts)
 
     def write_prewrite(self, binlog: Binlog, payload: bytes, tried: dict[str, str]) -> str:
-        return self._client._write_prewrite(binlog, payload, tried)
+        return self._client._write_prewrite(binlog.start_ts, payload, tried)
 
     def give_up(self, binlog: Binlog, kind: str, reason: str, why: str) -> None:
         return self._client._give_up(binlog, kind, reason, why)

@@ -38,7 +38,7 @@ from tidb_binlog.errors import ConfigError, ProtocolError, UnavailableError
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE_BYTES", "PumpTLS", "PumpChannel", "grpc_target",
-           "channel_options", "translate_error", "close_in_background"]
+           "channel_options", "translate_error", "close_in_background", "write_request_bytes"]
 
 # gRPC's largest message (a signed 32-bit length); TiDB's own limit is the same order.
 DEFAULT_MAX_MESSAGE_SIZE_BYTES = (1 << 31) - 1
@@ -46,6 +46,30 @@ DEFAULT_MAX_MESSAGE_SIZE_BYTES = (1 << 31) - 1
 log = logging.getLogger("tidb_binlog.pump_client")
 
 _NOT_RETRYABLE = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT)
+_WRITE_METHOD = "/binlog.Pump/WriteBinlog"
+_U64 = (1 << 64) - 1
+
+
+def _varint(value: int) -> bytes:
+    value &= _U64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def write_request_bytes(cluster_id: int, parts: list) -> bytes:
+    """The serialized ``WriteBinlogReq{clusterID, payload}`` whose payload is the
+    concatenation of ``parts``, built with ONE copy of them (what protobuf writes:
+    ``08 <clusterID> 12 <len> payload``). ``parts`` is emptied, so once the caller
+    drops its own references the parts are freed while the request is in flight."""
+    size = sum(len(p) for p in parts)
+    head = b"\x08" + _varint(cluster_id) if cluster_id else b""
+    request = b"".join([head, b"\x12", _varint(size), *parts])
+    parts.clear()
+    return request
 
 
 @dataclass(frozen=True)
@@ -118,6 +142,7 @@ class PumpChannel:
         # The bound WriteBinlog multicallable; read without the lock on the hot path
         # (None until dialled and after reset()).
         self._call = None
+        self._raw_call = None  # the same method taking a pre-serialized request
 
     def _dial(self):
         with self._lock:
@@ -129,6 +154,9 @@ class PumpChannel:
                     self._channel = grpc.secure_channel(target, self._tls.credentials(),
                                                         options=self._options)
                 self._call = pump_pb2_grpc.PumpStub(self._channel).WriteBinlog
+                self._raw_call = self._channel.unary_unary(
+                    _WRITE_METHOD, request_serializer=None,  # bytes as they are
+                    response_deserializer=pump_pb2.WriteBinlogResp.FromString)
             return self._call
 
     def write(self, cluster_id: int, payload: bytes, timeout_s: float) -> str:
@@ -137,6 +165,22 @@ class PumpChannel:
         try:
             return call(pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=payload),
                         timeout=timeout_s).errmsg
+        except grpc.RpcError as exc:
+            raise self.translate(exc) from exc
+        except ValueError as exc:  # grpc: "Cannot invoke RPC on closed channel!"
+            raise self._reset_race(exc) from exc
+
+    def write_request(self, request: bytes, timeout_s: float) -> str:
+        """Send a pre-serialized ``WriteBinlogReq`` (:func:`write_request_bytes`): no
+        protobuf message holding a copy of a large payload, no serialization copy."""
+        call = self._raw_call
+        if call is None:
+            self._dial()
+            call = self._raw_call
+            if call is None:  # another thread reset the channel right after the dial
+                raise self._reset_race(ValueError("reset while dialling"))
+        try:
+            return call(request, timeout=timeout_s).errmsg
         except grpc.RpcError as exc:
             raise self.translate(exc) from exc
         except ValueError as exc:  # grpc: "Cannot invoke RPC on closed channel!"
@@ -184,6 +228,7 @@ class PumpChannel:
         channel (None when there was none), for a caller that may wait for it."""
         with self._lock:
             channel, self._channel, self._call = self._channel, None, None
+            self._raw_call = None
         if channel is None:
             return None
         return close_in_background(channel, f"{self.node_id} at {self.addr}")

@@ -250,10 +250,18 @@ class Txn(DmlCapture):
             else:
                 self._finish_plain(commit=True)
             return 0
+        # A writer that takes a serialized Prewrite (the pump client) gets it built
+        # straight from the row images, which are then dropped (prewrite_payload.py:
+        # one copy of the rows instead of four); any other writer gets a Binlog.
+        write_parts = getattr(up.writer, "write_prewrite_parts", None)
         try:
             version = self._check_schema() if up.check_schema_at_commit else self._version
-            prewrite = bl.prewrite(self.start_ts, self._prewrite_value(version),
-                                   prewrite_key=self._primary)
+            if write_parts is None:
+                prewrite = bl.prewrite(self.start_ts, self._prewrite_value(version),
+                                       prewrite_key=self._primary)
+            else:
+                parts = [self._prewrite_payload(version)]
+                self._muts.clear()  # the payload holds the rows now; nothing reads them again
         except BaseException:
             self._finish_plain(commit=False)
             raise
@@ -261,7 +269,10 @@ class Txn(DmlCapture):
             if up.faults.take("fail_prewrite"):
                 raise PumpUnavailable("fault knob fail_prewrite: the prewrite binlog was not "
                                       f"written; transaction start_ts={self.start_ts} rolled back")
-            up.writer.write_binlog(prewrite)
+            if write_parts is None:
+                up.writer.write_binlog(prewrite)
+            else:
+                write_parts(self.start_ts, parts)  # empties parts: the payload dies with the send
         except BaseException as exc:
             self._finish_plain(commit=False)
             up.send_finish(self._finish(bl.BinlogType.ROLLBACK, 0))
