@@ -86,3 +86,40 @@ def test_a_prewrite_sent_again_while_in_flight_waits_for_the_first(tmp_path):
         asyncio.run(twice())
         assert s.stats()["vlog_bytes"] == HEADER_SIZE + len(payload)  # one record
         assert metrics.value("binlog_pump_storage_duplicate_prewrite_count_total") == 1
+
+
+def _protobuf_filled(c: bl.Binlog, p: bl.Binlog) -> bytes:
+    """CommitReader.filled's protobuf way."""
+    out = bl.Binlog()
+    out.CopyFrom(c)
+    if p.HasField("prewrite_key"):
+        out.prewrite_key = p.prewrite_key
+    out.prewrite_value = p.prewrite_value
+    if p.HasField("ddl_query"):
+        out.ddl_query = p.ddl_query
+    out.ddl_job_id = p.ddl_job_id
+    out.ddl_schema_state = p.ddl_schema_state
+    return out.SerializeToString()
+
+
+@pytest.mark.parametrize("c,p", [
+    (bl.commit(5, 9), bl.prewrite(5, b"v" * LARGE_PAYLOAD_BYTES, prewrite_key=b"pk")),
+    (bl.Binlog(tp=bl.BinlogType.COMMIT, start_ts=5, commit_ts=9, prewrite_key=b"own",
+               ddl_query=b"q"), bl.prewrite(5, b"w" * 1000)),
+    (bl.commit(5, 9, ddl_job_id=3), bl.prewrite(5, b"", ddl_query=b"alter table t add c int",
+                                                ddl_job_id=3, ddl_schema_state=-1)),
+])
+def test_a_spliced_commit_is_what_protobuf_fills(c, p):
+    from tidb_binlog.pump.storage.reader import spliced_commit
+
+    raw = bl.encode(p)
+    assert spliced_commit(c, raw) == _protobuf_filled(c, p)
+
+
+def test_a_prewrite_that_is_not_laid_out_as_expected_is_left_to_protobuf():
+    from tidb_binlog.pump.storage.reader import spliced_commit
+
+    c = bl.commit(5, 9)
+    assert spliced_commit(c, bl.encode(bl.prewrite(6, b"x"))) is None  # another start_ts
+    assert spliced_commit(c, bl.encode(bl.prewrite(5, b"x" * 100))[:-20]) is None  # cut
+    assert spliced_commit(c, b"\x08\x00\x10\x05\x2a\x05") is None  # value field truncated

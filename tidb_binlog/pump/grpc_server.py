@@ -125,7 +125,11 @@ class PumpServicer:
                                          self.pull_wait_s)
         # the next read starts at the position, past keys that served nothing (an
         # orphan commit): reading them again at once would spin
-        return position, [pull_response_bytes(ts, payload) for ts, payload in batch]
+        messages = []
+        for i, (ts, payload) in enumerate(batch):
+            batch[i] = None  # each payload goes once its message is built (large ones)
+            messages.append(pull_response_bytes(ts, payload))
+        return position, messages
 
     async def PullBinlogs(self, request, context):
         """Yields serialized responses (see :mod:`.wire`); the read of the next batch

@@ -33,7 +33,8 @@ from __future__ import annotations
 from tidb_binlog import binlog as bl
 from tidb_binlog.proto import pump_pb2
 
-__all__ = ["EMPTY_WRITE_RESP", "LARGE_PAYLOAD_BYTES", "WriteRequest", "binlog_header",
+__all__ = ["EMPTY_WRITE_RESP", "LARGE_PAYLOAD_BYTES", "WriteRequest", "binlog_header", "fields",
+           "BINLOG_WIRE_TYPES",
            "parse_write_request", "pull_response_bytes", "start_ts_of", "varint"]
 
 # From this size on, a WriteBinlog request's payload is a memoryview into the request
@@ -117,10 +118,12 @@ def pull_response_bytes(commit_ts: int, payload: bytes, start_ts: int | None = N
         meta += b"\x10" + cts
     else:
         pos = b""
-    entity = b"".join((b"\x0a", _ONE_BYTE[len(pos)], pos,
-                       b"\x12" + varint(len(payload)) if payload else b"", payload,
-                       b"\x22", _ONE_BYTE[len(meta)], meta))
-    return b"\x0a" + varint(len(entity)) + entity
+    head = b"".join((b"\x0a", _ONE_BYTE[len(pos)], pos,
+                     b"\x12" + varint(len(payload)) if payload else b""))
+    tail = b"".join((b"\x22", _ONE_BYTE[len(meta)], meta))
+    size = len(head) + len(payload) + len(tail)
+    # one join: the payload (a whole transaction for a large Prewrite) is copied once
+    return b"".join((b"\x0a", varint(size), head, payload, tail))
 
 
 def _read_varint(buf, pos: int) -> tuple[int, int]:
@@ -138,7 +141,7 @@ def _read_varint(buf, pos: int) -> tuple[int, int]:
     return -1, -1
 
 
-def _fields(buf):
+def fields(buf):
     """Yield ``(field number, wire type, value or (start, end))`` of a message's
     top-level fields (varint and length-delimited only); raise ValueError on anything
     else, a truncated field included."""
@@ -187,7 +190,7 @@ def parse_write_request(data: bytes):
         return pump_pb2.WriteBinlogReq.FromString(data)
     cluster_id, payload = 0, memoryview(b"")
     try:
-        for number, wire, value in _fields(data):
+        for number, wire, value in fields(data):
             if number == 1 and wire == 0:
                 cluster_id = value
             elif number == 2 and wire == 2:
@@ -199,8 +202,8 @@ def parse_write_request(data: bytes):
     return WriteRequest(cluster_id, payload)
 
 
-# Binlog fields (binlog.proto): number -> (wire type, kept in the header)
-_BINLOG_FIELDS = {1: 0, 2: 0, 3: 0, 4: 2, 5: 2, 6: 2, 7: 0, 8: 0}
+# Binlog fields (binlog.proto): number -> wire type
+BINLOG_WIRE_TYPES = {1: 0, 2: 0, 3: 0, 4: 2, 5: 2, 6: 2, 7: 0, 8: 0}
 _BINLOG_TYPES = frozenset((bl.BinlogType.PREWRITE, bl.BinlogType.COMMIT, bl.BinlogType.ROLLBACK,
                            bl.BinlogType.PRE_DDL, bl.BinlogType.POST_DDL))
 
@@ -218,8 +221,8 @@ def binlog_header(payload) -> bl.Binlog:
     which raises ProtocolError for malformed bytes."""
     tp = start_ts = commit_ts = None
     try:
-        for number, wire, value in _fields(payload):
-            if _BINLOG_FIELDS.get(number) != wire:
+        for number, wire, value in fields(payload):
+            if BINLOG_WIRE_TYPES.get(number) != wire:
                 raise ValueError(f"field {number}")
             if number == 1:
                 tp = value

@@ -29,6 +29,11 @@ skipped, because the binlog was acknowledged: serving what comes after it would 
 silent gap downstream. The error names the ts; nothing after it is served until an
 operator repairs the storage (see the README's "Damaged binlogs").
 
+A Commit whose Prewrite is large (at least ``LARGE_PAYLOAD_BYTES``) is filled by
+splicing (:func:`spliced_commit`): the Prewrite's fields are sliced out of the record
+as read and joined once with the Commit's own, byte for byte what protobuf would write,
+without the three copies of the value that parsing, setting and serializing make.
+
 Skipped: a CRC-valid record that is not a binlog (a writer's bug; logged once, as
 recovery ignores it). Skipped (TiDB's behaviour): a Commit whose Prewrite is not on this pump (never
 written here, or purged by GC), logged once per start_ts and counted under
@@ -47,6 +52,7 @@ from google.protobuf.message import DecodeError
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import CorruptRecord, DamagedBinlog
 from tidb_binlog.pump.storage.index import LOST
+from tidb_binlog.pump.wire import BINLOG_WIRE_TYPES, LARGE_PAYLOAD_BYTES, fields, varint
 
 __all__ = ["CommitReader"]
 
@@ -77,6 +83,48 @@ def _start_ts_of_prewrite(payload: bytes) -> int:
             return value
         shift += 7
     return -1
+
+
+def spliced_commit(c: bl.Binlog, raw: bytes) -> bytes | None:
+    """Commit ``c`` filled with the fields of the serialized Prewrite ``raw`` (what
+    :meth:`CommitReader.filled` does through protobuf), built by slicing ``raw``: one
+    copy of its value. None when ``raw`` is not laid out as expected (the caller then
+    goes through protobuf, which also reports damage)."""
+    p: dict[int, object] = {}
+    try:
+        for number, wire, value in fields(raw):
+            if BINLOG_WIRE_TYPES.get(number, wire) != wire:
+                return None  # protobuf refuses it: the caller reports the damage
+            p[number] = value  # last one wins, as protobuf's parse
+    except ValueError:
+        return None
+    if p.get(1, 0) != bl.BinlogType.PREWRITE or p.get(2, 0) & ((1 << 64) - 1) \
+            != c.start_ts & ((1 << 64) - 1):
+        return None
+    view = memoryview(raw)
+
+    def raw_bytes(tag: bytes, span) -> list:
+        return [tag, varint(span[1] - span[0]), view[span[0]:span[1]]]
+
+    parts: list = []
+    for number, name in ((1, "tp"), (2, "start_ts"), (3, "commit_ts")):
+        if c.HasField(name):
+            parts += (bytes((number << 3,)), varint(getattr(c, name)))
+    if isinstance(p.get(4), tuple):
+        parts += raw_bytes(b"\x22", p[4])
+    elif c.HasField("prewrite_key"):
+        parts += (b"\x22", varint(len(c.prewrite_key)), c.prewrite_key)
+    parts += raw_bytes(b"\x2a", p[5]) if isinstance(p.get(5), tuple) else [b"\x2a\x00"]
+    if isinstance(p.get(6), tuple):
+        parts += raw_bytes(b"\x32", p[6])
+    elif c.HasField("ddl_query"):
+        parts += (b"\x32", varint(len(c.ddl_query)), c.ddl_query)
+    for number in (7, 8):
+        value = p.get(number, 0)
+        if isinstance(value, tuple):
+            return None
+        parts += (bytes((number << 3,)), varint(value))
+    return b"".join(parts)
 
 
 class CommitReader:
@@ -197,20 +245,20 @@ class CommitReader:
                 if ptr == LOST:
                     raise self._lost("the record")
                 raw = self._vlog.read(ptr)
-                p = bl.Binlog.FromString(raw)
-            except (CorruptRecord, DecodeError) as exc:
-                if c.start_ts in self._skip_damaged:  # given up with its prewrite's ts
-                    self._skip_once(ts, exc)
-                    return None
-                raise CorruptRecord(f"its prewrite (start_ts {c.start_ts}) is damaged: {exc}",
-                                    path=getattr(exc, "path", None),
-                                    offset=getattr(exc, "offset", None)) from exc
-            if p.tp != bl.BinlogType.PREWRITE or p.start_ts != c.start_ts:
-                raise CorruptRecord(f"the index entry of its prewrite (start_ts {c.start_ts}) "
-                                    f"points at another binlog (type {p.tp}, start_ts "
-                                    f"{p.start_ts})")
-        else:
+            except CorruptRecord as exc:
+                return self._damaged_prewrite(c, ts, exc)
+        if len(raw) >= LARGE_PAYLOAD_BYTES:
+            spliced = spliced_commit(c, raw)
+            if spliced is not None:
+                return spliced
+        try:
             p = bl.Binlog.FromString(raw)
+        except DecodeError as exc:
+            return self._damaged_prewrite(c, ts, exc)
+        if p.tp != bl.BinlogType.PREWRITE or p.start_ts != c.start_ts:
+            raise CorruptRecord(f"the index entry of its prewrite (start_ts {c.start_ts}) "
+                                f"points at another binlog (type {p.tp}, start_ts "
+                                f"{p.start_ts})")
         if p.HasField("prewrite_key"):
             c.prewrite_key = p.prewrite_key
         c.prewrite_value = p.prewrite_value
@@ -219,6 +267,16 @@ class CommitReader:
         c.ddl_job_id = p.ddl_job_id
         c.ddl_schema_state = p.ddl_schema_state
         return c.SerializeToString()
+
+    def _damaged_prewrite(self, c: bl.Binlog, ts: int, exc: Exception) -> None:
+        """None (skipped) when the Prewrite of Commit ``c`` was given up by the operator;
+        else raise CorruptRecord naming it."""
+        if c.start_ts in self._skip_damaged:  # given up with its prewrite's ts
+            self._skip_once(ts, exc)
+            return None
+        raise CorruptRecord(f"its prewrite (start_ts {c.start_ts}) is damaged: {exc}",
+                            path=getattr(exc, "path", None),
+                            offset=getattr(exc, "offset", None)) from exc
 
     def _lost(self, what: str) -> CorruptRecord:
         return CorruptRecord(f"{what} was cut from the value log when the pump recovered "
