@@ -23,7 +23,8 @@ refused) and its ``VmRSS`` noted; afterwards growth = peak - that baseline, prin
 process kind (``upstream`` is this driver process, which runs the emulator and the pump
 client; Ray actors by class name: ``PumpActor``, ``MergerActor``, ``SchemaKeeperActor``,
 ``CoordinatorActor``, each ``SqlWorkerActor``) as MB and as a multiple of the data size.
-``data_mb`` is the Prewrite binlog's encoded size (``ByteSize()``: the row data as
+``data_mb`` is the Prewrite binlog's encoded size (its ``ByteSize()``, or the
+parts handed to ``write_prewrite_parts``: the row data as
 TiDB's row format encodes it, plus a few bytes of framing per row); ``pump_vlog_mb`` the
 pumps' value logs at the end (a Prewrite stored more than once shows here). A failed
 commit is reported (``FAILED=<error>``) with the memory up to then.
@@ -185,7 +186,20 @@ def main(argv=None) -> int:
                     prewrite["s"] = time.perf_counter() - t0
             return write_binlog(binlog)
 
-        client.write_binlog = timed_write  # the emulator calls writer.write_binlog
+        write_parts = getattr(client, "write_prewrite_parts", None)
+
+        def timed_parts(start_ts, parts):
+            prewrite["bytes"] = sum(len(p) for p in parts)
+            t0 = time.perf_counter()
+            try:
+                return write_parts(start_ts, parts)
+            finally:
+                prewrite["s"] = time.perf_counter() - t0
+
+        # the emulator calls writer.write_prewrite_parts when there is one, else write_binlog
+        client.write_binlog = timed_write
+        if write_parts is not None:
+            client.write_prewrite_parts = timed_parts
         peak = PeakRss(pids)
         t0 = time.perf_counter()
         failed = None
