@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.proto import pump_pb2
+from tidb_binlog.pump.storage.protowire import BINLOG_WIRE_TYPES, fields
+from tidb_binlog.pump.storage.reader import LARGE_PAYLOAD_BYTES as _STORAGE_LARGE_BYTES
 
 __all__ = ["EMPTY_WRITE_RESP", "LARGE_PAYLOAD_BYTES", "WriteRequest", "binlog_header", "fields",
            "BINLOG_WIRE_TYPES",
@@ -41,7 +43,7 @@ __all__ = ["EMPTY_WRITE_RESP", "LARGE_PAYLOAD_BYTES", "WriteRequest", "binlog_he
 # (:func:`parse_write_request`) and a binlog's header fields are read without parsing
 # its prewrite value (:func:`binlog_header`): a 200 MB Prewrite is not copied to be
 # received or checked.
-LARGE_PAYLOAD_BYTES = 1 << 20
+LARGE_PAYLOAD_BYTES = _STORAGE_LARGE_BYTES
 
 EMPTY_WRITE_RESP = b""
 
@@ -126,46 +128,6 @@ def pull_response_bytes(commit_ts: int, payload: bytes, start_ts: int | None = N
     return b"".join((b"\x0a", varint(size), head, payload, tail))
 
 
-def _read_varint(buf, pos: int) -> tuple[int, int]:
-    """``(value, index past it)`` of the varint at ``pos``; ``(-1, -1)`` when truncated or
-    longer than 10 bytes."""
-    value = shift = 0
-    end = min(len(buf), pos + 10)
-    while pos < end:
-        b = buf[pos]
-        value |= (b & 0x7F) << shift
-        pos += 1
-        if b < 0x80:
-            return value & _U64, pos
-        shift += 7
-    return -1, -1
-
-
-def fields(buf):
-    """Yield ``(field number, wire type, value or (start, end))`` of a message's
-    top-level fields (varint and length-delimited only); raise ValueError on anything
-    else, a truncated field included."""
-    pos, end = 0, len(buf)
-    while pos < end:
-        tag, pos = _read_varint(buf, pos)
-        if tag < 0:
-            raise ValueError("truncated tag")
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = _read_varint(buf, pos)
-            if value < 0:
-                raise ValueError("truncated varint")
-            yield number, wire, value
-        elif wire == 2:
-            length, pos = _read_varint(buf, pos)
-            if length < 0 or pos + length > end:
-                raise ValueError("truncated bytes field")
-            yield number, wire, (pos, pos + length)
-            pos += length
-        else:
-            raise ValueError(f"wire type {wire}")
-
-
 class WriteRequest:
     """A parsed ``WriteBinlogReq`` whose payload is a memoryview into the request bytes
     (what :func:`parse_write_request` returns for a large request)."""
@@ -202,8 +164,6 @@ def parse_write_request(data: bytes):
     return WriteRequest(cluster_id, payload)
 
 
-# Binlog fields (binlog.proto): number -> wire type
-BINLOG_WIRE_TYPES = {1: 0, 2: 0, 3: 0, 4: 2, 5: 2, 6: 2, 7: 0, 8: 0}
 _BINLOG_TYPES = frozenset((bl.BinlogType.PREWRITE, bl.BinlogType.COMMIT, bl.BinlogType.ROLLBACK,
                            bl.BinlogType.PRE_DDL, bl.BinlogType.POST_DDL))
 

@@ -29,7 +29,7 @@ skipped, because the binlog was acknowledged: serving what comes after it would 
 silent gap downstream. The error names the ts; nothing after it is served until an
 operator repairs the storage (see the README's "Damaged binlogs").
 
-A Commit whose Prewrite is large (at least ``LARGE_PAYLOAD_BYTES``) is filled by
+A Commit whose Prewrite is large (at least ``LARGE_PAYLOAD_BYTES``, 1 MiB) is filled by
 splicing (:func:`spliced_commit`): the Prewrite's fields are sliced out of the record
 as read and joined once with the Commit's own, byte for byte what protobuf would write,
 without the three copies of the value that parsing, setting and serializing make.
@@ -52,7 +52,7 @@ from google.protobuf.message import DecodeError
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import CorruptRecord, DamagedBinlog
 from tidb_binlog.pump.storage.index import LOST
-from tidb_binlog.pump.wire import BINLOG_WIRE_TYPES, LARGE_PAYLOAD_BYTES, fields, varint
+from tidb_binlog.pump.storage.protowire import BINLOG_WIRE_TYPES, fields, varint
 
 __all__ = ["CommitReader"]
 
@@ -68,6 +68,7 @@ _FIRST_READ_BYTES = 4096
 _MAX_SEEN_PREWRITES = 4096
 # Orphan commits already logged (by start_ts); forgotten wholesale past this many.
 _MAX_REPORTED_ORPHANS = 100_000
+LARGE_PAYLOAD_BYTES = 1 << 20  # the pump's threshold too (tidb_binlog.pump.wire)
 _START_TS_TAG = 0x10  # field 2 (start_ts), varint: follows tp in every stored payload
 
 
