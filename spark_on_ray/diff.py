@@ -173,13 +173,15 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
     down_conn = open_checked(cfg.downstream, "downstream", d.timeout_s)
     own = handle is None
     try:
-        infos = []
+        infos, by_bucket = [], set()
         for db, table in _expand(up_conn, entries, cfg.upstream.where()):
             up = introspect(up_conn, db, table, "upstream", cfg.upstream.where())
             down = introspect(down_conn, db, table, "downstream", cfg.downstream.where())
             _same_columns(up, down, cfg.downstream.where())
             infos.append(up)
-        chunks = _plan(up_conn, infos, d)
+            if any(up.column(k).collation != down.column(k).collation for k in up.key):
+                by_bucket.add(up.name)
+        chunks = _plan(up_conn, infos, d, by_bucket)
         if own:
             from spark_on_ray.session import start_spark
 
@@ -195,10 +197,13 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
             handle.stop()
 
 
-def _plan(conn, infos: list[plan.TableInfo], d) -> list[plan.Chunk]:
+def _plan(conn, infos: list[plan.TableInfo], d, by_bucket: set[str]) -> list[plan.Chunk]:
+    """Key ranges, or hash buckets for tables without a key and for those whose key
+    collations differ between the sides (``by_bucket``: ranges would not hold the same
+    rows on both sides)."""
     chunks = []
     for info in infos:
-        if info.key:
+        if info.key and info.name not in by_bucket:
             bounds = run_query(conn, plan.boundaries_sql(info, d.chunk_size))
             chunks += [plan.Chunk(info, r) for r in plan.chunk_ranges([tuple(b) for b in bounds])]
         else:
@@ -315,11 +320,20 @@ def _compare_leaves(handle, cfg, leaves, fd, dd) -> list[plan.RowDiff]:
             sql = plan.bucket_rows_sql(leaf.table, leaf.buckets, list(leaf.wanted), fd, dd)
         tasks += [(cfg.upstream, sql), (cfg.downstream, sql)]
     answers = handle.run_sql_tasks(tasks)
-    diffs = []
+    # Compare each table's leaves together, not leaf by leaf: when a key column's collation
+    # differs between the sides, the same key range holds different rows on each (a row
+    # sorting between 'B' and 'a' differs under a _ci and a _bin collation), so a row may
+    # sit in one leaf upstream and another downstream; per leaf it would be reported (and
+    # "fixed") as missing plus extra.
+    by_table: dict[str, tuple[plan.TableInfo, list, list]] = {}
     for i, leaf in enumerate(leaves):
-        up, down = answers[2 * i], answers[2 * i + 1]
-        compare = plan.compare_keyed if leaf.table.key else plan.compare_multiset
-        diffs += compare(leaf.table, up, down)
+        _, up, down = by_table.setdefault(leaf.table.name, (leaf.table, [], []))
+        up += answers[2 * i]
+        down += answers[2 * i + 1]
+    diffs = []
+    for info, up, down in by_table.values():
+        compare = plan.compare_keyed if info.key else plan.compare_multiset
+        diffs += compare(info, up, down)
     return diffs
 
 

@@ -27,9 +27,11 @@ copies of a row do not cancel, which matters for tables without a key.
 key ranges of about ``chunk-size`` rows, boundaries read from the upstream's key index;
 a mismatching range is cut into ~8 pieces at every (n/8)-th key, round after round, until
 the mismatching pieces hold at most ``leaf-size`` rows; then both sides' rows are compared
-by key. Tables without such a key are split
-into hash buckets of the row hash (``MOD(h, n)``): one grouped scan per side gives every
-bucket's checksum; mismatching buckets are compared as multisets.
+by key. Tables without such a key, and tables
+whose key columns have different collations on the two sides (a key range would hold
+different rows on each side), are split into hash buckets of the row hash (``MOD(h,
+n)``): one grouped scan per side gives every bucket's checksum; the rows of mismatching
+buckets are compared by key, or as multisets without one.
 """
 
 from __future__ import annotations
@@ -238,11 +240,15 @@ def chunk_ranges(boundaries: list[tuple]) -> list[KeyRange]:
 
 
 def split_range(rng: KeyRange, points: list[tuple]) -> list[KeyRange]:
-    """Cut a range at ``points`` (sorted keys; those not strictly inside are ignored). One
-    range back means it cannot be cut."""
-    inside = [p for p in points if (rng.lo is None or p > rng.lo) and (rng.hi is None
-                                                                      or p < rng.hi)]
-    edges: list[tuple | None] = [rng.lo, *sorted(set(inside)), rng.hi]
+    """Cut a range at ``points``: keys inside it, in the server's key order (never sorted
+    here: Python's order is not a collation's, 'B' < 'a' in Python but not under a _ci
+    collation). A point equal to ``lo`` and repeats are skipped. One range back means it
+    cannot be cut."""
+    edges: list[tuple | None] = [rng.lo]
+    for p in points:
+        if p != edges[-1] and p != rng.hi:
+            edges.append(p)
+    edges.append(rng.hi)
     return [KeyRange(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 

@@ -161,6 +161,13 @@ class SparkHandle:
         done = rdd.barrier().mapPartitions(functools.partial(_barrier_partition, fn)).collect()
         return [result for _, result in sorted(done, key=lambda item: item[0])]
 
+    def warm_up(self) -> None:
+        """One trivial task per slot, importing what the jobs' tasks import: the executors'
+        Python workers start here (seconds on a busy box) instead of inside the first job,
+        whose barrier stage would otherwise wait for all of them. Counted in ``started_s``."""
+        sc = self.spark.sparkContext
+        sc.parallelize(range(self.slots), self.slots).map(_warm).collect()
+
     @property
     def slots(self) -> int:
         return self.config.num_executors * self.config.executor_cores
@@ -190,6 +197,13 @@ def _run_partition(items):
     items = list(items)
     rows = run_tasks([task for _, task in items])
     return [(index, r) for (index, _), r in zip(items, rows, strict=True)]
+
+
+def _warm(_):
+    import spark_on_ray.load_task  # noqa: F401 - the import is the point
+    import spark_on_ray.sql_task  # noqa: F401
+
+    return 0
 
 
 def _barrier_partition(fn, items):
@@ -255,7 +269,14 @@ def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None) -> Sp
         raise SparkSetupError(f"RayDP could not start Spark ({spark_cfg.app_name}): "
                               f"{type(exc).__name__}: {str(exc)[:500]}") from exc
     spark.sparkContext.setLogLevel("ERROR")
+    handle = SparkHandle(spark, spark_cfg, jar, 0.0)
+    try:
+        handle.warm_up()
+    except BaseException:
+        handle.stop()
+        raise
     took = time.monotonic() - t0
     log.info("Spark %s started on Ray in %.1f s (%d x %d cores)", spark_cfg.app_name, took,
              spark_cfg.num_executors, spark_cfg.executor_cores)
-    return SparkHandle(spark, spark_cfg, jar, took)
+    handle.started_s = took
+    return handle

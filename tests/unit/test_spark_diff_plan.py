@@ -26,11 +26,15 @@ def test_chunk_ranges_cover_everything_without_overlap():
         plan.KeyRange(None, (10,)), plan.KeyRange((10,), (20,)), plan.KeyRange((20,), None)]
 
 
-def test_split_range_ignores_points_outside_and_duplicates():
+def test_split_range_keeps_the_servers_order_and_skips_lo_and_repeats():
     rng = plan.KeyRange((10,), (50,))
-    assert plan.split_range(rng, [(5,), (10,), (20,), (20,), (30,), (50,)]) == [
+    assert plan.split_range(rng, [(10,), (20,), (20,), (30,), (50,)]) == [
         plan.KeyRange((10,), (20,)), plan.KeyRange((20,), (30,)), plan.KeyRange((30,), (50,))]
     assert plan.split_range(rng, [(10,)]) == [rng]        # cannot cut: one range back
+    # A _ci collation orders 'a1' before 'B2'; Python would not: no re-sorting here.
+    assert plan.split_range(plan.KeyRange(), [("a1",), ("B2",)]) == [
+        plan.KeyRange(None, ("a1",)), plan.KeyRange(("a1",), ("B2",)),
+        plan.KeyRange(("B2",), None)]
     assert plan.split_step(400, 8) == 50 and plan.split_step(3, 8) == 1
 
 
