@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 
@@ -164,6 +165,7 @@ def main() -> None:
             ray.shutdown()
         down.close()
         up.close()
+        shutil.rmtree(base, ignore_errors=True)
     for line in results:
         print(line)
 
