@@ -82,6 +82,9 @@ class PumpConfig:
     node_id: str = _opt("node-id", _STR, "")
     log_file: str = _opt("log-file", _STR, "")
     log_level: str = _opt("log-level", _STR, "info")
+    # gRPC receive and send limit of the pump server: the largest Prewrite it takes and
+    # the largest Commit (carrying its Prewrite's value) it serves; 2 GiB - 1 is gRPC's
+    # int32 ceiling. The pump client's max_message_size_bytes should not exceed it.
     max_message_size_bytes: int = _opt("max-message-size", _int_kind(1, (1 << 31) - 1),
                                        (1 << 31) - 1)  # fmt: skip
     cluster_id: int = _opt("cluster-id", _int_kind(1, (1 << 64) - 1), 1)
