@@ -9,6 +9,9 @@ the same whatever the server's default zone.
 
 from __future__ import annotations
 
+import pymysql
+from pymysql.converters import conversions
+
 from tidb_binlog.config.spark import DatabaseConfig
 
 __all__ = ["connect", "run_query", "run_task", "run_tasks"]
@@ -19,9 +22,6 @@ def connect(db: DatabaseConfig, timeout_s: float = 10.0, database: str | None = 
     """A pymysql session in UTC. ``raw``: values come back as the server's text (bytes for
     binary columns) instead of Python types: a copy writes them back as they came, and
     skips the type conversions that dominate pymysql's per-row cost."""
-    import pymysql
-    from pymysql.converters import conversions
-
     extra = {"conv": {k: v for k, v in conversions.items() if not isinstance(k, int)}} \
         if raw else {}
     conn = pymysql.connect(host=db.host, port=db.port, user=db.user, password=db.password,
