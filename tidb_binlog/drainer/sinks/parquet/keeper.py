@@ -1,0 +1,88 @@
+"""The Parquet sink's keeper: merged binlogs → row changes with their column types.
+
+:class:`ParquetKeeper` is the schema keeper (:class:`~tidb_binlog.drainer.translate.keeper.SchemaAt`:
+rebuilt at the checkpoint's schema version, history-job waiting, "refuse until
+placed") whose ``translate`` returns ``(commit_ts, Changes | None, schema_version)``.
+A :class:`Changes` carries the transaction's row changes, each with the
+:class:`~.arrow.TableSpec` (the table's writable columns and MySQL types at that
+version) the sink needs to choose exact Arrow types, or the DDL.
+
+The MySQL keeper's DMLs carry names only; the types come from the translator's table
+views (one per table version), matched to a DML by its ``TableSchema`` object (each
+view builds its own). The mapping is cached per schema object.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from tidb_binlog.drainer.apply.dml import DMLType, Txn
+from tidb_binlog.drainer.sinks.parquet.arrow import ColumnSpec, TableSpec
+from tidb_binlog.drainer.translate.keeper import SchemaAt
+from tidb_binlog.errors import SchemaError
+
+__all__ = ["Changes", "ParquetKeeper", "OP_NAMES"]
+
+OP_NAMES = {DMLType.INSERT: "insert", DMLType.UPDATE: "update", DMLType.DELETE: "delete"}
+
+
+class Changes(NamedTuple):
+    """One transaction for the Parquet sink: ``rows`` = ``(spec, op, before, after)``
+    (images as column dicts, None where absent), or ``ddl`` = ``(database, table,
+    query)``."""
+
+    rows: tuple = ()
+    ddl: tuple[str, str, str] | None = None
+
+
+class ParquetKeeper(SchemaAt):
+    """Translates merged binlogs into :class:`Changes` (see the module doc)."""
+
+    _specs: dict | None = None
+
+    def translate(self, items) -> list[tuple[int, Changes | None, int]]:
+        out = []
+        translator = self.translator
+        for commit_ts, binlog in self._decoded(items, "parquet keeper"):
+            if binlog is None:
+                out.append((commit_ts, None, 0))
+                continue
+            txn = translator.translate(binlog)
+            out.append((commit_ts, self._changes(txn), translator.keeper.schema_version))
+        return out
+
+    def _changes(self, txn: Txn | None) -> Changes | None:
+        if txn is None:
+            return None
+        if txn.ddl is not None:
+            if txn.ddl.database.lower() in self._ignored_dbs:
+                return None
+            return Changes(ddl=(txn.ddl.database, txn.ddl.table, txn.ddl.sql))
+        rows = []
+        for dml in txn.dmls:
+            spec = self._spec(dml.schema)
+            if dml.tp is DMLType.INSERT:
+                rows.append((spec, "insert", None, dml.values))
+            elif dml.tp is DMLType.UPDATE:
+                rows.append((spec, "update", dml.old_values, dml.values))
+            else:
+                rows.append((spec, "delete", dml.values, None))
+        return Changes(rows=tuple(rows)) if rows else None
+
+    def _spec(self, schema) -> TableSpec:
+        if self._specs is None or len(self._specs) > 4096:
+            self._specs = {}
+        key = id(schema)
+        hit = self._specs.get(key)
+        if hit is not None and hit[0] is schema:
+            return hit[1]
+        for view in self.translator._views.values():  # the translator's view cache
+            if view.schema is schema:
+                types = {c.name.O: c.type for c in view.writable}
+                spec = TableSpec(schema.database, schema.table,
+                                 tuple(ColumnSpec.of(name, types[name])
+                                       for name in schema.columns))
+                self._specs[key] = (schema, spec)
+                return spec
+        raise SchemaError(f"no column types for {schema.database}.{schema.table}: its table "
+                          "view left the translator's cache; this is a bug, report it")

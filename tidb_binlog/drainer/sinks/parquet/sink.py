@@ -1,0 +1,336 @@
+"""The Parquet change-log sink (``db-type = "parquet"``): a date-partitioned lake per table.
+
+:class:`ParquetLake` keeps the files and the manifest; :class:`ParquetSink` is the
+pipeline's :class:`~tidb_binlog.drainer.pipeline.sink.Sink` around it (sequence gate,
+:class:`~tidb_binlog.drainer.pipeline.sink.SinkStatus`).
+
+**Layout** (``[syncer.to] dir``, default ``data-dir``)::
+
+    <dir>/_manifest.json                                  the checkpoint and the file list
+    <dir>/<database>/<table>/date=YYYY-MM-DD/part-<min_ts>-<max_ts>-v<schema_version>-<n>.parquet
+
+The date is the UTC date of the transaction's commit_ts (TSO physical time). Columns
+and types: :mod:`.arrow`; the manifest: :mod:`.manifest`.
+
+**Flush policy.** Row changes are buffered per (table, table version, date). The
+buffer is written out when it holds ``flush_rows`` rows (default 100 000) or about
+``flush_bytes`` (64 MiB, estimated), when ``flush_interval_s`` (3 s, the checkpoint
+cadence of the other sinks) passed since the last flush and something is pending
+(also a checkpoint moved only by fake binlogs), before a DDL, and on close. A flush
+writes each group to ``.<name>.tmp``, fsyncs and renames it, then replaces the
+manifest (new files, ``commit_ts`` = the last transaction handed in): **the checkpoint
+is the manifest's commit_ts**, and a file is visible to readers only from that moment.
+
+**Reset** (start, restart of any pipeline actor): drop the buffer, read the manifest
+(none: write one at ``initial_commit_ts``), delete every file it does not list (a
+flush that crashed between rename and manifest), resume after its commit_ts. So after
+a ``kill -9`` every change is in the listed files exactly once, in commit order.
+
+**DDL.** Buffers are flushed first, then the manifest records the DDL (``ddls``) with
+its commit_ts and the new schema version; the next row of a changed table starts a
+new ``schemas`` entry, and files of the new version.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
+from tidb_binlog.drainer.pipeline.gate import SequenceGate
+from tidb_binlog.drainer.pipeline.sink import SinkStatus
+from tidb_binlog.drainer.sinks.parquet.arrow import BatchBuilder, TableSpec, mysql_type_name
+from tidb_binlog.drainer.sinks.parquet.manifest import (
+    Manifest,
+    fsync_dir,
+    read_manifest,
+    remove_unlisted,
+    write_manifest,
+)
+from tidb_binlog.errors import StorageError
+from tidb_binlog.packed import unpack
+
+__all__ = ["ParquetLake", "ParquetSink", "FLUSH_ROWS", "FLUSH_BYTES", "FLUSH_INTERVAL_S",
+           "commit_date"]
+
+log = logging.getLogger(__name__)
+
+FLUSH_ROWS = 100_000
+FLUSH_BYTES = 64 << 20
+FLUSH_INTERVAL_S = 3.0
+COMPRESSION = "zstd"
+
+
+def commit_date(commit_ts: int) -> str:
+    """The UTC date of a TSO (its physical part is milliseconds since the epoch)."""
+    ms = commit_ts >> 18
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).date().isoformat()
+
+
+class ParquetLake:
+    """The files and the manifest; see the module docstring."""
+
+    def __init__(self, directory, *, flush_rows: int = FLUSH_ROWS,
+                 flush_bytes: int = FLUSH_BYTES, flush_interval_s: float = FLUSH_INTERVAL_S,
+                 initial_commit_ts: int = 0, compression: str = COMPRESSION,
+                 clock: Callable[[], float] = time.monotonic):
+        self.directory = Path(directory)
+        self.flush_rows = flush_rows
+        self.flush_bytes = flush_bytes
+        self.flush_interval_s = flush_interval_s
+        self.initial_commit_ts = initial_commit_ts
+        self.compression = compression
+        self.clock = clock
+        self.manifest: Manifest | None = None
+        self.applied_ts = 0
+        self.schema_version = 0
+        self._groups: dict[tuple[TableSpec, str], BatchBuilder] = {}
+        self._group_first: dict[tuple[TableSpec, str], int] = {}
+        self._pending_rows = 0
+        self._pending_bytes = 0
+        self._last_flush_s = 0.0
+        self.rows = 0             # rows committed since the sink was created
+        self.files = 0
+        self.ddls = 0
+        self.flushes = 0
+        self.skipped = 0          # items at or below what was applied (replays)
+        self.removed_files = 0    # unlisted files deleted at resets
+        self.zero_dates = 0
+
+    # -- protocol -----------------------------------------------------------------------
+    def reset(self) -> Checkpoint:
+        """Forget the buffer, load the manifest, delete unlisted files (module doc)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        manifest = read_manifest(self.directory)
+        if manifest is None:
+            manifest = Manifest(commit_ts=self.initial_commit_ts)
+            write_manifest(self.directory, manifest)
+        removed = remove_unlisted(self.directory, manifest)
+        if removed:
+            self.removed_files += len(removed)
+            fsync_dir(self.directory)
+            log.warning("parquet sink: removed %d file(s) not in the manifest (a flush cut "
+                        "short): %s; their changes are written again from the replay",
+                        len(removed), ", ".join(removed[:5]))
+        self.manifest = manifest
+        self.applied_ts = manifest.commit_ts
+        self.schema_version = manifest.schema_version
+        self._drop_buffer()
+        self._last_flush_s = self.clock()
+        return Checkpoint(manifest.commit_ts, schema_version=manifest.schema_version)
+
+    def apply(self, items) -> int:
+        """Buffer ``(commit_ts, Changes | None, schema_version)`` items; flush when due."""
+        self._open()
+        for commit_ts, changes, version in items:
+            if commit_ts <= self.applied_ts:
+                self.skipped += 1
+                continue
+            if changes is not None and changes.ddl is not None:
+                self.flush()
+                self._commit_ddl(commit_ts, changes.ddl, version)
+                continue
+            if changes is not None:
+                date = commit_date(commit_ts)
+                for spec, op, before, after in changes.rows:
+                    key = (spec, date)
+                    builder = self._groups.get(key)
+                    if builder is None:
+                        builder = self._groups[key] = BatchBuilder(spec)
+                        self._group_first[key] = commit_ts
+                    size = builder.approx_bytes
+                    builder.add(commit_ts, op, before, after)
+                    self._pending_bytes += builder.approx_bytes - size
+                    self._pending_rows += 1
+            self.applied_ts = commit_ts
+            self.schema_version = max(self.schema_version, version)
+            if self._pending_rows >= self.flush_rows or self._pending_bytes >= self.flush_bytes:
+                self.flush()
+        self._maybe_flush_by_time()
+        return self.applied_ts
+
+    def idle(self) -> int:
+        self._open()
+        self._maybe_flush_by_time()
+        return self.applied_ts
+
+    def close(self) -> Checkpoint:
+        self._open()
+        self.flush()
+        cp = Checkpoint(self.manifest.commit_ts, consistent=True,
+                        schema_version=self.manifest.schema_version)
+        self.manifest = None
+        return cp
+
+    @property
+    def committed_ts(self) -> int:
+        return self.manifest.commit_ts if self.manifest is not None else 0
+
+    def status(self) -> dict:
+        return {"commit_ts": self.applied_ts, "saved_commit_ts": self.committed_ts,
+                "schema_version": self.schema_version, "rows": self.rows,
+                "files": self.files, "ddl_records": self.ddls, "flushes": self.flushes,
+                "pending_rows": self._pending_rows, "skipped": self.skipped,
+                "removed_files": self.removed_files, "zero_dates": self.zero_dates}
+
+    # -- flushing -------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write every buffered group, then commit the manifest at ``applied_ts``."""
+        manifest = self._open()
+        if not self._groups and manifest.commit_ts == self.applied_ts:
+            return
+        new_files, new_schemas = [], []
+        seq = len(manifest.files)
+        for (spec, date), builder in self._groups.items():
+            version = self._schema_entry(manifest, spec, new_schemas)
+            first = self._group_first[(spec, date)]
+            last = builder.commit_ts[-1]
+            rel = (f"{spec.database}/{spec.table}/date={date}/"
+                   f"part-{first}-{last}-v{version}-{seq}.parquet")
+            seq += 1
+            size = self._write_file(rel, builder)
+            self.zero_dates += builder.zero_dates
+            new_files.append({"path": rel, "database": spec.database, "table": spec.table,
+                              "date": date, "schema_version": version,
+                              "min_commit_ts": first, "max_commit_ts": last,
+                              "rows": len(builder), "bytes": size})
+        manifest.files.extend(new_files)
+        manifest.schemas.extend(new_schemas)
+        manifest.commit_ts = self.applied_ts
+        manifest.schema_version = max(manifest.schema_version, self.schema_version)
+        write_manifest(self.directory, manifest)
+        self.rows += self._pending_rows
+        self.files += len(new_files)
+        self.flushes += 1
+        self._drop_buffer()
+        self._last_flush_s = self.clock()
+
+    def _write_file(self, rel: str, builder: BatchBuilder) -> int:
+        path = self.directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        batch = builder.build()
+        with open(tmp, "wb") as f:
+            with pq.ParquetWriter(f, batch.schema, compression=self.compression) as writer:
+                writer.write_table(pa.Table.from_batches([batch]))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+        return path.stat().st_size
+
+    def _schema_entry(self, manifest: Manifest, spec: TableSpec, new: list[dict]) -> int:
+        """The schema version a file of ``spec`` is listed under (a new entry when the
+        table's columns differ from its latest one)."""
+        columns = [{"name": c.name, "mysql_type": mysql_type_name(c),
+                    "arrow_type": str(t.type)}
+                   for c, t in zip(spec.columns, BatchBuilder(spec).schema.field("after").type,
+                                   strict=True)]
+        for entry in reversed(new):
+            if (entry["database"], entry["table"]) == (spec.database, spec.table):
+                if entry["columns"] == columns:
+                    return entry["schema_version"]
+                break
+        else:
+            latest = manifest.latest_schema(spec.database, spec.table)
+            if latest is not None and latest["columns"] == columns:
+                return latest["schema_version"]
+        version = self.schema_version
+        new.append({"database": spec.database, "table": spec.table, "schema_version": version,
+                    "columns": columns})
+        return version
+
+    def _commit_ddl(self, commit_ts: int, ddl: tuple, version: int) -> None:
+        manifest = self._open()
+        database, table, query = ddl
+        self.applied_ts = commit_ts
+        self.schema_version = max(self.schema_version, version)
+        manifest.ddls.append({"commit_ts": commit_ts, "schema_version": version,
+                              "database": database, "table": table, "query": query})
+        manifest.commit_ts = commit_ts
+        manifest.schema_version = self.schema_version
+        write_manifest(self.directory, manifest)
+        self.ddls += 1
+        self._last_flush_s = self.clock()
+
+    def _maybe_flush_by_time(self) -> None:
+        if self.manifest is None or self.applied_ts == self.manifest.commit_ts:
+            return
+        if self.clock() - self._last_flush_s >= self.flush_interval_s:
+            self.flush()
+
+    def _drop_buffer(self) -> None:
+        self._groups.clear()
+        self._group_first.clear()
+        self._pending_rows = 0
+        self._pending_bytes = 0
+
+    def _open(self) -> Manifest:
+        if self.manifest is None:
+            raise StorageError("the parquet sink is not open: reset() it first")
+        return self.manifest
+
+
+class ParquetSink:
+    """The lake as the pipeline's :class:`~tidb_binlog.drainer.pipeline.sink.Sink`."""
+
+    def __init__(self, lake: ParquetLake, *, wall_clock: Callable[[], float] = time.time):
+        self.lake = lake
+        self.gate = SequenceGate("parquet sink")
+        self.last_apply_s = 0.0
+        self.start_checkpoint: Checkpoint | None = None
+        self._wall_clock = wall_clock
+
+    def reset(self, replay: bool = False) -> Checkpoint:
+        cp = self.lake.reset()
+        self.gate.open()
+        self.start_checkpoint = cp
+        log.info("parquet sink %s starts after commit_ts %d", self.lake.directory, cp.commit_ts)
+        return cp
+
+    def start_point(self) -> Checkpoint | None:
+        return self.start_checkpoint
+
+    def apply(self, seq: int, batch) -> int:
+        self.gate.check(seq)
+        try:
+            commit_ts = self.lake.apply(unpack(batch))
+        except BaseException:
+            self.gate.failed()
+            raise
+        self.gate.passed()
+        self.last_apply_s = self._wall_clock()
+        return commit_ts
+
+    def idle(self) -> int:
+        if not self.gate.is_open:
+            return self.lake.applied_ts
+        return self.lake.idle()
+
+    def close(self) -> Checkpoint:
+        """Flush and return the manifest's checkpoint; never reset: the saved one."""
+        if self.lake.manifest is None:
+            manifest = read_manifest(self.lake.directory)
+            ts = manifest.commit_ts if manifest is not None else self.lake.initial_commit_ts
+            return Checkpoint(ts, schema_version=manifest.schema_version if manifest else 0)
+        return self.lake.close()
+
+    def status(self) -> SinkStatus:
+        st = self.lake.status()
+        return SinkStatus(commit_ts=st["commit_ts"], schema_version=st["schema_version"],
+                          pending=st["pending_rows"], applied_rows=st["rows"],
+                          flushes=st["flushes"], last_apply_s=self.last_apply_s,
+                          ddl_jobs=st["ddl_records"], savepoints=st["flushes"],
+                          extra={k: v for k, v in st.items()
+                                 if k not in ("commit_ts", "schema_version", "rows",
+                                              "flushes", "ddl_records", "pending_rows")})
+
+    def apply_samples(self) -> list:
+        return []
