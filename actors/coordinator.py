@@ -36,6 +36,7 @@ from actors.ray_calls import WorkerCalls
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.checkpoint.store import CheckpointStore, MySQLCheckpointStore
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.relay.log import RelayLog
 from tidb_binlog.drainer.sinks.mysql.coordinator import Coordinator
 
 __all__ = ["CoordinatorActor"]
@@ -50,7 +51,12 @@ class CoordinatorActor:
             store = MySQLCheckpointStore(settings.downstream, settings.cluster_id,
                                          schema=settings.checkpoint_schema,
                                          table=settings.checkpoint_table)
-        self.sink = Coordinator(settings, WorkerCalls(workers), store, now_ts=now_ts)
+        open_relay = None
+        if settings.relay_dir:  # [syncer.relay]: opened (and locked) by the first reset
+            def open_relay():
+                return RelayLog(settings.relay_dir, settings.relay_max_file_size)
+        self.sink = Coordinator(settings, WorkerCalls(workers), store, now_ts=now_ts,
+                                open_relay=open_relay)
         tune_gc()
 
     def reset(self, replay: bool = False) -> Checkpoint:

@@ -12,6 +12,7 @@ sink). A new sink kind adds its name here and a :class:`~.sink.Sink` class.
 from __future__ import annotations
 
 import datetime
+import os
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
@@ -46,6 +47,10 @@ class TaskSettings:
     pull_max_bytes: int = 4 << 20
     save_interval_s: float = 3.0
     sink: str = "mysql"
+    # [syncer.relay]: the MySQL sink writes every transaction here before applying it
+    # ("" = off); a relay log turns the keeper's routing off (see ``routed``).
+    relay_dir: str = ""
+    relay_max_file_size: int = 10 << 20
 
     def __post_init__(self) -> None:
         if self.sink not in SINKS:
@@ -66,15 +71,19 @@ class TaskSettings:
             downstream=DownstreamConfig.from_drainer_config(cfg),
             checkpoint_schema=s.to.checkpoint.schema or "tidb_binlog",
             checkpoint_table=s.to.checkpoint.table or "checkpoint",
-            upstream_meta=dict(upstream_meta))
+            upstream_meta=dict(upstream_meta),
+            relay_dir=os.path.abspath(s.relay.log_dir) if s.relay.log_dir else "",
+            relay_max_file_size=s.relay.max_file_size_bytes)
         values.update(overrides)
         return cls(**values)
 
     @property
     def routed(self) -> bool:
         """Whether the keeper routes rows to workers and the coordinator gets only the
-        plan (exactly-once into MySQL); otherwise ``translate`` → ``apply``."""
-        return self.exactly_once and self.sink == "mysql"
+        plan (exactly-once into MySQL); otherwise ``translate`` → ``apply``. A relay log
+        needs the transactions in the coordinator, so it is never routed (exactly-once
+        still holds: the coordinator's dispatcher routes the same way)."""
+        return self.exactly_once and self.sink == "mysql" and not self.relay_dir
 
     def tzinfo(self) -> datetime.tzinfo:
         """The downstream time zone: ``+HH:MM`` offsets, ``UTC``, or an IANA name."""

@@ -27,6 +27,12 @@ queued by the merger) are refused until :meth:`reset`, else a worker committing 
 would move its progress past the undispatched rest and the replay would skip it.
 The constructor never reads the downstream (a Ray actor whose constructor raises is
 never restarted): until the first reset, batches are refused.
+
+**Relay log** (``[syncer.relay]``, :mod:`tidb_binlog.drainer.relay`): with one, each
+batch's transactions are written and fdatasync'ed to it before any of them goes to a
+worker, and a relay file is removed once a *saved* checkpoint passed its last record.
+It needs the transactions themselves, so a task with a relay log runs :meth:`apply`
+(the keeper does not route: :attr:`~tidb_binlog.drainer.pipeline.settings.TaskSettings.routed`).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from tidb_binlog.drainer.checkpoint.store import CheckpointStore
 from tidb_binlog.drainer.pipeline.gate import PipelineReset, SequenceGate
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
+from tidb_binlog.drainer.relay.log import RelayLog
 from tidb_binlog.errors import ConfigError, TransientDownstreamError
 from tidb_binlog.packed import unpack
 
@@ -104,8 +111,11 @@ class Coordinator:
     def __init__(self, settings: TaskSettings, workers: WorkerCalls, store: CheckpointStore,
                  *, now_ts: Callable[[], int] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time):
+                 wall_clock: Callable[[], float] = time.time,
+                 open_relay: Callable[[], RelayLog] | None = None):
         self.settings = settings
+        self._open_relay = open_relay
+        self.relay: RelayLog | None = None  # opened by the first reset (it takes a lock)
         self.workers = workers
         self.store = store
         self._now_ts = now_ts
@@ -129,6 +139,8 @@ class Coordinator:
         """Forget everything in flight; restart from the durable checkpoint. ``replay``:
         this start replays after a failure; counted in the checkpoint's ``resets``,
         saved at once (best effort: a failed save is retried with the next one)."""
+        if self._open_relay is not None and self.relay is None:
+            self.relay = self._open_relay()
         try:
             loaded = self.store.load()
         except TransientDownstreamError as exc:  # the merger retries the reset
@@ -157,7 +169,10 @@ class Coordinator:
         was handed out."""
         self.gate.check(seq)
         try:
-            for commit_ts, txn, version in unpack(translated):
+            translated = unpack(translated)
+            if self.relay is not None:  # durable before any worker sees a row of it
+                self.relay.append(translated)
+            for commit_ts, txn, version in translated:
                 for action in self.dispatcher.add(commit_ts, txn, version):
                     self._perform(action)
                 if txn is not None and txn.dmls:
@@ -179,6 +194,10 @@ class Coordinator:
             raise ConfigError(f"the keeper routed over {len(payloads)} workers but the "
                               f"coordinator drives {len(self.workers)}; restart the task",
                               key="worker-count")
+        if self._open_relay is not None:
+            raise ConfigError("a task with a relay log must not route rows in the keeper "
+                              "(the coordinator writes the transactions to the relay log); "
+                              "restart the task", key="syncer.relay.log-dir")
         self.gate.check(seq)
         try:
             cursor = [0] * len(self.workers)
@@ -232,6 +251,7 @@ class Coordinator:
         self._collect(block=True)
         cp = self.advancer.final()
         self.store.save(cp)
+        self._relay_gc(cp)
         return cp
 
     def status(self) -> SinkStatus:
@@ -242,7 +262,7 @@ class Coordinator:
             flushes=self.dispatcher.flushes, outstanding=len(self._outstanding),
             last_apply_s=self.last_apply_s, ddl_jobs=cp.ddl_jobs, resets=cp.resets,
             savepoints=getattr(self.store, "saves", 0),
-            extra={"routed_batches": self.routed_batches})
+            extra={"routed_batches": self.routed_batches, **self._relay_status()})
 
     def apply_samples(self) -> list[tuple[int, float]]:
         """Take the ``(commit_ts, committed_at_s)`` samples recorded since the last call
@@ -335,3 +355,15 @@ class Coordinator:
                 log.warning("checkpoint %d not saved yet: %s", cp.commit_ts, exc.message)
                 return
             self.advancer.saved(cp, now)
+            self._relay_gc(cp)
+
+    def _relay_gc(self, saved: Checkpoint) -> None:
+        """Relay files wholly at or below a durable checkpoint are no longer needed."""
+        if self.relay is not None:
+            self.relay.gc(saved.commit_ts)
+
+    def _relay_status(self) -> dict:
+        if self.relay is None:
+            return {}
+        return {"relay_records": self.relay.records, "relay_last_ts": self.relay.last_ts,
+                "relay_files": len(self.relay.files())}

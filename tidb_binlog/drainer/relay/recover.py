@@ -1,0 +1,119 @@
+"""Recovery from the relay log: bring the downstream to a consistent state without the upstream.
+
+TiDB Binlog's ``drainer/relay.go`` (``feedByRelayLogIfNeed``). A checkpoint with
+``consistent = false`` means the last run stopped abnormally: the downstream may hold
+part of some transactions (a transaction bigger than ``txn-batch`` is committed in
+pieces, rows of one transaction go to several workers). Normally the next run fixes
+that by replaying from the checkpoint. When the upstream cannot be reached (the
+registry and the pumps are gone), the relay log can do it alone: every transaction a
+worker was handed had been fdatasync'ed to the relay log first, so the records above
+the checkpoint are a superset of what may be half-applied.
+
+:func:`recover` applies those records in commit order, in safe mode (``REPLACE``,
+``DELETE`` + ``REPLACE``: applying a row twice is harmless), through reparo's apply
+path (:class:`~tidb_binlog.reparo.apply.MysqlApplier`, passed in), then saves the
+checkpoint ``consistent = true`` at the last relayed commit_ts with the schema version
+that record carries. The downstream then equals the upstream as of that commit_ts.
+
+Whether to run it is the caller's decision (:func:`needs_recovery` plus "the upstream
+cannot be reached"); nothing here talks to Ray or the registry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from tidb_binlog.binlogfile.reader import WalkStats
+from tidb_binlog.drainer.apply.dml import Txn
+from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
+from tidb_binlog.drainer.checkpoint.store import CheckpointStore
+from tidb_binlog.drainer.relay.log import relay_records
+from tidb_binlog.drainer.relay.record import record_schema_version
+from tidb_binlog.errors import ConfigError, ProtocolError
+from tidb_binlog.reparo.decode import binlog_to_txn, parse_binlog
+
+__all__ = ["recover", "needs_recovery", "RecoverySummary", "Applier"]
+
+log = logging.getLogger(__name__)
+
+
+class Applier(Protocol):
+    """What :func:`recover` applies through (reparo's ``MysqlApplier``)."""
+
+    rows: int
+    ddls: int
+
+    def add(self, txn: Txn) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class RecoverySummary:
+    """What a recovery did: the checkpoint before and after, what it applied."""
+
+    from_ts: int
+    to_ts: int
+    records: int
+    rows: int
+    ddls: int
+    schema_version: int
+    relay_dir: str
+
+    def describe(self) -> str:
+        if not self.records:
+            return (f"relay log recovery: nothing in {self.relay_dir} above the checkpoint "
+                    f"{self.from_ts}; checkpoint marked consistent at {self.to_ts}")
+        return (f"relay log recovery: applied {self.records} transaction(s) ({self.rows} row "
+                f"change(s), {self.ddls} DDL(s)) from {self.relay_dir} in safe mode; the "
+                f"checkpoint moved from {self.from_ts} to {self.to_ts}, consistent")
+
+
+def needs_recovery(checkpoint: Checkpoint | None) -> bool:
+    """Whether the last run stopped without a consistent checkpoint (a crash, a kill)."""
+    return checkpoint is not None and checkpoint.commit_ts > 0 and not checkpoint.consistent
+
+
+def recover(relay_dir: str | os.PathLike, store: CheckpointStore, applier: Applier
+            ) -> RecoverySummary:
+    """Replay the relay log above the saved checkpoint and save it consistent (module doc).
+
+    Raises ConfigError when the directory is missing (the wrong ``log-dir``, or another
+    machine's), ProtocolError/StorageError naming the record when the log is damaged
+    in the middle (a torn last record, cut by the crash, is the end of the log)."""
+    path = Path(relay_dir)
+    if not path.is_dir():
+        raise ConfigError(f"the relay log directory {path} does not exist: [syncer.relay] "
+                          "log-dir must name the directory the crashed drainer wrote (on "
+                          "this machine)", key="syncer.relay.log-dir")
+    cp = store.load()
+    if cp is None:
+        raise ConfigError("the downstream has no checkpoint: there is nothing to recover; "
+                          "start the drainer with the upstream reachable",
+                          key="syncer.relay.log-dir")
+    last_ts, version, records = cp.commit_ts, cp.schema_version, 0
+    stats = WalkStats()
+    for commit_ts, payload in relay_records(path, cp.commit_ts, stats=stats):
+        b = parse_binlog(payload)
+        try:
+            txn = binlog_to_txn(b)
+        except ProtocolError as exc:
+            raise ProtocolError(f"relay log {path}: {exc}") from exc
+        applier.add(txn)
+        records += 1
+        last_ts = commit_ts
+        carried = record_schema_version(b)
+        if carried is not None:
+            version = carried
+    applier.finish()
+    done = dataclasses.replace(cp, commit_ts=last_ts, schema_version=version, consistent=True)
+    store.save(done)
+    summary = RecoverySummary(cp.commit_ts, last_ts, records, applier.rows, applier.ddls,
+                              version, str(path))
+    log.info("%s", summary.describe())
+    return summary
