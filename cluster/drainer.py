@@ -26,7 +26,8 @@ above it is counted once.
 ``start`` creates the pipeline of :mod:`actors` (merger, schema keeper,
 coordinator) and ``worker-count`` SQL workers (:mod:`actors.syncer_workers`);
 for ``db-type = "file"`` a pb keeper and a file-sink actor (:mod:`actors.file_sink`,
-pinned to this node) take the keeper's and coordinator's places, with no SQL workers.
+pinned to this node) take the keeper's and coordinator's places, with no SQL workers;
+for ``db-type = "parquet"`` a parquet keeper and sink (:mod:`actors.parquet_sink`).
 The merger follows the registry's pumps while it runs (every ``detect-interval``
 and on ``Cistern.Notify``): each pump that is not offline, as the PumpActor
 named :func:`pump_actor_name` of its node id in ``namespace``, or over gRPC at
@@ -65,6 +66,7 @@ import time
 from actors.coordinator import CoordinatorActor
 from actors.file_sink import start_file_sink_actors
 from actors.merger import MergerActor
+from actors.parquet_sink import start_parquet_sink_actors
 from actors.ray_calls import GetTimeoutError, RayCalls
 from actors.schema_keeper import SchemaKeeperActor
 from actors.syncer_workers import start_sql_workers
@@ -133,10 +135,12 @@ class Drainer:
         waiting up to ``downstream_wait_s``, default :data:`DOWNSTREAM_WAIT_S`): a
         refusal raises DownstreamError, no answer UnavailableError, and nothing starts.
         """
-        if cfg.syncer.db_type not in ("mysql", "tidb", "file"):
+        if cfg.syncer.db_type not in ("mysql", "tidb", "file", "parquet"):
             raise ConfigError(f"db-type {cfg.syncer.db_type!r} is not supported by the Ray "
-                              "drainer yet; use mysql, tidb or file", key="syncer.db-type")
+                              "drainer yet; use mysql, tidb, file or parquet",
+                              key="syncer.db-type")
         file_sink = cfg.syncer.db_type == "file"
+        parquet_sink = cfg.syncer.db_type == "parquet"
         if registry is None and pumps is None:
             raise ConfigError("no registry and no pumps given: the drainer cannot find its "
                               "pumps", key="registry")
@@ -153,7 +157,7 @@ class Drainer:
         settings = TaskSettings.from_config(cfg, upstream_meta=upstream_meta,
                                             **settings_overrides)
         layout = None
-        if not file_sink:  # in every mode: a downstream we cannot use fails the start here
+        if not (file_sink or parquet_sink):  # a downstream we cannot use fails the start here
             layout = check_downstream(settings, wait_s=downstream_wait_s)
         if addr is None and cfg.addr == _default_addr():
             addr = "127.0.0.1:0"  # see the module doc: tasks and tests share hosts
@@ -168,6 +172,11 @@ class Drainer:
                                            worker_count=1, sink="file")
             workers = []
             keeper, coordinator = start_file_sink_actors(cfg, settings, **opts)
+        elif parquet_sink:  # a Parquet lake in [syncer.to] dir: no SQL workers, no downstream
+            settings = dataclasses.replace(settings, downstream=None, exactly_once=False,
+                                           worker_count=1, sink="parquet")
+            workers = []
+            keeper, coordinator = start_parquet_sink_actors(cfg, settings, **opts)
         else:
             worker_overrides = {}
             if layout is not None and layout.safe_mode:  # another count's replay window

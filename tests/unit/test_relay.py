@@ -218,3 +218,15 @@ def test_recovery_refuses_a_missing_directory_and_a_damaged_middle_record(tmp_pa
     with pytest.raises(CorruptRecord):
         recover(tmp_path, store, Applier())
     assert len(store.saved) == 1  # nothing saved
+
+
+def test_config_relay_keys_reach_the_settings_and_a_file_sink_refuses_them(tmp_path):
+    from tidb_binlog.config import load_drainer_config
+
+    cfg = load_drainer_config(None, {"syncer.relay.log-dir": "relay",
+                                     "syncer.relay.max-file-size": "1 MiB"})
+    settings = TaskSettings.from_config(cfg, upstream_meta={})
+    assert settings.relay_dir.endswith("/relay") and settings.relay_dir.startswith("/")
+    assert settings.relay_max_file_size == 1 << 20 and not settings.routed
+    with pytest.raises(ConfigError, match=r"syncer.relay.log-dir.*mysql or tidb"):
+        load_drainer_config(None, {"syncer.db-type": "file", "syncer.relay.log-dir": "relay"})

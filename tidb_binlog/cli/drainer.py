@@ -19,6 +19,12 @@ then stops gracefully: final consistent checkpoint, state ``paused``, exit 0.
 ``PUT /state/{nodeID}/pause|close`` also ends it (``paused`` / ``offline``).
 When the task fails (a downstream refusing a statement, an unsupported DDL),
 it records ``paused`` and exits 1 with the error.
+
+With a relay log (``[syncer.relay] log-dir``) it first reads the checkpoint: when
+it is not consistent (the last run was killed) and the registry and its pumps
+cannot be reached, it applies the relay log to the downstream in safe mode,
+marks the checkpoint consistent at the last relayed commit_ts, logs what it did
+and exits 0 without starting the task (recovery mode).
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ _FLAG_KEYS = {
     "worker_count": "syncer.worker-count",
     "txn_batch": "syncer.txn-batch",
     "safe_mode": "syncer.safe-mode",
+    "relay_log_dir": "syncer.relay.log-dir",
+    "relay_max_file_size": "syncer.relay.max-file-size",
 }
 
 
@@ -72,6 +80,14 @@ def register(sub) -> None:
     p.add_argument("--txn-batch", type=int, help="DMLs per downstream transaction")
     p.add_argument("--safe-mode", action="store_const", const=True, default=None,
                    help="REPLACE / DELETE+REPLACE instead of INSERT / UPDATE")
+    p.add_argument("--relay-log-dir", metavar="DIR",
+                   help="relay log directory ([syncer.relay] log-dir; default off): every "
+                   "transaction is written there before it is applied; when the checkpoint "
+                   "is not consistent and the registry/pumps cannot be reached, the drainer "
+                   "applies it to the downstream, marks the checkpoint consistent and exits 0")
+    p.add_argument("--relay-max-file-size", type=int, metavar="BYTES",
+                   help="size of one relay log file ([syncer.relay] max-file-size, "
+                   "default 10485760)")
     p.set_defaults(func=run)
 
 
@@ -92,8 +108,11 @@ def run(args) -> int:
 
     cfg = load_config(args)
     Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
-    if cfg.syncer.db_type != "file":  # before Ray: a downstream we cannot use ends it here
-        check_downstream(TaskSettings.from_config(cfg, upstream_meta={}))
+    if cfg.syncer.db_type not in ("file", "parquet"):  # before Ray: a bad downstream ends it
+        settings = TaskSettings.from_config(cfg, upstream_meta={})
+        check_downstream(settings)
+        if settings.relay_dir and _recovered_from_relay_log(cfg, settings, args.ray_address):
+            return 0
     registry, namespace = join_cluster(cfg, ray_address=args.ray_address)
     stop = threading.Event()
 
@@ -121,3 +140,24 @@ def run(args) -> int:
              result.get("commit_ts"), result.get("consistent"),
              record.state if record is not None else "unknown")
     return 0
+
+
+def _recovered_from_relay_log(cfg, settings, ray_address: str | None) -> bool:
+    """Recovery mode (see the module doc): whether it ran (then the drainer exits)."""
+    from cluster.drainer import join_cluster
+    from tidb_binlog.drainer.relay.recover import recover_if_needed
+
+    def upstream_error() -> str | None:
+        try:
+            registry, _ = join_cluster(cfg, ray_address=ray_address)
+            registry.nodes("pumps")
+        except UnavailableError as exc:
+            return exc.message
+        return None
+
+    summary = recover_if_needed(settings, upstream_error)
+    if summary is None:
+        return False
+    log.info("%s. Exiting: start the drainer again once the registry and the pumps are "
+             "back; it resumes from checkpoint %d", summary.describe(), summary.to_ts)
+    return True

@@ -253,6 +253,9 @@ def _resolve_syncer(cfg: DrainerConfig, source: str, env) -> SyncerConfig:
             if name not in s.binlog_filter_rule:
                 raise _fail(f"syncer.table-migrate-rule[{i}].binlog-filter-rule", source,
                             f"no [syncer.binlog-filter-rule.{name}] is defined")  # fmt: skip
+    if s.relay.log_dir and db_type not in ("mysql", "tidb"):
+        raise _fail("syncer.relay.log-dir", source, f"the relay log works only with a mysql or "
+                    f"tidb downstream, not db-type {db_type!r}; remove [syncer.relay] log-dir")
     to = _resolve_to(s.to, db_type, cfg.data_dir, source, env)
     worker_count = 1 if db_type == "file" or not s.enable_dispatch else s.worker_count
     lower = [TableName(t.db_name.lower(), t.tbl_name.lower()) for t in s.replicate_do_table]

@@ -10,7 +10,7 @@ by TiDB Binlog's Go drainer loads here and the other way round.
   tried up to 5 times 1 s apart on transient errors (TiDB Binlog's rule); a
   permanent error is raised at once.  ``load`` returns None when there is no row;
   with ``cluster_id`` 0 the single row in the table is used (TiDB's relay
-  recovery without PD), and several rows are an error.
+  recovery without PD; later saves update that row), and several rows are an error.
 - :class:`FileCheckpointStore` (db-type file): ``<data-dir>/savepoint`` in TOML.
   ``save`` writes a temporary file in the same directory, fsyncs it, renames it
   over ``savepoint`` and fsyncs the directory, so after a crash at any point the
@@ -192,7 +192,10 @@ class MySQLCheckpointStore:
                         f"{quote_table(self.schema, self.table)} holds checkpoints of "
                         f"{len(rows)} clusters ({sorted(r[0] for r in rows)}); give the "
                         "cluster id to choose one")
-                return rows[0][1] if rows else None
+                if not rows:
+                    return None
+                self.cluster_id = int(rows[0][0])  # saves update that row, not a new one
+                return rows[0][1]
             rows = self._ds.query(load_statement(self.cluster_id, self.schema, self.table))
             self._ds.commit()
             return rows[0][0] if rows else None

@@ -338,7 +338,7 @@ class TaskDriver:
         except Exception as exc:  # restarting: Synced is sampled at the next beat
             log.debug("coordinator status unavailable: %s", exc)
         saved = 0
-        if self.settings.sink == "file":  # its savepoint, from its status
+        if self.settings.sink in ("file", "parquet"):  # its savepoint / manifest, from its status
             saved = st.get("saved_commit_ts", 0) if st is not None else 0
         else:
             if self._store is None:

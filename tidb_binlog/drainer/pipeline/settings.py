@@ -6,7 +6,8 @@ actor Ray restarts, or a detached one started by a task API, rebuilds itself fro
 
 ``sink`` picks the pipeline's mode: ``"mysql"`` (schema keeper → coordinator → SQL
 workers; routed in the keeper when ``exactly_once``) or ``"file"`` (pb keeper → file
-sink). A new sink kind adds its name here and a :class:`~.sink.Sink` class.
+sink) or ``"parquet"`` (parquet keeper → Parquet lake). A new sink kind adds its name
+here and a :class:`~.sink.Sink` class.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 
 __all__ = ["TaskSettings", "SINKS"]
 
-SINKS = ("mysql", "file")
+SINKS = ("mysql", "file", "parquet")
 """The sink kinds a task can write to (``[syncer] db-type`` tidb is ``mysql`` here)."""
 
 

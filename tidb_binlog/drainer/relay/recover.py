@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -37,7 +38,7 @@ from tidb_binlog.drainer.relay.record import record_schema_version
 from tidb_binlog.errors import ConfigError, ProtocolError
 from tidb_binlog.reparo.decode import binlog_to_txn, parse_binlog
 
-__all__ = ["recover", "needs_recovery", "RecoverySummary", "Applier"]
+__all__ = ["recover", "recover_if_needed", "needs_recovery", "RecoverySummary", "Applier"]
 
 log = logging.getLogger(__name__)
 
@@ -117,3 +118,45 @@ def recover(relay_dir: str | os.PathLike, store: CheckpointStore, applier: Appli
                               version, str(path))
     log.info("%s", summary.describe())
     return summary
+
+
+def recover_if_needed(settings, upstream_error: Callable[[], str | None]
+                      ) -> RecoverySummary | None:
+    """The drainer's start-up rule (TiDB's ``feedByRelayLogIfNeed``), None when it does not apply.
+
+    It applies when ``settings.relay_dir`` is set, the downstream checkpoint
+    (``settings.cluster_id``; 0 = the table's only row) is not consistent, and
+    ``upstream_error()`` says why the upstream (the registry and its pumps) cannot be
+    reached (None: reachable, the task replays from the checkpoint as usual). Then the
+    relay log is applied through reparo's apply path in safe mode and the summary is
+    returned: the caller exits without starting the task."""
+    if not settings.relay_dir or settings.downstream is None:
+        return None
+    # lazy: pymysql and reparo's apply path only for a drainer with a relay log
+    from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore
+    from tidb_binlog.reparo.apply import MysqlApplier
+
+    store = MySQLCheckpointStore(settings.downstream, settings.cluster_id,
+                                 schema=settings.checkpoint_schema,
+                                 table=settings.checkpoint_table)
+    try:
+        cp = store.load()
+        if not needs_recovery(cp):
+            return None
+        why = upstream_error()
+        if why is None:
+            log.info("checkpoint %d is not consistent; the upstream answers, so the task "
+                     "replays from it (relay log %s not needed)", cp.commit_ts,
+                     settings.relay_dir)
+            return None
+        log.warning("checkpoint %d is not consistent and the upstream cannot be reached (%s): "
+                    "applying the relay log %s", cp.commit_ts, why, settings.relay_dir)
+        applier = MysqlApplier(settings.downstream, worker_count=settings.worker_count,
+                               txn_batch=settings.txn_batch, safe_mode=True)
+        try:
+            applier.check()
+            return recover(settings.relay_dir, store, applier)
+        finally:
+            applier.close()
+    finally:
+        store.close()
