@@ -31,6 +31,7 @@ import socket
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
+from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
 from tidb_binlog.errors import BinlogError, UnavailableError
 from tidb_binlog.node import NodeStatus
 from tidb_binlog.registry import DEFAULT_ALIVE_TIMEOUT_S, RegistryState
@@ -45,7 +46,6 @@ __all__ = [
 ]
 
 REGISTRY_NAME = "tidb-binlog-registry"
-DEFAULT_NAMESPACE = "tidb-binlog"
 # Extra seconds a client waits for a reply beyond the call's own work (a restart
 # of the actor reloads a small JSON file; this only bounds a hung cluster).
 _CALL_TIMEOUT_S = 60.0
