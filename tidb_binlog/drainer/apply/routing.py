@@ -53,26 +53,61 @@ dropped; after a crash they are dropped and the replay window runs in safe mode)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import IntEnum
+from typing import NamedTuple
 
 from tidb_binlog.drainer.apply.causality import CONFLICT, Conflict, row_keys, stable_hash
-from tidb_binlog.drainer.apply.dml import DML, Txn
+from tidb_binlog.drainer.apply.dml import DDL, DML, Txn
 
-__all__ = ["Router", "CONFLICT", "route_txn", "BatchPlanner", "PlanStep", "ROWS", "FLUSH",
-           "RUN_DDL"]
+__all__ = ["Router", "CONFLICT", "route_txn", "BatchPlanner", "PlanStep", "StepKind",
+           "RowsStep", "FlushStep", "DdlStep", "ROWS", "FLUSH", "RUN_DDL"]
 
-ROWS, FLUSH, RUN_DDL = 0, 1, 2
-PlanStep = tuple
-"""One step of a :meth:`BatchPlanner.plan`, carried out in order by the coordinator:
+class StepKind(IntEnum):
+    """What a :data:`PlanStep` asks the coordinator to do (its first field)."""
 
-- ``(ROWS, end_ts, schema_version, counts, rows)``: hand each worker ``w`` the next
-  ``counts[w]`` parts of its payload; the run covers every commit_ts up to ``end_ts``
-  (fake binlogs and filtered transactions included: they have no parts), its
-  transactions hold ``rows`` row changes, and ``schema_version`` is the highest of
-  them. All counts may be 0 (only fakes): the checkpoint still passes ``end_ts``.
-- ``(FLUSH,)``: wait until every worker committed what it was handed (a conflict).
-- ``(RUN_DDL, commit_ts, schema_version, ddl)``: wait for every worker, then run the
-  DDL alone.
-"""
+    ROWS = 0
+    FLUSH = 1
+    RUN_DDL = 2
+
+
+ROWS, FLUSH, RUN_DDL = StepKind.ROWS, StepKind.FLUSH, StepKind.RUN_DDL
+
+
+class RowsStep(NamedTuple):
+    """Hand each worker ``w`` the next ``counts[w]`` parts of its payload. The run covers
+    every commit_ts up to ``end_ts`` (fake binlogs and filtered transactions included:
+    they have no parts), its transactions hold ``rows`` row changes, and
+    ``schema_version`` is the highest of them. All counts may be 0 (only fakes): the
+    checkpoint still passes ``end_ts``."""
+
+    kind: int
+    end_ts: int
+    schema_version: int
+    counts: tuple[int, ...]
+    rows: int
+
+
+class FlushStep(NamedTuple):
+    """Wait until every worker committed what it was handed (a conflict)."""
+
+    kind: int
+
+
+class DdlStep(NamedTuple):
+    """Wait for every worker, then run the DDL alone."""
+
+    kind: int
+    commit_ts: int
+    schema_version: int
+    ddl: DDL
+
+
+PlanStep = RowsStep | FlushStep | DdlStep
+"""One step of a :meth:`BatchPlanner.plan`, carried out in order by the coordinator.
+Each is a named tuple whose first field is its :class:`StepKind`, so it compares equal
+to the plain tuple ``(kind, ...)`` and unpacks like one; read the fields by name."""
+
+_FLUSH_STEP = FlushStep(FLUSH)
 
 
 def route_txn(dmls: Sequence[DML], worker_count: int) -> tuple[list[int], list[list[str]]]:
@@ -121,7 +156,7 @@ class BatchPlanner:
         def close_run() -> None:
             nonlocal counts, rows, end_ts, version
             if end_ts is not None:
-                steps.append((ROWS, end_ts, version, tuple(counts), rows))
+                steps.append(RowsStep(ROWS, end_ts, version, tuple(counts), rows))
                 counts, rows, end_ts, version = [0] * workers, 0, None, 0
 
         for commit_ts, txn, txn_version in translated:
@@ -131,7 +166,7 @@ class BatchPlanner:
                 continue
             if txn.ddl is not None:
                 close_run()
-                steps.append((RUN_DDL, commit_ts, txn_version, txn.ddl))
+                steps.append(DdlStep(RUN_DDL, commit_ts, txn_version, txn.ddl))
                 window.flushed()
                 continue
             dmls = txn.dmls
@@ -140,7 +175,7 @@ class BatchPlanner:
                 w = stable_hash(keys[0]) % workers
                 if window.conflicts_with(keys, w):
                     close_run()
-                    steps.append((FLUSH,))
+                    steps.append(_FLUSH_STEP)
                     self.flushes += 1
                     window.flushed()
                 window.hold(keys, w)
@@ -152,7 +187,7 @@ class BatchPlanner:
                 for row_keys_, w in zip(keys, owners, strict=True):
                     if window.conflicts_with(row_keys_, w):
                         close_run()
-                        steps.append((FLUSH,))
+                        steps.append(_FLUSH_STEP)
                         self.flushes += 1
                         window.flushed()
                         break
