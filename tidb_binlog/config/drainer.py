@@ -7,7 +7,8 @@ defaults to ``addr``; db-type ``pb`` means ``file``; ``worker-count`` is 1 for
 ``file`` or when dispatch is off; ``replicate-do-*`` names are lower-cased;
 ``[syncer.to]`` host/port/user/password default to ``$MYSQL_HOST``/``$MYSQL_PORT``/
 ``$MYSQL_USER``/``$MYSQL_PSWD`` or localhost/3306/root/"" for mysql/tidb, and
-``dir`` to ``data-dir`` for file; the checkpoint type follows db-type and an
+``dir`` to ``data-dir`` for file and parquet; the checkpoint type follows db-type (file
+ for parquet: its manifest is the checkpoint) and an
 empty checkpoint host/port/user/password is taken from ``[syncer.to]``.
 """
 
@@ -126,6 +127,17 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class ParquetConfig:
+    """``[syncer.to.parquet]`` (ours; db-type parquet): when buffered changes are flushed
+    into files and committed in the manifest (whichever comes first), and the codec."""
+
+    flush_rows: int = _opt("flush-rows", _int_kind(1), 100_000)
+    flush_bytes: int = _opt("flush-bytes", _bytes_kind(), 64 << 20)
+    flush_interval_s: float = _opt("flush-interval", _float_kind("seconds"), 3.0)
+    compression: str = _opt("compression", _STR, "zstd")
+
+
+@dataclass(frozen=True)
 class ToConfig:
     """``[syncer.to]``: the downstream (mysql/tidb connection, or the file sink dir)."""
 
@@ -143,6 +155,7 @@ class ToConfig:
                                    0.0)  # fmt: skip
     security: SecurityConfig = _section("security", SecurityConfig)
     checkpoint: CheckpointConfig = _section("checkpoint", CheckpointConfig)
+    parquet: ParquetConfig = _section("parquet", ParquetConfig)
 
 
 @dataclass(frozen=True)
@@ -215,6 +228,9 @@ def load_drainer_config(path: str | Path | None, overrides: dict | None = None, 
 
 
 
+_PARQUET_CODECS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
+
+
 def _resolve_drainer(cfg: DrainerConfig, source: str, env) -> DrainerConfig:
     advertise = _check_common(cfg, source)
     if cfg.compressor not in ("", "gzip"):
@@ -232,9 +248,9 @@ def _resolve_syncer(cfg: DrainerConfig, source: str, env) -> SyncerConfig:
         raise _fail("syncer.db-type", source, f"{s.db_type!r} {known}; supported: "
                     f"{', '.join(SUPPORTED_DB_TYPES)}")  # fmt: skip
     exactly_once = db_type in ("mysql", "tidb") if s.exactly_once is None else s.exactly_once
-    if exactly_once and db_type == "file":
+    if exactly_once and db_type in ("file", "parquet"):
         raise _fail("syncer.exactly-once", source, "needs a mysql or tidb downstream; set it "
-                    "to false for db-type file")  # fmt: skip
+                    f"to false for db-type {db_type}")  # fmt: skip
     for i, name in enumerate(s.ignore_schemas):
         if not name:
             raise _fail("syncer.ignore-schemas", source, f"empty schema name at position {i}")
@@ -257,7 +273,8 @@ def _resolve_syncer(cfg: DrainerConfig, source: str, env) -> SyncerConfig:
         raise _fail("syncer.relay.log-dir", source, f"the relay log works only with a mysql or "
                     f"tidb downstream, not db-type {db_type!r}; remove [syncer.relay] log-dir")
     to = _resolve_to(s.to, db_type, cfg.data_dir, source, env)
-    worker_count = 1 if db_type == "file" or not s.enable_dispatch else s.worker_count
+    worker_count = 1 if db_type in ("file", "parquet") or not s.enable_dispatch \
+        else s.worker_count
     lower = [TableName(t.db_name.lower(), t.tbl_name.lower()) for t in s.replicate_do_table]
     return replace(s, db_type=db_type, exactly_once=exactly_once, worker_count=worker_count,
                    replicate_do_db=tuple(d.lower() for d in s.replicate_do_db),
@@ -285,15 +302,18 @@ def _resolve_to(to: ToConfig, db_type: str, data_dir: str, source: str, env) -> 
     to = replace(to, password=_decrypted(to, "syncer.to", source, env),
                  checkpoint=replace(to.checkpoint, password=_decrypted(
                      to.checkpoint, "syncer.to.checkpoint", source, env)))  # fmt: skip
-    if db_type == "file":
+    if db_type in ("file", "parquet"):  # parquet: the manifest is its checkpoint
         to = replace(to, dir=to.dir or data_dir)
+        if db_type == "parquet" and to.parquet.compression not in _PARQUET_CODECS:
+            raise _fail("syncer.to.parquet.compression", source, f"{to.parquet.compression!r} "
+                        f"is not a Parquet codec; use one of {', '.join(_PARQUET_CODECS)}")
     else:
         port = to.port or int(env.get("MYSQL_PORT") or 0) or 3306
         to = replace(to, host=to.host or env.get("MYSQL_HOST") or "localhost", port=port,
                      user=to.user or env.get("MYSQL_USER") or "root",
                      password=to.password or env.get("MYSQL_PSWD", ""))  # fmt: skip
     cp = to.checkpoint
-    cp_type = cp.type or ("file" if db_type == "file" else db_type)
+    cp_type = cp.type or ("file" if db_type in ("file", "parquet") else db_type)
     if cp_type not in ("mysql", "tidb", "file"):
         raise _fail("syncer.to.checkpoint.type", source,
                     f"{cp.type!r} is not supported; use mysql, tidb or leave it empty")

@@ -1,0 +1,103 @@
+"""The Parquet sink's Ray actors (``db-type = "parquet"``): keeper and sink actor.
+
+They take the schema keeper's and the coordinator's places in the pipeline, as the
+file sink's do (:mod:`actors.file_sink`)::
+
+    PumpActor ×N ──pull──▶ MergerActor ──items──▶ ParquetKeeperActor ──changes──▶ ParquetSinkActor
+                                                          <dir>/_manifest.json + <db>/<table>/date=.../*.parquet
+
+- :class:`ParquetKeeperActor`: shell around
+  :class:`~tidb_binlog.drainer.sinks.parquet.keeper.ParquetKeeper`.
+- :class:`ParquetSinkActor`: shell around
+  :class:`~tidb_binlog.drainer.sinks.parquet.sink.ParquetSink`; pinned to the node
+  that created it (it owns the directory).
+
+**Failure model.** Both have ``max_restarts=-1``. A restarted sink actor refuses
+batches until the merger's reset, which reads the manifest, deletes the files it does
+not list and replays after its commit_ts: no change lost, none twice.
+"""
+
+from __future__ import annotations
+
+import os
+
+from actors.file_sink import absolute_dirs
+from actors.process import tune_gc
+from actors.ray_calls import RayCalls
+from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.sinks.parquet.keeper import ParquetKeeper
+from tidb_binlog.drainer.sinks.parquet.sink import ParquetLake, ParquetSink
+from tidb_binlog.upstream.meta import UpstreamMeta
+
+__all__ = ["ParquetKeeperActor", "ParquetSinkActor", "start_parquet_sink_actors"]
+
+
+class ParquetKeeperActor:
+    """Translates merged binlogs into row changes with their column types."""
+
+    def __init__(self, settings: TaskSettings, schema_version: int = 0, meta=None):
+        self.keeper = ParquetKeeper(settings, meta if meta is not None
+                                    else UpstreamMeta(settings.upstream_meta), schema_version)
+        tune_gc()
+
+    def reset(self, schema_version: int) -> int:
+        return self.keeper.reset(schema_version)
+
+    def translate(self, items) -> list:
+        return self.keeper.translate(items)
+
+    def schema_version(self) -> int:
+        return self.keeper.schema_version()
+
+
+class ParquetSinkActor:
+    """Writes the change files and the manifest (the checkpoint)."""
+
+    def __init__(self, settings: TaskSettings, cfg):
+        pq = cfg.syncer.to.parquet
+        self.sink = ParquetSink(ParquetLake(
+            cfg.syncer.to.dir, flush_rows=pq.flush_rows, flush_bytes=pq.flush_bytes,
+            flush_interval_s=pq.flush_interval_s, compression=pq.compression,
+            initial_commit_ts=max(settings.initial_commit_ts, 0)))
+
+    def reset(self, replay: bool = False) -> Checkpoint:
+        return self.sink.reset(replay)
+
+    def start_point(self) -> Checkpoint | None:
+        return self.sink.start_point()
+
+    def apply(self, seq: int, translated) -> int:
+        return self.sink.apply(seq, translated)
+
+    def idle(self) -> int:
+        return self.sink.idle()
+
+    def close(self) -> Checkpoint:
+        return self.sink.close()
+
+    def status(self) -> dict:
+        return self.sink.status().as_dict()
+
+    def apply_samples(self) -> list:
+        return self.sink.apply_samples()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def start_parquet_sink_actors(cfg, settings: TaskSettings, *, names: dict | None = None,
+                              **opts):
+    """``(keeper, sink)`` actor handles for db-type parquet; the sink is pinned here.
+    ``names``: Ray actor names of the ``keeper`` and ``sink`` (a named task)."""
+    cfg = absolute_dirs(cfg)
+    names = names or {}
+
+    def named(options: dict, role: str) -> dict:
+        return {**options, "name": names[role]} if names.get(role) else options
+
+    sink = RayCalls.start_actor(ParquetSinkActor, settings, cfg, options=named({
+        **opts, "concurrency_groups": {"status": 1},
+        "scheduling_strategy": RayCalls.pinned()}, "sink"))
+    keeper = RayCalls.start_actor(ParquetKeeperActor, settings, options=named(opts, "keeper"))
+    return keeper, sink
