@@ -32,21 +32,35 @@ its status names the error.
 from __future__ import annotations
 
 from actors.process import tune_gc
-from actors.ray_calls import WorkerCalls
+from actors.ray_calls import RayCalls, WorkerCalls
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.checkpoint.store import CheckpointStore, MySQLCheckpointStore
+from tidb_binlog.drainer.pipeline.names import worker_actor_name
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.relay.log import RelayLog
 from tidb_binlog.drainer.sinks.mysql.coordinator import Coordinator
 
-__all__ = ["CoordinatorActor"]
+__all__ = ["CoordinatorActor", "lookup_workers"]
+
+
+def lookup_workers(settings: TaskSettings) -> list:
+    """The SQL workers of the named task ``settings.task``, by name."""
+    if not settings.task:
+        raise ValueError("no worker handles and no task name to look them up by")
+    return [RayCalls.lookup(worker_actor_name(settings.task, i), settings.namespace)
+            for i in range(settings.worker_count)]
 
 
 class CoordinatorActor:
     """Causality, dispatch to SQL workers, flush barriers, DDL and the checkpoint."""
 
-    def __init__(self, settings: TaskSettings, workers: list, *,
+    def __init__(self, settings: TaskSettings, workers: list | None = None, *,
                  store: CheckpointStore | None = None, now_ts=None):
+        """``workers``: the SQL worker handles, or None for a named task
+        (``settings.task``): then they are looked up as ``<task>-worker-<i>``, so a
+        restarted coordinator needs nothing its creator held."""
+        if workers is None:
+            workers = lookup_workers(settings)
         if store is None:  # no downstream call here: a constructor that raises is final
             store = MySQLCheckpointStore(settings.downstream, settings.cluster_id,
                                          schema=settings.checkpoint_schema,

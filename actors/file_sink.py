@@ -105,10 +105,15 @@ def absolute_dirs(cfg):
     return dataclasses.replace(cfg, data_dir=os.path.abspath(cfg.data_dir), syncer=syncer)
 
 
-def start_file_sink_actors(cfg, settings: TaskSettings, **opts):
-    """``(keeper, sink)`` actor handles for db-type file; the sink is pinned here."""
+def start_file_sink_actors(cfg, settings: TaskSettings, *, names: dict | None = None,
+                           **opts):
+    """``(keeper, sink)`` actor handles for db-type file; the sink is pinned here.
+    ``names``: Ray actor names of the ``keeper`` and ``sink`` (a named task)."""
     cfg = absolute_dirs(cfg)
+    names = names or {}
     sink = RayCalls.start_actor(FileSinkActor, settings, cfg, options={
-        **opts, "concurrency_groups": {"status": 1}, "scheduling_strategy": RayCalls.pinned()})
-    keeper = RayCalls.start_actor(PbKeeperActor, settings, options=opts)
+        **opts, "concurrency_groups": {"status": 1}, "scheduling_strategy": RayCalls.pinned(),
+        "name": names.get("sink")})
+    keeper = RayCalls.start_actor(PbKeeperActor, settings,
+                                  options={**opts, "name": names.get("keeper")})
     return keeper, sink

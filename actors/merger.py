@@ -15,8 +15,10 @@ The merge runs on a thread started by the constructor; the actor's other methods
 
 from __future__ import annotations
 
-from actors.ray_calls import PipelineCalls
+from actors.coordinator import lookup_workers
+from actors.ray_calls import PipelineCalls, RayCalls
 from tidb_binlog.drainer.pipeline.driver import TaskDriver
+from tidb_binlog.drainer.pipeline.names import sink_role, task_actor_name
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.service.node import ServiceSettings
 from tidb_binlog.node import PAUSED
@@ -31,12 +33,33 @@ class MergerActor:
     ``service``: serve as a drainer node (Cistern, HTTP, registry record), or None.
     """
 
-    def __init__(self, settings: TaskSettings, keeper, coordinator, pumps: dict | None = None,
-                 *, registry=None, service: ServiceSettings | None = None,
-                 workers: list | tuple = (), autostart: bool = True):
+    def __init__(self, settings: TaskSettings, keeper=None, coordinator=None,
+                 pumps: dict | None = None, *, registry=None,
+                 service: ServiceSettings | None = None, workers: list | tuple | None = (),
+                 autostart: bool = True):
+        """For a named task (``settings.task``), ``keeper``, ``coordinator`` and
+        ``workers`` are None and looked up by name (``<task>-keeper``,
+        ``<task>-coordinator`` or ``<task>-file-sink``, ``<task>-worker-<i>``), so a
+        restart needs only the settings. ``registry`` is a client of the detached,
+        named registry actor (it pickles as that actor's id)."""
+        if settings.task:
+            ns = settings.namespace
+            if keeper is None:
+                keeper = RayCalls.lookup(task_actor_name(settings.task, "keeper"), ns)
+            if coordinator is None:
+                coordinator = RayCalls.lookup(
+                    task_actor_name(settings.task, sink_role(settings.sink)), ns)
+            if workers is None:
+                workers = lookup_workers(settings) if settings.sink == "mysql" else []
+        self.settings = settings
+        workers = workers or []
         self.driver = TaskDriver(settings, PipelineCalls(keeper, coordinator, workers), pumps,
                                  registry=registry, service=service,
                                  has_workers=bool(workers), autostart=autostart)
+
+    def task_settings(self) -> TaskSettings:
+        """The settings this task runs with (a driver finding the task by name)."""
+        return self.settings
 
     def addresses(self) -> dict:
         return self.driver.addresses()

@@ -165,6 +165,29 @@ class RayCalls:
             return None
 
     @staticmethod
+    def lookup(name: str, namespace: str, timeout_s: float = 60.0):
+        """The named actor's handle, waiting up to ``timeout_s`` for it to be registered
+        (a task's peers are created just before the actor that looks them up; a restart
+        finds them at once). UnavailableError names the actor when it never appears."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            actor = RayCalls.find_actor(name, namespace)
+            if actor is not None:
+                return actor
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"no actor {name!r} in Ray namespace {namespace!r} "
+                                       f"after {timeout_s:g} s: the replication task is "
+                                       "incomplete (removed, or one of its actors was "
+                                       "killed); see `ray list actors` and submit it again")
+            time.sleep(0.2)
+
+    @staticmethod
+    def named_actors(namespace: str) -> list[str]:
+        """The names of the live named actors in ``namespace``."""
+        return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                if a.get("namespace") == namespace]
+
+    @staticmethod
     def reconstructed() -> bool:
         """Whether this actor process is a restart (Ray reconstructed it)."""
         try:

@@ -39,6 +39,7 @@ import threading
 
 from actors.process import tune_gc
 from actors.ray_calls import RayCalls
+from tidb_binlog.drainer.pipeline.names import worker_actor_name
 from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
 from tidb_binlog.drainer.sinks.mysql.loader import Ack, Loader, LoaderConfig
 from tidb_binlog.drainer.sinks.mysql.metrics import LoaderMetrics
@@ -58,10 +59,6 @@ def process_metrics() -> LoaderMetrics:
         if _metrics is None:
             _metrics = LoaderMetrics()
         return _metrics
-
-
-def worker_actor_name(prefix: str, worker: int) -> str:
-    return f"{prefix}-sql-worker-{worker}"
 
 
 class SqlWorkerActor:
@@ -121,13 +118,15 @@ def start_sql_worker(downstream: DownstreamConfig, config: LoaderConfig, *,
 
 def start_sql_workers(cfg, count: int | None = None, *, downstream: DownstreamConfig | None = None,
                       name_prefix: str | None = None, namespace: str | None = None,
-                      **loader_overrides) -> list:
-    """``count`` (default ``syncer.worker-count``) workers for a resolved DrainerConfig."""
+                      lifetime: str | None = None, **loader_overrides) -> list:
+    """``count`` (default ``syncer.worker-count``) workers for a resolved DrainerConfig;
+    with ``name_prefix`` (the task name) they are named ``<task>-worker-<i>``."""
     count = cfg.syncer.worker_count if count is None else count
     ds = downstream if downstream is not None else DownstreamConfig.from_drainer_config(cfg)
     workers = []
     for worker in range(count):
         config = LoaderConfig.from_drainer_config(cfg, worker, **loader_overrides)
         name = worker_actor_name(name_prefix, worker) if name_prefix else None
-        workers.append(start_sql_worker(ds, config, name=name, namespace=namespace))
+        workers.append(start_sql_worker(ds, config, name=name, namespace=namespace,
+                                        lifetime=lifetime))
     return workers

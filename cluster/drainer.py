@@ -73,7 +73,13 @@ from actors.syncer_workers import start_sql_workers
 from cluster.registry import REGISTRY_NAME, connect_registry
 from tidb_binlog.config import DrainerConfig, split_registry
 from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore
-from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE, UPSTREAM_META_KEY
+from tidb_binlog.drainer.pipeline.names import (
+    DEFAULT_NAMESPACE,
+    UPSTREAM_META_KEY,
+    check_task_name,
+    sink_role,
+    task_actor_name,
+)
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.service.node import ServiceSettings
 from tidb_binlog.errors import (
@@ -117,7 +123,8 @@ class Drainer:
               pumps: dict | None = None, namespace: str | None = None,
               addr: str | None = None, status_addr: str = "", node_id: str | None = None,
               serve: bool = True, start_timeout_s: float = 60.0,
-              downstream_wait_s: float | None = None, **settings_overrides) -> Drainer:
+              downstream_wait_s: float | None = None, name: str | None = None,
+              detached: bool = False, **settings_overrides) -> Drainer:
         """Start the actors of one task from a :class:`~tidb_binlog.config.DrainerConfig`.
 
         ``pumps`` maps node ids to PumpActor handles (a fixed set; default: follow the
@@ -134,7 +141,22 @@ class Drainer:
         First, in every mode, the downstream is checked (:func:`check_downstream`,
         waiting up to ``downstream_wait_s``, default :data:`DOWNSTREAM_WAIT_S`): a
         refusal raises DownstreamError, no answer UnavailableError, and nothing starts.
+
+        ``name`` makes a *named* task: its actors are ``<name>-merger``, ``<name>-keeper``,
+        ``<name>-coordinator`` (``<name>-file-sink``) and ``<name>-worker-<i>`` in
+        ``namespace``, take only settings and look their peers up by these names (so a
+        restart needs nothing this driver held), and :meth:`attach` finds the task again
+        from any driver. ``detached=True`` (with a name) lets the actors outlive this
+        driver (``lifetime="detached"``): the task API (:mod:`cluster.api`) uses it.
         """
+        if detached and not name:
+            raise ConfigError("a detached replication task needs a name (it is found again "
+                              "by it)", key="name")
+        if name is not None:
+            try:
+                check_task_name(name)
+            except ValueError as exc:
+                raise ConfigError(str(exc), key="name") from None
         if cfg.syncer.db_type not in ("mysql", "tidb", "file", "parquet"):
             raise ConfigError(f"db-type {cfg.syncer.db_type!r} is not supported by the Ray "
                               "drainer yet; use mysql, tidb, file or parquet",
@@ -163,34 +185,67 @@ class Drainer:
             addr = "127.0.0.1:0"  # see the module doc: tasks and tests share hosts
         if namespace is None:
             namespace = getattr(registry, "namespace", None) or DEFAULT_NAMESPACE
+        names: dict[str, str | None] = {"merger": None, "keeper": None, "sink": None}
+        if name is not None:
+            settings = dataclasses.replace(settings, task=name, namespace=namespace)
+            if RayCalls.find_actor(task_actor_name(name, "merger"), namespace) is not None:
+                raise ConfigError(f"a replication task named {name!r} already runs in Ray "
+                                  f"namespace {namespace!r}; stop or remove it first, or pick "
+                                  "another name", key="name")
+            names = {"merger": task_actor_name(name, "merger"),
+                     "keeper": task_actor_name(name, "keeper"),
+                     "sink": task_actor_name(name, sink_role(settings.sink))}
         service = ServiceSettings.from_config(cfg, namespace=namespace, addr=addr,
                                               status_addr=status_addr,
                                               node_id=node_id) if serve else None
-        opts = dict(max_restarts=-1, max_task_retries=0, num_cpus=0)
-        if file_sink:  # pb records in [syncer.to] dir: no SQL workers, no downstream
-            settings = dataclasses.replace(settings, downstream=None, exactly_once=False,
-                                           worker_count=1, sink="file")
-            workers = []
-            keeper, coordinator = start_file_sink_actors(cfg, settings, **opts)
-        elif parquet_sink:  # a Parquet lake in [syncer.to] dir: no SQL workers, no downstream
-            settings = dataclasses.replace(settings, downstream=None, exactly_once=False,
-                                           worker_count=1, sink="parquet")
-            workers = []
-            keeper, coordinator = start_parquet_sink_actors(cfg, settings, **opts)
-        else:
-            worker_overrides = {}
-            if layout is not None and layout.safe_mode:  # another count's replay window
-                worker_overrides["safe_mode_until_ts"] = layout.safe_mode_until_ts
-            workers = start_sql_workers(cfg, settings.worker_count, **worker_overrides)
-            coordinator = RayCalls.start_actor(
-                CoordinatorActor, settings, workers,
-                options={**opts, "concurrency_groups": {"status": 1}})
-            keeper = RayCalls.start_actor(SchemaKeeperActor, settings, options=opts)
-        merger = RayCalls.start_actor(  # pinned here: addr is this host's
-            MergerActor, settings, keeper, coordinator, pumps, registry=registry,
-            service=service, workers=workers,
-            options={**opts, "max_concurrency": 8, "scheduling_strategy": RayCalls.pinned()})
-        drainer = cls(settings, merger, keeper, coordinator, workers)
+        opts = dict(max_restarts=-1, max_task_retries=0, num_cpus=0,
+                    namespace=namespace if name else None,
+                    lifetime="detached" if detached else None)
+        keeper = coordinator = merger = None
+        workers: list = []
+        drainer = cls(settings, None, None, None, workers)
+        try:
+            if file_sink:  # pb records in [syncer.to] dir: no SQL workers, no downstream
+                settings = dataclasses.replace(settings, downstream=None, exactly_once=False,
+                                               worker_count=1, sink="file")
+                names["sink"] = task_actor_name(name, "file-sink") if name else None
+                drainer.settings = settings
+                keeper, coordinator = start_file_sink_actors(
+                    cfg, settings, names={"keeper": names["keeper"], "sink": names["sink"]},
+                    **opts)
+            elif parquet_sink:  # a Parquet lake in [syncer.to] dir: no SQL workers
+                settings = dataclasses.replace(settings, downstream=None, exactly_once=False,
+                                               worker_count=1, sink="parquet")
+                names["sink"] = task_actor_name(name, "parquet-sink") if name else None
+                drainer.settings = settings
+                keeper, coordinator = start_parquet_sink_actors(
+                    cfg, settings, names={"keeper": names["keeper"], "sink": names["sink"]},
+                    **opts)
+            else:
+                worker_overrides = {}
+                if layout is not None and layout.safe_mode:  # another count's replay window
+                    worker_overrides["safe_mode_until_ts"] = layout.safe_mode_until_ts
+                workers.extend(start_sql_workers(
+                    cfg, settings.worker_count, name_prefix=name, namespace=opts["namespace"],
+                    lifetime=opts["lifetime"], **worker_overrides))
+                # a named task's actors get no handles: they look their peers up by name
+                coordinator = RayCalls.start_actor(
+                    CoordinatorActor, settings, None if name else workers,
+                    options={**opts, "concurrency_groups": {"status": 1},
+                             "name": names["sink"]})
+                keeper = RayCalls.start_actor(SchemaKeeperActor, settings,
+                                              options={**opts, "name": names["keeper"]})
+            drainer.keeper, drainer.coordinator = keeper, coordinator
+            peers = (None, None, None) if name else (keeper, coordinator, workers)
+            merger = RayCalls.start_actor(  # pinned here: addr is this host's
+                MergerActor, settings, peers[0], peers[1], pumps, registry=registry,
+                service=service, workers=peers[2],
+                options={**opts, "max_concurrency": 8, "name": names["merger"],
+                         "scheduling_strategy": RayCalls.pinned()})
+            drainer.merger = merger
+        except BaseException:
+            drainer._kill()
+            raise
         try:
             addresses = _answer(RayCalls.call(merger, "addresses"), "merger", "addresses()",
                                 start_timeout_s)
@@ -212,6 +267,31 @@ class Drainer:
                  f"; drainer {drainer.node_id} serving Cistern gRPC on {drainer.addr}, HTTP "
                  f"status on {drainer.status_addr}" if serve else "")
         return drainer
+
+    @classmethod
+    def attach(cls, name: str, namespace: str = DEFAULT_NAMESPACE,
+               timeout: float = STATUS_TIMEOUT_S) -> Drainer:
+        """The running named task ``name`` in ``namespace`` (started by any driver), found
+        by its actors' names. UnavailableError when it does not run there, or when its
+        merger does not answer within ``timeout``."""
+        merger = RayCalls.find_actor(task_actor_name(name, "merger"), namespace)
+        if merger is None:
+            raise UnavailableError(f"no replication task named {name!r} runs in Ray "
+                                   f"namespace {namespace!r} (no actor "
+                                   f"{task_actor_name(name, 'merger')!r}); see "
+                                   "Cluster.tasks() for the running ones")
+        settings = _answer(RayCalls.call(merger, "task_settings"), "merger",
+                           "task_settings()", timeout)
+        addresses = _answer(RayCalls.call(merger, "addresses"), "merger", "addresses()",
+                            timeout)
+
+        def find(role: str):
+            return RayCalls.find_actor(task_actor_name(name, role), namespace)
+
+        workers = [find(f"worker-{i}") for i in range(settings.worker_count)
+                   ] if settings.sink == "mysql" else []
+        return cls(settings, merger, find("keeper"), find(sink_role(settings.sink)),
+                   [w for w in workers if w is not None], addresses)
 
     # -- observing ------------------------------------------------------------------------
     def status(self, timeout: float = STATUS_TIMEOUT_S) -> dict:

@@ -49,23 +49,26 @@ class LocalCluster:
 
     def __init__(self, work_dir: str | os.PathLike, *, pumps: int = 2,
                  upstream_params: dict | None = None, namespace: str = DEFAULT_NAMESPACE,
-                 pump_options: PumpOptions = PumpOptions()):
+                 pump_options: PumpOptions = PumpOptions(), detached: bool = False):
         self.work_dir = Path(work_dir)
         self.pump_count = pumps
         self.upstream_params = dict(upstream_params or {})
         self.namespace = namespace
         self.pump_options = pump_options
+        self.detached = detached  # pumps outlive this driver (the task API's start_pumps)
         self.registry = None
         self.pumps: dict[str, object] = {}
         self._pump_clients: list = []
         self._tso = None  # TsoBatcher over the registry, made on first get_ts
 
-    def start(self) -> LocalCluster:
+    def start(self, registry=None) -> LocalCluster:
+        """Start (or join: ``registry``, a running registry's client) the registry, then
+        the pumps."""
         from cluster.registry import get_or_create_registry
 
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.registry = get_or_create_registry(self.work_dir / "registry",
-                                               namespace=self.namespace)
+        self.registry = registry if registry is not None else get_or_create_registry(
+            self.work_dir / "registry", namespace=self.namespace)
         if self.upstream_params:
             self.registry.kv_put(UPSTREAM_META_KEY, json.dumps(self.upstream_params))
         for i in range(self.pump_count):
@@ -99,7 +102,8 @@ class LocalCluster:
             resolver = UpstreamMeta(self.upstream_params)
         actor = start_pump_actor(self.pump_config(node_id), name=pump_actor_name(node_id),
                                  namespace=self.namespace, registry=self.registry,
-                                 resolver=resolver)
+                                 resolver=resolver,
+                                 lifetime="detached" if self.detached else None)
         ray.get(actor.address.remote(), timeout=120)  # constructed and serving
         self.pumps[node_id] = actor
         return actor

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from tidb_binlog.drainer.pipeline.gate import PipelineReset, SequenceGate
-from tidb_binlog.drainer.pipeline.names import pump_actor_name, task_actor_name
+from tidb_binlog.drainer.pipeline.names import (
+    check_task_name,
+    pump_actor_name,
+    sink_role,
+    task_actor_name,
+    worker_actor_name,
+)
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
 
@@ -51,11 +57,20 @@ def test_sink_status_is_one_flat_dict_and_leaves_out_uncounted_resets():
 
 
 def test_names_and_sink_kinds():
-    assert pump_actor_name("pump-1") == "tidb-binlog-pump-pump-1"
-    assert task_actor_name("t1", "merger") == "tidb-binlog-task-t1-merger"
-    assert task_actor_name("t1", "sql-worker-3").endswith("sql-worker-3")
+    # the names the Ray dashboard's actor list shows
+    assert pump_actor_name("node-1") == "pump-node-1"
+    assert pump_actor_name("pump-1") == "pump-1"
+    assert task_actor_name("t1", "merger") == "t1-merger"
+    assert task_actor_name("t1", "coordinator") == "t1-coordinator"
+    assert worker_actor_name("t1", 3) == "t1-worker-3"
+    assert task_actor_name("t1", sink_role("file")) == "t1-file-sink"
+    assert sink_role("mysql") == "coordinator"
     with pytest.raises(ValueError, match="unknown task actor role"):
         task_actor_name("t1", "nope")
+    assert check_task_name("orders-to-dw.2") == "orders-to-dw.2"
+    for bad in ("", "Upper", "-lead", "sp ace", "x" * 64, "a/b"):
+        with pytest.raises(ValueError, match="invalid replication task name"):
+            check_task_name(bad)
     assert TaskSettings(cluster_id=1).routed
     assert not TaskSettings(cluster_id=1, exactly_once=False).routed
     assert not TaskSettings(cluster_id=1, sink="file").routed

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
+from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 
 __all__ = ["TaskSettings", "SINKS"]
@@ -52,6 +53,10 @@ class TaskSettings:
     # ("" = off); a relay log turns the keeper's routing off (see ``routed``).
     relay_dir: str = ""
     relay_max_file_size: int = 10 << 20
+    # A named task (the task API): its actors are ``<task>-<role>`` in ``namespace`` and
+    # find their peers by those names (names.py). "" = anonymous actors, handles passed.
+    task: str = ""
+    namespace: str = DEFAULT_NAMESPACE
 
     def __post_init__(self) -> None:
         if self.sink not in SINKS:

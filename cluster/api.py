@@ -1,0 +1,338 @@
+"""The Python API to submit and supervise replication tasks on a Ray cluster.
+
+::
+
+    from cluster.api import connect
+
+    cluster = connect(address="auto", namespace="tidb-binlog")    # a Ray cluster + registry
+    task = cluster.submit("orders", config="config/drainer.toml",
+                          to={"host": "10.0.0.5", "port": 3306, "user": "root"},
+                          worker_count=4, initial_commit_ts=0)
+    task.wait_synced(timeout=120)        # the checkpoint reached "now" (a fresh TSO)
+    print(task.status())                 # TaskStatus(name='orders', state='running', ...)
+    task.pause(); task.resume()          # final checkpoint, actors ended; started again
+    task.update(worker_count=2)          # stop + restart with 2 SQL workers (see update)
+    task.remove()                        # stopped, its record gone
+
+    connect(namespace="tidb-binlog").task("orders")   # from any other driver
+
+A submitted task is *detached* and *named*: its actors (``<task>-merger``,
+``<task>-keeper``, ``<task>-coordinator``, ``<task>-worker-<i>``) outlive the driver
+that submitted it, restart under Ray's fault tolerance from their settings alone
+(they look their peers up by name), and show under these names on the Ray
+dashboard. A detached record actor ``<task>-task`` keeps the task's config and
+wanted state, so ``pause``/``resume``/``update`` work from any driver. Several
+tasks to several downstreams run side by side in one namespace. Every call that
+waits takes a ``timeout`` and raises :class:`~tidb_binlog.errors.UnavailableError`
+past it, naming what it waited for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+from actors.ray_calls import RayCalls
+from actors.task_record import record_actor_name, start_task_record
+from cluster.drainer import STATUS_TIMEOUT_S, STOP_TIMEOUT_S, Drainer
+from cluster.registry import REGISTRY_NAME, connect_registry, get_or_create_registry
+from tidb_binlog.config import DrainerConfig, load_drainer_config
+from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE, check_task_name
+from tidb_binlog.drainer.pipeline.task_status import (
+    PAUSED,
+    STOPPED,
+    UNREACHABLE,
+    TaskStatus,
+)
+from tidb_binlog.errors import ConfigError, UnavailableError
+from tidb_binlog.node import OFFLINE, PUMP, NodeStatus
+from tidb_binlog.node import PAUSED as NODE_PAUSED
+
+__all__ = ["connect", "Cluster", "ReplicationTask", "TaskStatus"]
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 120.0
+"""Default bound of ``submit`` / ``resume`` / ``update`` (the downstream check and the
+actors' start)."""
+
+
+def connect(address: str | None = "auto", namespace: str = DEFAULT_NAMESPACE, *,
+            registry_dir: str | Path | None = None) -> Cluster:
+    """Join a Ray cluster and its registry: the handle to submit and find tasks with.
+
+    ``address``: as ``ray.init`` takes it (``"auto"``: the cluster ``ray start`` runs on
+    this host; ``None``: a new local Ray); ignored when this process already called
+    ``ray.init`` (its namespace need not be ``namespace``: every actor here is named in
+    ``namespace`` explicitly). ``registry_dir``: start the registry actor (PD's role)
+    with its data there if none runs yet; else one must run in ``namespace``.
+    """
+    if not RayCalls.is_initialized():
+        RayCalls.init(address=address, namespace=namespace, log_to_driver=False)
+    if registry_dir is not None:
+        registry = get_or_create_registry(registry_dir, namespace=namespace)
+    else:
+        registry = connect_registry(namespace=namespace, name=REGISTRY_NAME)
+    return Cluster(registry, namespace)
+
+
+class Cluster:
+    """A Ray cluster's registry, pumps and replication tasks in one namespace."""
+
+    def __init__(self, registry, namespace: str = DEFAULT_NAMESPACE):
+        self.registry = registry
+        self.namespace = namespace
+        self._local = None  # the LocalCluster that start_pumps used
+
+    # -- pumps --------------------------------------------------------------------------
+    def start_pumps(self, n: int, work_dir: str | Path, *, upstream: dict | None = None,
+                    config: dict | None = None) -> list[str]:
+        """Start ``n`` detached PumpActors (``pump-<node>``) on this node, data under
+        ``work_dir/pump-<i>``; ``upstream``: the upstream's connection parameters (the
+        DDL history drainers read, published in the registry); ``config``: pump.toml
+        overrides. Returns their node ids."""
+        from cluster.launch import LocalCluster, PumpOptions
+
+        local = LocalCluster(work_dir, pumps=0, upstream_params=upstream,
+                             namespace=self.namespace, detached=True,
+                             pump_options=PumpOptions(extra=dict(config or {})))
+        local.start(registry=self.registry)
+        first = len(self.pumps())
+        for i in range(first, first + n):
+            local.start_pump(f"pump-{i}")
+        self._local = local
+        return list(local.pumps)
+
+    def pumps(self) -> list[NodeStatus]:
+        """The registry's pump records (node id, address, state)."""
+        return self.registry.nodes(PUMP)
+
+    # -- tasks ---------------------------------------------------------------------------
+    def submit(self, name: str, config: str | Path | dict | DrainerConfig | None = None, *,
+               to: dict | None = None, filters: dict | None = None,
+               worker_count: int | None = None, initial_commit_ts: int | None = None,
+               overrides: dict | None = None,
+               timeout: float = START_TIMEOUT_S) -> ReplicationTask:
+        """Start the detached replication task ``name``.
+
+        ``config``: a drainer.toml path, a dict of drainer.toml keys (dotted, as the
+        command line's overrides: ``{"syncer.db-type": "mysql"}``), or a loaded config.
+        ``to``: ``[syncer.to]`` keys (host, port, user, password, ...); ``filters``:
+        ``[syncer]`` filter keys (``ignore-schemas``, ``ignore-txn-commit-ts``, ...);
+        ``worker_count``, ``initial_commit_ts``; ``overrides``: any other keys.
+        ConfigError when a task of that name exists or the config is wrong;
+        DownstreamError / UnavailableError when the downstream cannot be used.
+        """
+        try:
+            check_task_name(name)
+        except ValueError as exc:
+            raise ConfigError(str(exc), key="name") from None
+        if RayCalls.find_actor(record_actor_name(name), self.namespace) is not None:
+            raise ConfigError(f"a replication task named {name!r} exists in namespace "
+                              f"{self.namespace!r}; remove it first or pick another name",
+                              key="name")
+        cfg = _load_config(config, to=to, filters=filters, worker_count=worker_count,
+                           initial_commit_ts=initial_commit_ts, overrides=overrides)
+        record = start_task_record(name, cfg, {}, self.namespace)
+        try:
+            _start(self, name, cfg, timeout)
+        except BaseException:
+            RayCalls.kill(record)
+            raise
+        return ReplicationTask(self, name)
+
+    def task(self, name: str) -> ReplicationTask:
+        """The task ``name`` submitted by any driver; UnavailableError if there is none."""
+        if RayCalls.find_actor(record_actor_name(name), self.namespace) is None:
+            raise UnavailableError(f"no replication task named {name!r} in namespace "
+                                   f"{self.namespace!r}; known: {self.task_names()}")
+        return ReplicationTask(self, name)
+
+    def task_names(self) -> list[str]:
+        return sorted(n.removesuffix("-task") for n in RayCalls.named_actors(self.namespace)
+                      if n.endswith("-task"))
+
+    def tasks(self) -> list[ReplicationTask]:
+        """Every task submitted in this namespace (running, paused or stopped)."""
+        return [ReplicationTask(self, n) for n in self.task_names()]
+
+
+class ReplicationTask:
+    """One named task; a light handle (make as many as you like, from any driver)."""
+
+    def __init__(self, cluster: Cluster, name: str):
+        self.cluster = cluster
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"ReplicationTask({self.name!r}, namespace={self.cluster.namespace!r})"
+
+    # -- observing ----------------------------------------------------------------------
+    def status(self, timeout: float = STATUS_TIMEOUT_S) -> TaskStatus:
+        """Where the task stands (:class:`TaskStatus`), each actor answering within
+        ``timeout``; a task that should run but does not answer is ``unreachable``."""
+        rec = self._record(timeout)
+        cfg = rec["cfg"]
+        sink = "file" if cfg.syncer.db_type == "file" else "mysql"
+        if rec["state"] in (PAUSED, STOPPED):
+            return TaskStatus.not_running(self.name, rec["state"],
+                                          checkpoint_ts=rec["last_checkpoint_ts"],
+                                          worker_count=cfg.syncer.worker_count, sink=sink)
+        try:
+            report = self._drainer(timeout).status(timeout)
+        except UnavailableError as exc:
+            return TaskStatus.not_running(self.name, UNREACHABLE, error=str(exc),
+                                          worker_count=cfg.syncer.worker_count, sink=sink)
+        return TaskStatus.from_report(self.name, report, sink=sink,
+                                      worker_count=cfg.syncer.worker_count)
+
+    def checkpoint(self, timeout: float = STATUS_TIMEOUT_S) -> int:
+        """The commit_ts everything at or below which is in the downstream."""
+        return self.status(timeout).checkpoint_ts
+
+    def lag(self, timeout: float = STATUS_TIMEOUT_S) -> float | None:
+        """Seconds the downstream is behind (see :class:`TaskStatus`)."""
+        return self.status(timeout).lag_s
+
+    def wait_synced(self, timeout: float = 120.0, commit_ts: int | None = None) -> TaskStatus:
+        """Block until the checkpoint reaches ``commit_ts`` (default: a fresh timestamp
+        from the registry's TSO, i.e. everything committed before this call), at most
+        ``timeout`` seconds; UnavailableError says where the task stands."""
+        target = commit_ts if commit_ts is not None else self.cluster.registry.get_ts()
+        deadline = time.monotonic() + timeout
+        st = self.status(timeout)
+        while st.checkpoint_ts < target:
+            if st.state not in ("running", "starting"):
+                raise UnavailableError(f"task {self.name!r} is {st.state}, not syncing"
+                                       + (f": {st.error}" if st.error else ""))
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"waited {timeout:g} s for task {self.name!r} to "
+                                       f"reach {target}: its checkpoint is at "
+                                       f"{st.checkpoint_ts} ({st.state}, lag {st.lag_s} s)")
+            time.sleep(0.2)
+            st = self.status(max(deadline - time.monotonic(), 1.0))
+        return st
+
+    # -- controlling --------------------------------------------------------------------
+    def pause(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """Stop with a final checkpoint (returned); the registry records it ``paused``,
+        so the pumps keep its binlogs; :meth:`resume` starts it again."""
+        return self._end(PAUSED, NODE_PAUSED, timeout)
+
+    def resume(self, timeout: float = START_TIMEOUT_S) -> TaskStatus:
+        """Start a paused or stopped task again from its saved checkpoint."""
+        rec = self._record(timeout)
+        if rec["state"] not in (PAUSED, STOPPED):
+            raise ConfigError(f"task {self.name!r} is {rec['state']}, not paused or stopped",
+                              key="name")
+        _start(self.cluster, self.name, rec["cfg"], timeout)
+        return self.status()
+
+    def update(self, *, worker_count: int, timeout: float = STOP_TIMEOUT_S) -> TaskStatus:
+        """Change the number of SQL workers: stop with the final checkpoint, start again
+        with ``worker_count``. Safe in exactly-once mode: the start reconciles the
+        workers' progress rows with the new count (rows of the old layout are dropped
+        and the new workers run in safe mode up to the highest old progress, so nothing
+        is applied twice in effect and nothing is skipped)."""
+        if worker_count < 1:
+            raise ConfigError(f"worker_count must be at least 1, got {worker_count}",
+                              key="syncer.worker-count")
+        rec = self._record(timeout)
+        cfg = rec["cfg"]
+        if cfg.syncer.db_type == "file":
+            raise ConfigError("a file sink has no SQL workers to change",
+                              key="syncer.worker-count")
+        was_running = rec["state"] not in (PAUSED, STOPPED)
+        if was_running:
+            self._end(PAUSED, NODE_PAUSED, timeout)
+        cfg = dataclasses.replace(cfg, syncer=dataclasses.replace(cfg.syncer,
+                                                                  worker_count=worker_count))
+        RayCalls.get_within(RayCalls.call(self._record_actor(), "set_config", cfg), timeout)
+        if was_running:
+            _start(self.cluster, self.name, cfg, timeout)
+        return self.status()
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """Stop with a final checkpoint (returned); the registry records the drainer
+        ``offline`` (pumps stop keeping binlogs for it). The task's record stays:
+        :meth:`resume` starts it again, :meth:`remove` forgets it."""
+        return self._end(STOPPED, OFFLINE, timeout)
+
+    def remove(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop the task if it runs (offline in the registry) and forget it."""
+        rec = self._record(timeout)
+        if rec["state"] not in (PAUSED, STOPPED):
+            self._end(STOPPED, OFFLINE, timeout)
+        RayCalls.kill(self._record_actor())
+
+    # -- inside -------------------------------------------------------------------------
+    def _record_actor(self):
+        actor = RayCalls.find_actor(record_actor_name(self.name), self.cluster.namespace)
+        if actor is None:
+            raise UnavailableError(f"replication task {self.name!r} was removed (no "
+                                   f"{record_actor_name(self.name)!r} actor in namespace "
+                                   f"{self.cluster.namespace!r})")
+        return actor
+
+    def _record(self, timeout: float) -> dict:
+        try:
+            return RayCalls.get_within(RayCalls.call(self._record_actor(), "get"), timeout)
+        except Exception as exc:
+            if isinstance(exc, UnavailableError):
+                raise
+            raise UnavailableError(f"the record of task {self.name!r} did not answer within "
+                                   f"{timeout:g} s: {exc}") from exc
+
+    def _drainer(self, timeout: float) -> Drainer:
+        return Drainer.attach(self.name, self.cluster.namespace, timeout)
+
+    def _end(self, state: str, node_state: str, timeout: float) -> int:
+        rec = self._record(timeout)
+        if rec["state"] in (PAUSED, STOPPED):
+            RayCalls.call(self._record_actor(), "set_state", state)
+            return rec["last_checkpoint_ts"]
+        drainer = self._drainer(timeout)
+        result = drainer.stop(final_state=node_state, timeout=timeout)
+        checkpoint = int(result.get("commit_ts") or 0)
+        RayCalls.get_within(RayCalls.call(self._record_actor(), "set_state", state,
+                                          checkpoint), timeout)
+        log.info("replication task %s %s at checkpoint %d", self.name, state, checkpoint)
+        return checkpoint
+
+
+def _start(cluster: Cluster, name: str, cfg: DrainerConfig, timeout: float) -> Drainer:
+    drainer = Drainer.start(cfg, registry=cluster.registry, namespace=cluster.namespace,
+                            name=name, detached=True, start_timeout_s=timeout)
+    record = RayCalls.find_actor(record_actor_name(name), cluster.namespace)
+    if record is not None:
+        RayCalls.get_within(RayCalls.call(record, "set_state", "running"), timeout)
+    return drainer
+
+
+def _load_config(config, *, to, filters, worker_count, initial_commit_ts,
+                 overrides) -> DrainerConfig:
+    if isinstance(config, DrainerConfig):
+        if to or filters or worker_count is not None or initial_commit_ts is not None \
+                or overrides:
+            raise ConfigError("pass a drainer.toml path or a dict of keys to combine with "
+                              "to=/filters=/worker_count=/initial_commit_ts=/overrides=, "
+                              "not a loaded config", key="config")
+        return config
+    keys: dict = {}
+    path = None
+    if isinstance(config, dict):
+        keys.update(config)
+    elif config is not None:
+        path = Path(config)
+        if not path.is_file():
+            raise ConfigError(f"no drainer config file at {str(path)!r}", key="config")
+    keys.update({f"syncer.to.{k}": v for k, v in (to or {}).items()})
+    keys.update({f"syncer.{k}": v for k, v in (filters or {}).items()})
+    if worker_count is not None:
+        keys["syncer.worker-count"] = worker_count
+    if initial_commit_ts is not None:
+        keys["initial-commit-ts"] = initial_commit_ts
+    keys.update(overrides or {})
+    return load_drainer_config(path, keys)

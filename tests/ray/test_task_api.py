@@ -1,0 +1,105 @@
+"""The task API (cluster/api.py) on a real local Ray: a task submitted from one driver
+(a subprocess that exits) is found from another (this test process) by name, observed
+and controlled (status, lag, checkpoint, pause, resume, update, stop, remove), and two
+tasks to two downstreams run side by side. Its actors carry the dashboard names."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from drainer_helpers import rows, shop_stack, write
+
+from cluster.api import connect
+from tidb_binlog.errors import ConfigError, UnavailableError
+
+pytestmark = [pytest.mark.timeout(600)]
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def task_keys(db) -> dict:
+    return {"syncer.to.host": db.host, "syncer.to.port": db.port,
+            "syncer.to.user": db.user, "syncer.to.password": db.password,
+            "syncer.worker-count": 2, "initial-commit-ts": 0, "detect-interval": 30,
+            "addr": "127.0.0.1:0"}
+
+
+@pytest.fixture
+def stack(ray_local, mariadb_factory, tmp_path):
+    yield from shop_stack(mariadb_factory, tmp_path)
+
+
+def submit_from_another_driver(ray, namespace: str, name: str, keys: dict) -> None:
+    """Submit ``name`` from a separate Python process that then exits."""
+    script = textwrap.dedent(f"""
+        from cluster.api import connect
+        cluster = connect(address={ray.get_runtime_context().gcs_address!r},
+                          namespace={namespace!r})
+        task = cluster.submit({name!r}, {keys!r})
+        print("submitted", task.status().state)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": REPO})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "submitted" in out.stdout
+
+
+def test_submit_from_one_driver_supervise_from_another_and_two_tasks_side_by_side(
+        stack, mariadb_factory, ray_local):
+    ray = ray_local
+    up_db, down_db, cluster, upstream = stack
+    ns = cluster.namespace
+    submit_from_another_driver(ray, ns, "orders", task_keys(down_db))
+
+    api = connect(namespace=ns)        # this driver: ray.init'ed in another namespace
+    task = api.task("orders")          # found by name; its driver has exited
+    names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a["namespace"] == ns}
+    assert {"orders-merger", "orders-keeper", "orders-coordinator", "orders-worker-0",
+            "orders-worker-1", "orders-task", "pump-0"} <= names
+
+    write(upstream, 0, 5)
+    st = task.wait_synced(timeout=120)
+    assert st.state == "running" and st.error is None and st.pumps == ("pump-0",)
+    assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
+    assert task.lag() is not None and task.checkpoint() >= st.checkpoint_ts
+
+    # pause: final checkpoint, actors gone, resumable from this driver
+    cp = task.pause()
+    assert cp >= st.checkpoint_ts
+    assert task.status().state == "paused"
+    assert "orders-merger" not in [a["name"] for a in
+                                   ray.util.list_named_actors(all_namespaces=True)]
+    write(upstream, 5, 5)
+    task.resume()
+    task.wait_synced(timeout=120)
+    assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
+
+    # a second task to a second downstream, side by side
+    down2 = mariadb_factory("down2")
+    with pytest.raises(ConfigError, match="exists"):
+        api.submit("orders", task_keys(down2))
+    other = api.submit("copy", task_keys(down2), worker_count=3)
+    assert sorted(t.name for t in api.tasks()) == ["copy", "orders"]
+    write(upstream, 10, 5)
+    other.wait_synced(timeout=120)
+    task.wait_synced(timeout=120)
+    assert rows(down2, "shop.t") == rows(up_db, "shop.t") == rows(down_db, "shop.t")
+
+    # fewer workers: stop with the final checkpoint, restart with the new count
+    assert other.update(worker_count=1).worker_count == 1
+    write(upstream, 15, 5)
+    other.wait_synced(timeout=120)
+    assert rows(down2, "shop.t") == rows(up_db, "shop.t")
+
+    task.stop()
+    assert task.status().state == "stopped"
+    task.remove()
+    other.remove()
+    assert api.tasks() == []
+    with pytest.raises(UnavailableError, match="no replication task named 'orders'"):
+        api.task("orders")
