@@ -24,7 +24,7 @@ process kind (``upstream`` is this driver process, which runs the emulator and t
 client; Ray actors by class name: ``PumpActor``, ``MergerActor``, ``SchemaKeeperActor``,
 ``CoordinatorActor``, each ``SqlWorkerActor``) as MB and as a multiple of the data size.
 ``data_mb`` is the Prewrite binlog's encoded size (its ``ByteSize()``, or the
-parts handed to ``write_prewrite_parts``: the row data as
+size handed to ``write_prewrite_from``: the row data as
 TiDB's row format encodes it, plus a few bytes of framing per row); ``pump_vlog_mb`` the
 pumps' value logs at the end (a Prewrite stored more than once shows here). A failed
 commit is reported (``FAILED=<error>``) with the memory up to then.
@@ -196,10 +196,23 @@ def main(argv=None) -> int:
             finally:
                 prewrite["s"] = time.perf_counter() - t0
 
-        # the emulator calls writer.write_prewrite_parts when there is one, else write_binlog
+        write_from = getattr(client, "write_prewrite_from", None)
+
+        def timed_from(start_ts, size, fill):
+            prewrite["bytes"] = size
+            t0 = time.perf_counter()
+            try:
+                return write_from(start_ts, size, fill)
+            finally:
+                prewrite["s"] = time.perf_counter() - t0
+
+        # the emulator calls writer.write_prewrite_from (or _parts) when there is one,
+        # else write_binlog
         client.write_binlog = timed_write
         if write_parts is not None:
             client.write_prewrite_parts = timed_parts
+        if write_from is not None:
+            client.write_prewrite_from = timed_from
         peak = PeakRss(pids)
         t0 = time.perf_counter()
         failed = None

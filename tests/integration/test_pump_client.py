@@ -476,3 +476,19 @@ def test_a_prewrite_given_as_parts_is_sent_as_the_same_binlog(size):
                 client.write_prewrite_parts(13, [payload])
     finally:
         pump.stop()
+
+
+@pytest.mark.parametrize("size", [300, (1 << 20) + 7])
+def test_a_prewrite_written_by_the_caller_into_the_request_is_the_same_binlog(size):
+    """``write_prewrite_from``: the upstream writes its Prewrite into the request."""
+    pump = StoringPump("from", 9)
+    payload = encode(prewrite(21, bytes(range(256)) * (size // 256 + 1), prewrite_key=b"k"))
+    try:
+        with PumpClient(None, cluster_id=9, pumps=[pump.addr], probe_interval_s=3600) as client:
+            assert client.write_prewrite_from(21, len(payload),
+                                              lambda out: out.write(payload)) == pump.addr
+            with pytest.raises(ValueError, match="fill wrote 3 bytes, not the 9 announced"):
+                client.write_prewrite_from(22, 9, lambda out: out.write(b"abc"))
+        assert [encode(b) for b in pump.binlogs] == [payload]
+    finally:
+        pump.stop()

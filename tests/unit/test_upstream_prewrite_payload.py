@@ -38,3 +38,18 @@ def test_the_payload_is_what_protobuf_writes(start_ts, version, muts, key):
     assert payload == _protobuf(start_ts, version, muts, key)
     b = bl.decode(payload)
     assert b.tp == bl.BinlogType.PREWRITE and b.start_ts == start_ts
+
+
+@pytest.mark.parametrize("start_ts,version,muts,key", CASES)
+def test_the_encoder_says_its_size_and_consumes_the_rows_it_wrote(start_ts, version, muts, key):
+    import io
+
+    from tidb_binlog.upstream.prewrite_payload import PrewriteEncoder
+
+    want = _protobuf(start_ts, version, muts, key)
+    enc = PrewriteEncoder(start_ts, version, muts, key)
+    assert enc.size == len(want)
+    out = io.BytesIO()
+    enc.write_to(out, consume=True)
+    assert out.getvalue() == want
+    assert all(r is None for m in muts for r in (*m.inserted, *m.updated, *m.deleted))

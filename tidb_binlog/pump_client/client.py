@@ -81,6 +81,7 @@ Bounded waits
 
 from __future__ import annotations
 
+import io
 import logging
 import random
 import threading
@@ -111,6 +112,7 @@ from tidb_binlog.pump_client.transport import (
     PumpChannel,
     PumpTLS,
     write_request_bytes,
+    write_request_head,
 )
 
 __all__ = ["PumpClient", "PumpClientTimeout", "WriteResult", "LOCAL_PUMP_ID",
@@ -240,6 +242,33 @@ class PumpClient:
             return self._write_finish(binlog, encode(binlog), kind)
         finally:
             metrics.WRITE_SECONDS[kind].observe(time.monotonic() - started)
+
+    def write_prewrite_from(self, start_ts: int, size: int, fill) -> str:
+        """``write_binlog`` of a Prewrite the caller writes itself: ``fill(out)`` writes
+        the ``size`` bytes of the marshalled ``Binlog`` into binary stream ``out``, once.
+        A large one is written straight into the request being built (its header
+        first), so the request is the only copy of the payload; a caller that frees
+        what it wrote as it goes (the upstream drops each row image once written)
+        never holds its data twice. Raises ValueError when ``fill`` wrote another size
+        (nothing is sent)."""
+        started = time.monotonic()
+        try:
+            self._check_size(start_ts, size)
+            large = size >= LARGE_REQUEST_BYTES
+            out = io.BytesIO()
+            head = write_request_head(self.cluster_id, size) if large else b""
+            out.write(head)
+            fill(out)
+            if out.tell() != len(head) + size:
+                raise ValueError(f"prewrite of start_ts={start_ts}: fill wrote "
+                                 f"{out.tell() - len(head)} bytes, not the {size} announced")
+            data = out.getvalue()  # the stream's own buffer, not a copy
+            out.close()
+            payload = _Serialized(data, size) if large else data
+            del data
+            return self._write_prewrite(start_ts, payload, {})
+        finally:
+            metrics.WRITE_SECONDS["prewrite"].observe(time.monotonic() - started)
 
     def write_prewrite_parts(self, start_ts: int, parts: list) -> str:
         """``write_binlog`` of a Prewrite the caller serialized itself: ``parts`` (a list

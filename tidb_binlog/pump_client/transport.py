@@ -38,7 +38,8 @@ from tidb_binlog.errors import ConfigError, ProtocolError, UnavailableError
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE_BYTES", "PumpTLS", "PumpChannel", "grpc_target",
-           "channel_options", "translate_error", "close_in_background", "write_request_bytes"]
+           "channel_options", "translate_error", "close_in_background", "write_request_bytes",
+           "write_request_head"]
 
 # gRPC's largest message (a signed 32-bit length); TiDB's own limit is the same order.
 DEFAULT_MAX_MESSAGE_SIZE_BYTES = (1 << 31) - 1
@@ -60,14 +61,19 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+def write_request_head(cluster_id: int, payload_size: int) -> bytes:
+    """The bytes of a serialized ``WriteBinlogReq`` that come before its payload."""
+    head = b"\x08" + _varint(cluster_id) if cluster_id else b""
+    return head + b"\x12" + _varint(payload_size)
+
+
 def write_request_bytes(cluster_id: int, parts: list) -> bytes:
     """The serialized ``WriteBinlogReq{clusterID, payload}`` whose payload is the
     concatenation of ``parts``, built with ONE copy of them (what protobuf writes:
     ``08 <clusterID> 12 <len> payload``). ``parts`` is emptied, so once the caller
     drops its own references the parts are freed while the request is in flight."""
     size = sum(len(p) for p in parts)
-    head = b"\x08" + _varint(cluster_id) if cluster_id else b""
-    request = b"".join([head, b"\x12", _varint(size), *parts])
+    request = b"".join([write_request_head(cluster_id, size), *parts])
     parts.clear()
     return request
 

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import SchemaChanged, UpstreamError
 from tidb_binlog.model import HANDLE_ROWID, TableInfo
-from tidb_binlog.upstream.prewrite_payload import prewrite_payload
+from tidb_binlog.upstream.prewrite_payload import PrewriteEncoder
 from tidb_binlog.upstream.rows import TableCodec, quote_id
 
 __all__ = ["DmlCapture", "Raw"]
@@ -352,11 +352,11 @@ class DmlCapture:
         return out
 
     # -- output ----------------------------------------------------------------------
-    def _prewrite_payload(self, schema_version: int) -> bytes:
-        """The serialized Prewrite binlog, built from the row images with one copy
-        (:func:`~tidb_binlog.upstream.prewrite_payload.prewrite_payload`)."""
-        return prewrite_payload(self.start_ts, schema_version,
-                                [m for m in self._muts.values() if m.sequence], self._primary)
+    def _prewrite_encoder(self, schema_version: int) -> PrewriteEncoder:
+        """The serialized Prewrite binlog, written from the row images with one copy
+        (:class:`~tidb_binlog.upstream.prewrite_payload.PrewriteEncoder`)."""
+        return PrewriteEncoder(self.start_ts, schema_version,
+                               [m for m in self._muts.values() if m.sequence], self._primary)
 
     def _prewrite_value(self, schema_version: int) -> bytes:
         muts = [bl.new_table_mutation(m.table_id, inserted_rows=m.inserted, updated_rows=m.updated,

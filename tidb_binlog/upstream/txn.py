@@ -250,18 +250,18 @@ class Txn(DmlCapture):
             else:
                 self._finish_plain(commit=True)
             return 0
-        # A writer that takes a serialized Prewrite (the pump client) gets it built
-        # straight from the row images, which are then dropped (prewrite_payload.py:
-        # one copy of the rows instead of four); any other writer gets a Binlog.
-        write_parts = getattr(up.writer, "write_prewrite_parts", None)
+        # A writer that takes a serialized Prewrite (the pump client) gets it written
+        # straight from the row images into its request, each dropped once written
+        # (prewrite_payload.py: one copy of the rows instead of four, never both whole);
+        # any other writer gets a Binlog.
+        write_from = getattr(up.writer, "write_prewrite_from", None)
         try:
             version = self._check_schema() if up.check_schema_at_commit else self._version
-            if write_parts is None:
+            if write_from is None:
                 prewrite = bl.prewrite(self.start_ts, self._prewrite_value(version),
                                        prewrite_key=self._primary)
             else:
-                parts = [self._prewrite_payload(version)]
-                self._muts.clear()  # the payload holds the rows now; nothing reads them again
+                encoder = self._prewrite_encoder(version)
         except BaseException:
             self._finish_plain(commit=False)
             raise
@@ -269,10 +269,15 @@ class Txn(DmlCapture):
             if up.faults.take("fail_prewrite"):
                 raise PumpUnavailable("fault knob fail_prewrite: the prewrite binlog was not "
                                       f"written; transaction start_ts={self.start_ts} rolled back")
-            if write_parts is None:
+            if write_from is None:
                 up.writer.write_binlog(prewrite)
             else:
-                write_parts(self.start_ts, parts)  # empties parts: the payload dies with the send
+                try:  # each row image is dropped once written into the request
+                    write_from(self.start_ts, encoder.size,
+                               lambda out: encoder.write_to(out, consume=True))
+                finally:
+                    del encoder
+                    self._muts.clear()  # nothing reads the row images after the Prewrite
         except BaseException as exc:
             self._finish_plain(commit=False)
             up.send_finish(self._finish(bl.BinlogType.ROLLBACK, 0))
