@@ -34,7 +34,8 @@ from tidb_binlog.config._toml import _load, _to_toml
 from tidb_binlog.errors import ConfigError
 
 __all__ = ["SparkConfig", "DatabaseConfig", "DiffConfig", "SparkJobConfig",
-           "LoadConfig", "load_spark_config", "DEFAULT_JDBC_JARS"]  # fmt: skip
+           "LoadConfig", "RestoreConfig", "load_spark_config",
+           "DEFAULT_JDBC_JARS"]  # fmt: skip
 
 # Where Debian's libmariadb-java (installed by scripts/setup.sh) puts the driver.
 DEFAULT_JDBC_JARS = ("/usr/share/java/mariadb-java-client.jar",)
@@ -110,6 +111,32 @@ class LoadConfig:
 
 
 @dataclass(frozen=True)
+class RestoreConfig:
+    """``[restore]``: replay a file-sink directory into the downstream (``tidb-binlog spark
+    restore``), reparo's job in parallel Spark tasks; always in safe mode."""
+
+    # The directory the drainer's file sink writes (drainer.toml [syncer.to] dir).
+    data_dir: str = _opt("data-dir", _STR, "")
+    # Records with start-tso <= commit_ts <= stop-tso (0: no bound).
+    start_tso: int = _opt("start-tso", _int_kind(0), 0)
+    stop_tso: int = _opt("stop-tso", _int_kind(0), 0)
+    # Row changes per downstream transaction in a task.
+    txn_batch: int = _opt("txn-batch", _int_kind(1), 100)
+    # Key-hash partitions (Spark tasks) per stage; 0 = every Spark task slot.
+    partitions: int = _opt("partitions", _int_kind(0), 0)
+    # A stretch between two DDLs with fewer row changes is applied by the driver itself
+    # (a Spark stage costs more than it saves on a few hundred rows).
+    min_spark_rows: int = _opt("min-spark-rows", _int_kind(0), 500)
+    # Schemas to keep / drop (reparo's replicate-do-db / replicate-ignore-db rules).
+    replicate_do_db: tuple[str, ...] = _opt("replicate-do-db",
+                                            _list_kind(_STR, "an array of strings"), ())
+    replicate_ignore_db: tuple[str, ...] = _opt("replicate-ignore-db",
+                                                _list_kind(_STR, "an array of strings"), ())
+    # Session time zone the rows are written in: the drainer's [syncer.to.params] time_zone.
+    time_zone: str = _opt("time-zone", _STR, "+00:00")
+
+
+@dataclass(frozen=True)
 class SparkJobConfig:
     """spark.toml: ``[spark]``, the two servers, and each job's section."""
 
@@ -118,6 +145,7 @@ class SparkJobConfig:
     downstream: DatabaseConfig = _section("downstream", DatabaseConfig)
     diff: DiffConfig = _section("diff", DiffConfig)
     load: LoadConfig = _section("load", LoadConfig)
+    restore: RestoreConfig = _section("restore", RestoreConfig)
 
     def to_toml(self) -> str:
         return _to_toml(self)
