@@ -381,9 +381,9 @@ class ValueLog:
         end = HEADER_SIZE + length
         if len(raw) >= end:
             payload = raw[HEADER_SIZE:end]
-        else:
-            payload = raw[HEADER_SIZE:] + self._pread(fd, seg, end - len(raw),
-                                                      ptr.offset + len(raw))
+        else:  # read the payload whole again: one buffer, no joining copy of a big one
+            del raw
+            payload = self._pread(fd, seg, length, ptr.offset + HEADER_SIZE)
         return self._checked(payload, length, crc, seg, ptr)
 
     def read_first(self, ptr: ValuePointer, size_hint_bytes: int) -> tuple[bytes, bool]:
