@@ -39,6 +39,7 @@ from actors.task_record import record_actor_name, start_task_record
 from cluster.drainer import STATUS_TIMEOUT_S, STOP_TIMEOUT_S, Drainer
 from cluster.registry import REGISTRY_NAME, connect_registry, get_or_create_registry
 from tidb_binlog.config import DrainerConfig, load_drainer_config
+from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE, check_task_name
 from tidb_binlog.drainer.pipeline.task_status import (
     PAUSED,
@@ -182,7 +183,7 @@ class ReplicationTask:
                                           worker_count=cfg.syncer.worker_count, sink=sink)
         try:
             report = self._drainer(timeout).status(timeout)
-        except UnavailableError as exc:
+        except (UnavailableError, PipelineReset) as exc:  # restarting, or its node is gone
             return TaskStatus.not_running(self.name, UNREACHABLE, error=str(exc),
                                           worker_count=cfg.syncer.worker_count, sink=sink)
         return TaskStatus.from_report(self.name, report, sink=sink,
@@ -204,7 +205,7 @@ class ReplicationTask:
         deadline = time.monotonic() + timeout
         st = self.status(timeout)
         while st.checkpoint_ts < target:
-            if st.state not in ("running", "starting"):
+            if st.state not in ("running", "starting", UNREACHABLE):  # Ray restarts actors
                 raise UnavailableError(f"task {self.name!r} is {st.state}, not syncing"
                                        + (f": {st.error}" if st.error else ""))
             if time.monotonic() > deadline:

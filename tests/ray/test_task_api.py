@@ -5,6 +5,7 @@ tasks to two downstreams run side by side. Its actors carry the dashboard names.
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
@@ -42,10 +43,20 @@ def submit_from_another_driver(ray, namespace: str, name: str, keys: dict) -> No
         task = cluster.submit({name!r}, {keys!r})
         print("submitted", task.status().state)
     """)
-    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": REPO})
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "submitted" in out.stdout
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": REPO})
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "submitted" in stdout
+    # Ray warns (in the creating driver's core log) of an actor with max_restarts > 0 whose
+    # constructor arguments live in the object store (handles, refs): a named task has none.
+    session = ray._private.worker._global_node.get_session_dir_path()  # private: test only
+    logs = glob.glob(os.path.join(session, "logs", f"python-core-driver-*_{proc.pid}.log"))
+    assert logs, "the submitting driver's core log is missing"
+    for path in logs:
+        with open(path, errors="replace") as f:
+            assert "constructor arguments in the object store" not in f.read()
 
 
 def test_submit_from_one_driver_supervise_from_another_and_two_tasks_side_by_side(
@@ -67,6 +78,14 @@ def test_submit_from_one_driver_supervise_from_another_and_two_tasks_side_by_sid
     assert st.state == "running" and st.error is None and st.pumps == ("pump-0",)
     assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
     assert task.lag() is not None and task.checkpoint() >= st.checkpoint_ts
+
+    # Ray restarts a killed actor of the task from its settings alone (its creator is
+    # gone): the coordinator finds its workers by name, the merger resets the pipeline.
+    coordinator = ray.get_actor("orders-coordinator", namespace=ns)
+    ray.kill(coordinator, no_restart=False)
+    write(upstream, 100, 3)
+    task.wait_synced(timeout=180)
+    assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
 
     # pause: final checkpoint, actors gone, resumable from this driver
     cp = task.pause()
