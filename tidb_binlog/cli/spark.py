@@ -2,6 +2,7 @@
 
     tidb-binlog spark load --config spark.toml [--tables db db.table ...]
     tidb-binlog spark diff --config spark.toml [--tables db db.table ...] [--fix-sql-file f]
+    tidb-binlog spark restore --config spark.toml [--data-dir d] [--start-tso t] [--stop-tso t]
 
 Each job reads spark.toml (``tidb_binlog/config/spark.py``; every key in
 ``tidb_binlog/CONFIG.md``), joins the Ray cluster of ``--ray-address`` / ``$RAY_ADDRESS``
@@ -18,11 +19,11 @@ import time
 
 __all__ = ["register"]
 
-JOBS = ("load", "diff")
+JOBS = ("load", "diff", "restore")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("spark", help="Spark jobs on the Ray cluster (load, diff)",
+    p = sub.add_parser("spark", help="Spark jobs on the Ray cluster (load, diff, restore)",
                        description=__doc__.split("\n\n")[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     jobs = p.add_subparsers(dest="job", metavar="JOB")
@@ -39,6 +40,15 @@ def register(sub) -> None:
     d.add_argument("--fix-sql-file", help="where the fix SQL goes (default: [diff] fix-sql-file)")
     d.add_argument("--chunk-size", type=int, help="rows per checksum chunk (default 50000)")
     d.set_defaults(func=run_diff)
+    r = jobs.add_parser("restore", help="replay a file-sink directory into the downstream "
+                        "(reparo in parallel, safe mode)")
+    _common(r)
+    r.add_argument("--data-dir", help="the file sink's directory (default: [restore] data-dir)")
+    r.add_argument("--start-tso", type=int, help="first commit_ts to apply (default: "
+                   "[restore] start-tso, 0 = from the start)")
+    r.add_argument("--stop-tso", type=int, help="last commit_ts to apply (default: [restore] "
+                   "stop-tso, 0 = to the end)")
+    r.set_defaults(func=run_restore)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -149,4 +159,40 @@ def run_load(args) -> int:
                   f"{result.spark_start_s:.1f} s, copy stage {result.stage_s:.1f} s)")
     console.print(f"snapshot commit_ts: {result.ts}; start replication from it:")
     console.print(f"  {result.drainer_command}", highlight=False)
+    return 0
+
+
+def run_restore(args) -> int:
+    # start-up time: rich, Spark and Ray load only when the job runs (main.py's rule)
+    from rich.table import Table
+
+    # start-up time (as above)
+    from spark_on_ray import restore
+
+    cfg = _load(args, {"restore.data-dir": args.data_dir, "restore.start-tso": args.start_tso,
+                       "restore.stop-tso": args.stop_tso})
+    console = _console()
+    t0 = time.monotonic()
+    with _Progress(console) as progress:
+        progress("start", 0, 1)
+        result = restore.run(cfg, progress=progress, ray_address=args.ray_address)
+    rc = cfg.restore
+    console.print(f"restore: {rc.data_dir} [{rc.start_tso}, {rc.stop_tso or 'end'}] -> "
+                  f"{cfg.downstream.where()} (safe mode)", highlight=False)
+    table = Table()
+    table.add_column("table")
+    table.add_column("row changes", justify="right")
+    for name, rows in sorted(result.rows_per_table.items()):
+        table.add_row(name, str(rows))
+    console.print(table)
+    console.print(f"{result.records} record(s) from {len(result.files)} file(s), "
+                  f"{result.filtered} filtered out; {result.txns} transaction(s), "
+                  f"{result.rows} row change(s), {result.ddls} DDL(s); {result.stretches} "
+                  f"stretch(es) between DDLs, {result.spark_stages} on Spark "
+                  f"({result.partitions} partitions); {time.monotonic() - t0:.1f} s (read "
+                  f"{result.read_s:.1f} s, apply {result.apply_s:.1f} s, Spark start "
+                  f"{result.spark_start_s:.1f} s)")
+    if result.last_ts:
+        console.print(f"the downstream holds every change up to commit_ts {result.last_ts}; "
+                      f"continue with --start-tso {result.last_ts + 1}")
     return 0
