@@ -86,6 +86,7 @@ class Cluster:
         self.registry = registry
         self.namespace = namespace
         self._local = None  # the LocalCluster that start_pumps used
+        self._tso = None
 
     # -- pumps --------------------------------------------------------------------------
     def start_pumps(self, n: int, work_dir: str | Path, *, upstream: dict | None = None,
@@ -109,6 +110,21 @@ class Cluster:
     def pumps(self) -> list[NodeStatus]:
         """The registry's pump records (node id, address, state)."""
         return self.registry.nodes(PUMP)
+
+    def pump_client(self, **kw):
+        """A pump client following the registry: what the upstream (TiDB's role) writes
+        its binlogs through. Close it when done."""
+        from tidb_binlog.pump_client import PumpClient
+
+        return PumpClient(self.registry, **kw)
+
+    def get_ts(self) -> int:
+        """A timestamp from the registry's TSO (PD's role), batched like PD's client."""
+        if self._tso is None:
+            from tidb_binlog.upstream.tso_batch import TsoBatcher
+
+            self._tso = TsoBatcher(self.registry.get_ts)
+        return self._tso.get_ts()
 
     # -- tasks ---------------------------------------------------------------------------
     def submit(self, name: str, config: str | Path | dict | DrainerConfig | None = None, *,
