@@ -269,7 +269,13 @@ class BatchBuilder:
         self.spec = spec
         self.schema = change_schema(spec)
         self._convert = [converter(c) for c in spec.columns]
+        # Only text columns (str already, bytes rarely) and types Arrow takes as they are:
+        # the whole image goes to Arrow in one call; a failure retries column by column,
+        # which names the column.
+        self._direct = all(conv is None or c.tp in _TEXT_TYPES or c.tp == TypeCode.GEOMETRY
+                           for c, conv in zip(spec.columns, self._convert, strict=True))
         self._names = [c.name for c in spec.columns]
+        self._row_bytes = 16 + 16 * len(self._names)
         self.commit_ts: list[int] = []
         self.ops: list[str] = []
         self.before: list[dict | None] = []
@@ -285,8 +291,7 @@ class BatchBuilder:
         self.ops.append(op)
         self.before.append(before)
         self.after.append(after)
-        self.approx_bytes += 32 + 16 * len(self._names) * ((before is not None)
-                                                           + (after is not None))
+        self.approx_bytes += self._row_bytes * ((before is not None) + (after is not None))
 
     def build(self) -> pa.RecordBatch:
         """The batch of everything added (in the order added)."""
@@ -297,6 +302,11 @@ class BatchBuilder:
             schema=self.schema)
 
     def _image(self, rows: Sequence[dict | None], struct_type: pa.StructType) -> pa.Array:
+        if self._direct and struct_type.num_fields:
+            try:
+                return pa.array(rows, struct_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                pass  # column by column below: the error names the column and the value
         mask = pa.array([r is None for r in rows], pa.bool_())
         children = []
         for i, name in enumerate(self._names):

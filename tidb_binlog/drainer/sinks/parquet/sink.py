@@ -68,10 +68,18 @@ FLUSH_INTERVAL_S = 3.0
 COMPRESSION = "zstd"
 
 
+_DAY_MS = 86_400_000
+_dates: dict[int, str] = {}
+
+
 def commit_date(commit_ts: int) -> str:
     """The UTC date of a TSO (its physical part is milliseconds since the epoch)."""
-    ms = commit_ts >> 18
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).date().isoformat()
+    day = (commit_ts >> 18) // _DAY_MS
+    date = _dates.get(day)
+    if date is None:
+        date = (datetime.date(1970, 1, 1) + datetime.timedelta(days=day)).isoformat()
+        _dates[day] = date
+    return date
 
 
 class ParquetLake:
@@ -129,6 +137,7 @@ class ParquetLake:
     def apply(self, items) -> int:
         """Buffer ``(commit_ts, Changes | None, schema_version)`` items; flush when due."""
         self._open()
+        last_spec = last_date = last_builder = None
         for commit_ts, changes, version in items:
             if commit_ts <= self.applied_ts:
                 self.skipped += 1
@@ -136,15 +145,20 @@ class ParquetLake:
             if changes is not None and changes.ddl is not None:
                 self.flush()
                 self._commit_ddl(commit_ts, changes.ddl, version)
+                last_spec = last_date = last_builder = None
                 continue
             if changes is not None:
                 date = commit_date(commit_ts)
                 for spec, op, before, after in changes.rows:
-                    key = (spec, date)
-                    builder = self._groups.get(key)
-                    if builder is None:
-                        builder = self._groups[key] = BatchBuilder(spec)
-                        self._group_first[key] = commit_ts
+                    if spec is last_spec and date is last_date:  # no deep hash of the spec
+                        builder = last_builder
+                    else:
+                        key = (spec, date)
+                        builder = self._groups.get(key)
+                        if builder is None:
+                            builder = self._groups[key] = BatchBuilder(spec)
+                            self._group_first[key] = commit_ts
+                        last_spec, last_date, last_builder = spec, date, builder
                     size = builder.approx_bytes
                     builder.add(commit_ts, op, before, after)
                     self._pending_bytes += builder.approx_bytes - size
@@ -153,6 +167,7 @@ class ParquetLake:
             self.schema_version = max(self.schema_version, version)
             if self._pending_rows >= self.flush_rows or self._pending_bytes >= self.flush_bytes:
                 self.flush()
+                last_spec = last_date = last_builder = None
         self._maybe_flush_by_time()
         return self.applied_ts
 
