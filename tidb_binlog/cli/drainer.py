@@ -60,7 +60,10 @@ _FLAG_KEYS = {
 def register(sub) -> None:
     p = sub.add_parser("drainer", help="run a drainer (replicate the pumps' binlogs downstream)",
                        description=__doc__.split("\n\n")[1])
-    p.add_argument("--config", "-config", help="drainer.toml")
+    p.add_argument("--config", "-config",
+                   help="drainer.toml; [syncer] db-type picks the sink: mysql, tidb, file (pb "
+                        "binlog files) or parquet (a change-log lake); examples: "
+                        "config/drainer.toml, drainer-file.toml, drainer-parquet.toml")
     p.add_argument("--addr", help="Cistern gRPC listen address host:port (default "
                    "127.0.0.1:8249)")
     p.add_argument("--advertise-addr", help="address registered for pumps (default addr)")
