@@ -124,8 +124,8 @@ def recover_if_needed(settings, upstream_error: Callable[[], str | None]
                       ) -> RecoverySummary | None:
     """The drainer's start-up rule (TiDB's ``feedByRelayLogIfNeed``), None when it does not apply.
 
-    It applies when ``settings.relay_dir`` is set, the downstream checkpoint
-    (``settings.cluster_id``; 0 = the table's only row) is not consistent, and
+    It applies when ``settings.relay_dir`` is set, the downstream checkpoint (the
+    table's only row, as TiDB's recovery without PD reads it) is not consistent, and
     ``upstream_error()`` says why the upstream (the registry and its pumps) cannot be
     reached (None: reachable, the task replays from the checkpoint as usual). Then the
     relay log is applied through reparo's apply path in safe mode and the summary is
@@ -136,8 +136,9 @@ def recover_if_needed(settings, upstream_error: Callable[[], str | None]
     from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore
     from tidb_binlog.reparo.apply import MysqlApplier
 
-    store = MySQLCheckpointStore(settings.downstream, settings.cluster_id,
-                                 schema=settings.checkpoint_schema,
+    # cluster id 0: the table's only row. Without the registry the cluster id is unknown
+    # (drainer.toml's cluster-id is a default, the registry's is the real one).
+    store = MySQLCheckpointStore(settings.downstream, 0, schema=settings.checkpoint_schema,
                                  table=settings.checkpoint_table)
     try:
         cp = store.load()
