@@ -5,13 +5,15 @@ from __future__ import annotations
 import datetime
 import json
 from decimal import Decimal
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema, Txn
 from tidb_binlog.drainer.sinks.parquet.arrow import ColumnSpec, TableSpec, arrow_type
-from tidb_binlog.drainer.sinks.parquet.keeper import Changes
+from tidb_binlog.drainer.sinks.parquet.keeper import Changes, ParquetKeeper
 from tidb_binlog.drainer.sinks.parquet.manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -21,6 +23,7 @@ from tidb_binlog.drainer.sinks.parquet.manifest import (
 )
 from tidb_binlog.drainer.sinks.parquet.sink import ParquetLake, ParquetSink, commit_date
 from tidb_binlog.model.consts import Flag, TypeCode
+from tidb_binlog.model.schema import FieldType
 
 T = TypeCode
 TS0 = (1_764_000_000_000 << 18)  # 2025-11-24 UTC
@@ -193,3 +196,46 @@ def test_sink_gate_and_status(tmp_path):
     st = sink.status().as_dict()
     assert st["pending"] == 1 and st["saved_commit_ts"] == 0
     assert sink.close().commit_ts == TS0 + 1
+
+
+def test_direct_path_for_plain_columns_and_its_fallback_names_the_column(tmp_path):
+    spec = TableSpec("db", "plain", (ColumnSpec("id", T.LONG), ColumnSpec("f", T.FLOAT),
+                                     ColumnSpec("y", T.YEAR), ColumnSpec("s", T.VARCHAR),
+                                     ColumnSpec("vb", T.VARCHAR, charset="binary")))
+    lk = lake(tmp_path)
+    lk.reset()
+    row = {"id": 1, "f": -3.25, "y": 1901, "s": "ü", "vb": b"\x00"}
+    lk.apply([(TS0 + 1, Changes(rows=((spec, "insert", None, row),
+                                      (spec, "delete", {"id": 2}, None))), 1)])
+    lk.flush()
+    got = rows_of(tmp_path / "lake")
+    assert got[0]["after"] == row and got[1]["before"] == {"id": 2, "f": None, "y": None,
+                                                           "s": None, "vb": None}
+    lk.apply([(TS0 + 2, Changes(rows=((spec, "insert", None, {"id": 3, "s": b"\xfe"}),)), 1)])
+    with pytest.raises(ValueError, match="'s' is a text column"):
+        lk.flush()
+
+
+def test_keeper_changes_carry_ops_types_and_drop_ignored_ddl():
+    schema = TableSchema.build("db", "t", ["id", "v"], primary_key=["id"])
+    cols = [SimpleNamespace(name=SimpleNamespace(O="id"), type=FieldType(tp=T.LONG)),
+            SimpleNamespace(name=SimpleNamespace(O="v"), type=FieldType(tp=T.NEWDECIMAL,
+                                                                        flen=10, decimal=2))]
+    keeper = object.__new__(ParquetKeeper)
+    keeper.translator = SimpleNamespace(_views={1: SimpleNamespace(schema=schema,
+                                                                   writable=cols)})
+    keeper._ignored_dbs = frozenset({"mysql"})
+    txn = Txn(5, (DML("db", "t", DMLType.INSERT, {"id": 1, "v": "1.00"}, None, schema),
+                  DML("db", "t", DMLType.UPDATE, {"id": 1, "v": "2.00"},
+                      {"id": 1, "v": "1.00"}, schema),
+                  DML("db", "t", DMLType.DELETE, {"id": 1, "v": "2.00"}, None, schema)))
+    changes = keeper._changes(txn)
+    assert [(op, b, a) for _, op, b, a in changes.rows] == [
+        ("insert", None, {"id": 1, "v": "1.00"}),
+        ("update", {"id": 1, "v": "1.00"}, {"id": 1, "v": "2.00"}),
+        ("delete", {"id": 1, "v": "2.00"}, None)]
+    spec = changes.rows[0][0]
+    assert arrow_type(spec.columns[1]) == pa.decimal128(10, 2)
+    assert keeper._changes(Txn(6, ddl=DDL("mysql", "x", "CREATE TABLE x (a INT)", 6))) is None
+    assert keeper._changes(Txn(7, ddl=DDL("db", "t", "ALTER TABLE t ADD c INT", 7))).ddl == (
+        "db", "t", "ALTER TABLE t ADD c INT")
