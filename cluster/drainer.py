@@ -232,7 +232,10 @@ class Drainer:
                 coordinator = RayCalls.start_actor(
                     CoordinatorActor, settings, None if name else workers,
                     options={**opts, "concurrency_groups": {"status": 1},
-                             "name": names["sink"]})
+                             "name": names["sink"],
+                             # its relay log is a local directory: keep it on this node
+                             **({"scheduling_strategy": RayCalls.pinned()}
+                                if settings.relay_dir else {})})
                 keeper = RayCalls.start_actor(SchemaKeeperActor, settings,
                                               options={**opts, "name": names["keeper"]})
             drainer.keeper, drainer.coordinator = keeper, coordinator
