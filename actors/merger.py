@@ -16,7 +16,7 @@ The merge runs on a thread started by the constructor; the actor's other methods
 from __future__ import annotations
 
 from actors.coordinator import lookup_workers
-from actors.ray_calls import PipelineCalls, RayCalls
+from actors.ray_calls import PipelineCalls, RayCalls, mirror_metrics
 from tidb_binlog.drainer.pipeline.driver import TaskDriver
 from tidb_binlog.drainer.pipeline.names import sink_role, task_actor_name
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
@@ -56,6 +56,14 @@ class MergerActor:
         self.driver = TaskDriver(settings, PipelineCalls(keeper, coordinator, workers), pumps,
                                  registry=registry, service=service,
                                  has_workers=bool(workers), autostart=autostart)
+        # the drainer's metrics (the SQL workers' merged in) on the Ray dashboard too
+        self._mirror = mirror_metrics(
+            task_actor_name(settings.task, "merger") if settings.task else "merger",
+            self.driver._metrics_text) if autostart else None
+
+    def mirrored_metrics(self) -> dict:
+        """What was last copied into ``ray.util.metrics``: ``(name, tags) -> value``."""
+        return dict(self._mirror.values) if self._mirror is not None else {}
 
     def task_settings(self) -> TaskSettings:
         """The settings this task runs with (a driver finding the task by name)."""

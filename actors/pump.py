@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import os
 
-from actors.ray_calls import RayCalls
+from actors.ray_calls import RayCalls, mirror_metrics
+from tidb_binlog.drainer.pipeline.names import pump_actor_name
 from tidb_binlog.node import NodeStatus
 from tidb_binlog.packed import pack
 from tidb_binlog.pump.server import open_pump
@@ -55,6 +56,17 @@ class PumpActor:
     def __init__(self, config, *, registry=None, resolver=None, storage_factory=None):
         storage = storage_factory(config) if storage_factory is not None else None
         self._proc = open_pump(config, registry=registry, resolver=resolver, storage=storage)
+        self._mirror = mirror_metrics(pump_actor_name(self._proc.node.node_id),
+                                      self._metrics_text)
+
+    def _metrics_text(self) -> bytes:
+        node = self._proc.node
+        node.metrics.observe_storage(node.storage)
+        return node.metrics.exposition()
+
+    def mirrored_metrics(self) -> dict:
+        """What was last copied into ``ray.util.metrics``: ``(name, tags) -> value``."""
+        return dict(self._mirror.values) if self._mirror is not None else {}
 
     @property
     def node(self):

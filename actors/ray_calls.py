@@ -17,14 +17,17 @@ wait, a lookup by name, an actor class made remote) is a function here, so:
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import ray
+import ray.util.metrics
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.errors import BinlogError, UnavailableError
+from tidb_binlog.metrics_mirror import MetricsMirror
 from tidb_binlog.packed import unpack
 
 __all__ = ["RayCalls", "PipelineReset", "WorkerCalls", "PumpPullCalls", "PipelineCalls",
@@ -223,6 +226,43 @@ class RayCalls:
         except Exception as exc:
             log.debug("cannot read the recorded Ray cluster: %s", exc)
             return None
+
+
+MIRROR_INTERVAL_S = 10.0
+"""How often an actor copies its Prometheus metrics into ``ray.util.metrics``."""
+
+
+def mirror_metrics(source: str, exposition: Callable[[], bytes],
+                   interval_s: float = MIRROR_INTERVAL_S) -> MetricsMirror | None:
+    """Copy ``exposition()`` (Prometheus text) into ``ray.util.metrics`` gauges tagged
+    ``source`` every ``interval_s`` (first after 1 s), on a daemon thread of this actor,
+    so the pump's and the drainer's metrics show in the Ray dashboard and Ray's
+    Prometheus export. None (nothing started) outside Ray. A failing scrape is logged
+    and retried on the next round."""
+    if not ray.is_initialized():
+        return None
+
+    def make_gauge(name: str, description: str, tag_keys: tuple[str, ...]):
+        return ray.util.metrics.Gauge(name, description=description[:200], tag_keys=tag_keys)
+
+    mirror = MetricsMirror(make_gauge, source)
+
+    def run() -> None:
+        delay, failing = 1.0, False
+        while True:
+            time.sleep(delay)
+            delay = interval_s
+            try:
+                mirror.update(exposition())
+                failing = False
+            except Exception as exc:  # noqa: BLE001 - metrics must never stop the actor
+                (log.debug if failing else log.warning)(
+                    "metrics of %s not mirrored to Ray (retried every %g s): %s", source,
+                    interval_s, exc)
+                failing = True
+
+    threading.Thread(target=run, name="ray-metrics-mirror", daemon=True).start()
+    return mirror
 
 
 class WorkerCalls:

@@ -10,9 +10,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import urllib.request
 
 import pytest
-from drainer_helpers import rows, shop_stack, write
+from drainer_helpers import rows, shop_stack, wait_until, write
 
 from cluster.api import connect
 from tidb_binlog.errors import ConfigError, UnavailableError
@@ -32,6 +33,14 @@ def task_keys(db) -> dict:
 @pytest.fixture
 def stack(ray_local, mariadb_factory, tmp_path):
     yield from shop_stack(mariadb_factory, tmp_path)
+
+
+def _get(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.read()
+    except OSError:
+        return b""
 
 
 def submit_from_another_driver(ray, namespace: str, name: str, keys: dict) -> None:
@@ -78,6 +87,27 @@ def test_submit_from_one_driver_supervise_from_another_and_two_tasks_side_by_sid
     assert st.state == "running" and st.error is None and st.pumps == ("pump-0",)
     assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
     assert task.lag() is not None and task.checkpoint() >= st.checkpoint_ts
+
+    # the pump's and the drainer's (workers' included) metrics, copied into
+    # ray.util.metrics gauges tagged with the actor's dashboard name
+    def mirrored(actor_name, prefix):
+        values = ray.get(ray.get_actor(actor_name, namespace=ns).mirrored_metrics.remote())
+        return {name: dict(tags) for (name, tags) in values if name.startswith(prefix)}
+
+    drainer_metrics = wait_until(lambda: mirrored("orders-merger", "binlog_drainer_"),
+                                 what="drainer metrics mirrored to Ray")
+    assert {t["source"] for t in drainer_metrics.values()} == {"orders-merger"}
+    wait_until(lambda: "binlog_drainer_checkpoint_tso" in mirrored("orders-merger", "binlog_"),
+               what="the checkpoint gauge mirrored")
+    assert wait_until(lambda: mirrored("pump-0", "binlog_pump_"),
+                      what="pump metrics mirrored to Ray")
+    assert wait_until(lambda: any(n.startswith("binlog_drainer_event") for n in
+                                  mirrored("orders-merger", "binlog_drainer_")),
+                      what="the SQL workers' metrics merged in")
+    # ... and read back where Grafana reads them: Ray's Prometheus export on this node
+    port = ray._private.worker._global_node.metrics_export_port  # private: test only
+    wait_until(lambda: b"binlog_pump_" in _get(f"http://127.0.0.1:{port}/metrics"),
+               timeout_s=90, what="pump metrics in Ray's Prometheus export")
 
     # Ray restarts a killed actor of the task from its settings alone (its creator is
     # gone): the coordinator finds its workers by name, the merger resets the pipeline.
