@@ -147,7 +147,10 @@ def run(args) -> int:
 
 def _recovered_from_relay_log(cfg, settings, ray_address: str | None) -> bool:
     """Recovery mode (see the module doc): whether it ran (then the drainer exits)."""
+    # lazy: cluster.drainer imports ray (seconds); only this command pays for it
     from cluster.drainer import join_cluster
+
+    # lazy: pymysql and reparo's apply path, as above
     from tidb_binlog.drainer.relay.recover import recover_if_needed
 
     def upstream_error() -> str | None:

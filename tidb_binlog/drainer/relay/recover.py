@@ -32,10 +32,11 @@ from typing import Protocol
 from tidb_binlog.binlogfile.reader import WalkStats
 from tidb_binlog.drainer.apply.dml import Txn
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
-from tidb_binlog.drainer.checkpoint.store import CheckpointStore
+from tidb_binlog.drainer.checkpoint.store import CheckpointStore, MySQLCheckpointStore
 from tidb_binlog.drainer.relay.log import relay_records
 from tidb_binlog.drainer.relay.record import record_schema_version
 from tidb_binlog.errors import ConfigError, ProtocolError
+from tidb_binlog.reparo.apply import MysqlApplier
 from tidb_binlog.reparo.decode import binlog_to_txn, parse_binlog
 
 __all__ = ["recover", "recover_if_needed", "needs_recovery", "RecoverySummary", "Applier"]
@@ -132,10 +133,6 @@ def recover_if_needed(settings, upstream_error: Callable[[], str | None]
     returned: the caller exits without starting the task."""
     if not settings.relay_dir or settings.downstream is None:
         return None
-    # lazy: pymysql and reparo's apply path only for a drainer with a relay log
-    from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore
-    from tidb_binlog.reparo.apply import MysqlApplier
-
     # cluster id 0: the table's only row. Without the registry the cluster id is unknown
     # (drainer.toml's cluster-id is a default, the registry's is the real one).
     store = MySQLCheckpointStore(settings.downstream, 0, schema=settings.checkpoint_schema,
