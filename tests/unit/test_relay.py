@@ -176,6 +176,8 @@ def test_the_sink_relays_a_batch_before_any_worker_sees_it_and_gcs_on_saves(tmp_
     assert coord.status().extra["relay_last_ts"] == 12
     with pytest.raises(ConfigError, match="relay log"):
         coord.apply_routed(1, [], [None, None])
+    assert coord.close().consistent
+    RelayLog(tmp_path).close()  # close() released the directory's lock
 
 
 # -- recovery ------------------------------------------------------------------------------------

@@ -252,6 +252,9 @@ class Coordinator:
         cp = self.advancer.final()
         self.store.save(cp)
         self._relay_gc(cp)
+        if self.relay is not None:  # unlock it: a resumed task's coordinator opens it again
+            self.relay.close()
+            self.relay = None
         return cp
 
     def status(self) -> SinkStatus:
