@@ -3,6 +3,8 @@
     tidb-binlog spark load --config spark.toml [--tables db db.table ...]
     tidb-binlog spark diff --config spark.toml [--tables db db.table ...] [--fix-sql-file f]
     tidb-binlog spark restore --config spark.toml [--data-dir d] [--start-tso t] [--stop-tso t]
+    tidb-binlog spark snapshot-at --config spark.toml [--at-tso t] [--tables ...] [--out-dir d]
+    tidb-binlog spark stats --config spark.toml [--start-tso t] [--stop-tso t] [--out-dir d]
 
 Each job reads spark.toml (``tidb_binlog/config/spark.py``; every key in
 ``tidb_binlog/CONFIG.md``), joins the Ray cluster of ``--ray-address`` / ``$RAY_ADDRESS``
@@ -19,11 +21,11 @@ import time
 
 __all__ = ["register"]
 
-JOBS = ("load", "diff", "restore")
+JOBS = ("load", "diff", "restore", "snapshot-at", "stats")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("spark", help="Spark jobs on the Ray cluster (load, diff, restore)",
+    p = sub.add_parser("spark", help="Spark jobs on the Ray cluster (load, diff, restore, snapshot-at, stats)",
                        description=__doc__.split("\n\n")[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     jobs = p.add_subparsers(dest="job", metavar="JOB")
@@ -49,6 +51,20 @@ def register(sub) -> None:
     r.add_argument("--stop-tso", type=int, help="last commit_ts to apply (default: [restore] "
                    "stop-tso, 0 = to the end)")
     r.set_defaults(func=run_restore)
+    sa = jobs.add_parser("snapshot-at", help="the tables' image as of a commit_ts, from a "
+                         "file-sink directory, as Parquet")
+    _common(sa)
+    _lake_args(sa)
+    sa.add_argument("--at-tso", type=int, help="commit_ts of the image (default: [lake] "
+                    "at-tso, 0 = the end of the files)")
+    sa.set_defaults(func=run_snapshot_at)
+    st = jobs.add_parser("stats", help="changes per table and minute, hottest keys, from a "
+                         "file-sink directory; printed and written as Parquet")
+    _common(st)
+    _lake_args(st)
+    st.add_argument("--start-tso", type=int, help="default: [lake] start-tso (0 = the start)")
+    st.add_argument("--stop-tso", type=int, help="default: [lake] stop-tso (0 = the end)")
+    st.set_defaults(func=run_stats)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -56,6 +72,12 @@ def _common(p) -> None:
     p.add_argument("--config", "-config", help="spark.toml")
     p.add_argument("--ray-address", help="Ray cluster to join (default $RAY_ADDRESS, else a "
                    "local Ray)")
+
+
+def _lake_args(p) -> None:
+    p.add_argument("--data-dir", help="the file sink's directory (default: [lake] data-dir)")
+    p.add_argument("--tables", nargs="+", help='"db" or "db.table" (default: [lake] tables)')
+    p.add_argument("--out-dir", help="where the Parquet goes (default: [lake] out-dir)")
 
 
 def _load(args, overrides: dict):
@@ -195,4 +217,65 @@ def run_restore(args) -> int:
     if result.last_ts:
         console.print(f"the downstream holds every change up to commit_ts {result.last_ts}; "
                       f"continue with --start-tso {result.last_ts + 1}")
+    return 0
+
+
+def run_snapshot_at(args) -> int:
+    # start-up time: rich, Spark and Ray load only when the job runs (main.py's rule)
+    from rich.table import Table
+
+    # start-up time (as above)
+    from spark_on_ray import lake
+
+    cfg = _load(args, {"lake.data-dir": args.data_dir, "lake.at-tso": args.at_tso,
+                       "lake.out-dir": args.out_dir})
+    console = _console()
+    t0 = time.monotonic()
+    with _Progress(console) as progress:
+        progress("start", 0, 1)
+        result = lake.snapshot_at(cfg, tables=tuple(args.tables or ()), progress=progress,
+                                  ray_address=args.ray_address)
+    console.print(f"snapshot-at: {cfg.lake.data_dir} as of commit_ts {result.at_ts} -> "
+                  f"{result.out_dir}", highlight=False)
+    table = Table()
+    for col in ("table", "rows", "parquet"):
+        table.add_column(col, justify="right" if col == "rows" else "left")
+    for name, rows in sorted(result.rows.items()):
+        table.add_row(name, str(rows), result.paths.get(name, "-"))
+    console.print(table)
+    console.print(f"{sum(result.rows.values())} rows, {len(result.rows)} table(s) from "
+                  f"{result.records} record(s) in {len(result.files)} file(s); "
+                  f"{time.monotonic() - t0:.1f} s (Spark start {result.spark_start_s:.1f} s)")
+    return 0
+
+
+def run_stats(args) -> int:
+    # start-up time: rich, Spark and Ray load only when the job runs (main.py's rule)
+    from rich.table import Table
+
+    # start-up time (as above)
+    from spark_on_ray import lake
+
+    cfg = _load(args, {"lake.data-dir": args.data_dir, "lake.start-tso": args.start_tso,
+                       "lake.stop-tso": args.stop_tso, "lake.out-dir": args.out_dir})
+    console = _console()
+    t0 = time.monotonic()
+    with _Progress(console) as progress:
+        progress("start", 0, 1)
+        result = lake.stats(cfg, tables=tuple(args.tables or ()), progress=progress,
+                            ray_address=args.ray_address)
+    console.print(f"stats: {cfg.lake.data_dir} [{result.start_ts}, {result.stop_ts or 'end'}]"
+                  f" -> {result.out_dir}", highlight=False)
+    table = Table()
+    for col in ("table", "inserts", "updates", "deletes", "minutes", "peak/min", "hottest keys"):
+        table.add_column(col, justify="left" if col in ("table", "hottest keys") else "right")
+    for t in result.tables:
+        hot = ", ".join(f"{k} x{n}" for k, n in t.hot_keys)
+        table.add_row(t.name, str(t.inserts), str(t.updates), str(t.deletes), str(t.minutes),
+                      str(t.peak_per_minute), hot or "-")
+    console.print(table)
+    console.print(f"{result.records} record(s) in {len(result.files)} file(s); per-minute "
+                  f"rows in {result.out_dir}/per_minute, hottest keys in "
+                  f"{result.out_dir}/hot_keys; {time.monotonic() - t0:.1f} s (Spark start "
+                  f"{result.spark_start_s:.1f} s)")
     return 0

@@ -34,7 +34,7 @@ from tidb_binlog.config._toml import _load, _to_toml
 from tidb_binlog.errors import ConfigError
 
 __all__ = ["SparkConfig", "DatabaseConfig", "DiffConfig", "SparkJobConfig",
-           "LoadConfig", "RestoreConfig", "load_spark_config",
+           "LoadConfig", "RestoreConfig", "LakeConfig", "load_spark_config",
            "DEFAULT_JDBC_JARS"]  # fmt: skip
 
 # Where Debian's libmariadb-java (installed by scripts/setup.sh) puts the driver.
@@ -137,6 +137,25 @@ class RestoreConfig:
 
 
 @dataclass(frozen=True)
+class LakeConfig:
+    """``[lake]``: the change-log jobs ``snapshot-at`` and ``stats`` over a file-sink
+    directory; table keys are read from ``[downstream]``."""
+
+    data_dir: str = _opt("data-dir", _STR, "")
+    # "db" (every table of it that the downstream has) or "db.table".
+    tables: tuple[str, ...] = _opt("tables", _list_kind(_STR, "an array of strings"), ())
+    # Where the Parquet output goes (one folder per table under it).
+    out_dir: str = _opt("out-dir", _STR, "data.lake")
+    # snapshot-at: the commit_ts of the image (0: the last record in the files).
+    at_tso: int = _opt("at-tso", _int_kind(0), 0)
+    # stats: records with start-tso <= commit_ts <= stop-tso (0: no bound).
+    start_tso: int = _opt("start-tso", _int_kind(0), 0)
+    stop_tso: int = _opt("stop-tso", _int_kind(0), 0)
+    # stats: how many of the most changed keys to report per table.
+    top_keys: int = _opt("top-keys", _int_kind(1), 5)
+
+
+@dataclass(frozen=True)
 class SparkJobConfig:
     """spark.toml: ``[spark]``, the two servers, and each job's section."""
 
@@ -146,6 +165,7 @@ class SparkJobConfig:
     diff: DiffConfig = _section("diff", DiffConfig)
     load: LoadConfig = _section("load", LoadConfig)
     restore: RestoreConfig = _section("restore", RestoreConfig)
+    lake: LakeConfig = _section("lake", LakeConfig)
 
     def to_toml(self) -> str:
         return _to_toml(self)
@@ -163,7 +183,8 @@ def load_spark_config(path: str | Path | None, overrides: dict | None = None) ->
         if not db.host:
             raise ConfigError(f"`{name}.host` in {source} is empty; name the server",
                               key=f"{name}.host", path=source)  # fmt: skip
-    for key, entries in (("diff.tables", cfg.diff.tables), ("load.tables", cfg.load.tables)):
+    for key, entries in (("diff.tables", cfg.diff.tables), ("load.tables", cfg.load.tables),
+                         ("lake.tables", cfg.lake.tables)):
         for entry in entries:
             parts = entry.split(".")
             if len(parts) not in (1, 2) or not all(parts):

@@ -1,0 +1,82 @@
+"""The pure half of the change-log jobs (``snapshot-at``, ``stats``): row changes → events.
+
+No Ray, Spark or driver here (``spark_on_ray.lake`` runs it). A decoded file-sink
+transaction (:class:`~tidb_binlog.drainer.apply.dml.Txn`) becomes **events**, one dict per
+effect on one row of one table, ready to be written as Parquet and reduced by Spark:
+
+- ``_key``: the row's identity, the ``repr`` of its key values (the table's primary key,
+  or first unique key; the whole image for a table without one), so it is the same text
+  in every process;
+- ``_seq``: a number increasing in commit order (then in order inside a transaction);
+- ``_op``: ``"put"`` (the row now has this image) or ``"del"`` (the row is gone);
+- ``_type`` / ``_ts`` / ``_minute``: the change kind (``insert``, ``update``,
+  ``delete``), its commit_ts and that time in whole minutes (:func:`minute_of`);
+  ``_count``: 1 on exactly one event per row change (statistics count changes, not
+  events); then the image's columns (None for a ``del``).
+
+An INSERT is a put of the new image; a DELETE a del of its key; an UPDATE a put of the
+new image, preceded by a del of the old key when the key changed. So the table's image
+as of any commit_ts is, per ``_key``, the last event at or below it when that event is
+a put (``snapshot-at``). For a table without a key, identical rows share a ``_key``:
+those events carry ``_delta`` (+1 / -1) and the image is each distinct row repeated
+``SUM(_delta)`` times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from tidb_binlog.drainer.apply.dml import DMLType, Txn
+from tidb_binlog.tso import extract_physical
+
+__all__ = ["META", "row_events", "minute_of"]
+
+META = ("_key", "_seq", "_op", "_delta", "_type", "_ts", "_minute", "_count")
+"""The event columns that are not the row's own."""
+
+_TYPE = {DMLType.INSERT: "insert", DMLType.UPDATE: "update", DMLType.DELETE: "delete"}
+
+
+def _key(image: Mapping[str, Any], key: Sequence[str]) -> str:
+    if key:
+        return repr(tuple(image.get(c) for c in key))
+    return repr(tuple(sorted(image.items())))
+
+
+def row_events(txns: Iterable[Txn], keys: Mapping[tuple[str, str], Sequence[str]],
+               start_seq: int = 0) -> dict[tuple[str, str], list[dict]]:
+    """Events per ``(database, table)`` for the tables in ``keys`` (their key columns,
+    ``()`` for a keyless table); rows of other tables and DDLs are skipped."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    seq = start_seq
+    for txn in txns:
+        for dml in txn.dmls:
+            name = (dml.database, dml.table)
+            key = keys.get(name)
+            if key is None:
+                continue
+            events = out.setdefault(name, [])
+            base = {"_type": _TYPE[dml.tp], "_ts": txn.commit_ts,
+                    "_minute": minute_of(txn.commit_ts)}
+            new_key = _key(dml.values, key)
+            if dml.tp is DMLType.UPDATE:
+                old_key = _key(dml.old_values, key)
+                if old_key != new_key or not key:
+                    seq += 1
+                    events.append({**base, "_key": old_key, "_seq": seq, "_op": "del",
+                                   "_delta": -1, "_count": 0})
+            if dml.tp is DMLType.DELETE:
+                seq += 1
+                events.append({**base, "_key": new_key, "_seq": seq, "_op": "del",
+                               "_delta": -1, "_count": 1})
+            else:
+                seq += 1
+                events.append({**dml.values, **base, "_key": new_key, "_seq": seq,
+                               "_op": "put", "_delta": 1, "_count": 1})
+    return out
+
+
+def minute_of(commit_ts: int) -> int:
+    """The commit_ts's physical time in whole minutes since the epoch (UTC)."""
+    return extract_physical(commit_ts) // 60_000
