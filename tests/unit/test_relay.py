@@ -232,3 +232,27 @@ def test_config_relay_keys_reach_the_settings_and_a_file_sink_refuses_them(tmp_p
     assert settings.relay_max_file_size == 1 << 20 and not settings.routed
     with pytest.raises(ConfigError, match=r"syncer.relay.log-dir.*mysql or tidb"):
         load_drainer_config(None, {"syncer.db-type": "file", "syncer.relay.log-dir": "relay"})
+
+
+def test_a_record_is_byte_for_byte_what_protobuf_writes_for_the_same_messages():
+    from tidb_binlog.codec import Datum, encode_value
+    from tidb_binlog.drainer.relay.record import txn_record
+    from tidb_binlog.proto import pb_binlog_pb2 as pb
+
+    txn = Txn(1 << 60, (DML("db", "t", DMLType.UPDATE, {"id": 1, "v": "new"}, {"id": 1, "v": None}),
+                        DML("db", "u" * 200, DMLType.DELETE, {"id": -5}, None)))
+
+    def col(name, tp, mysql_type, value, changed=None):
+        c = pb.column(name=name, tp=bytes((tp,)), mysql_type=mysql_type,
+                      value=encode_value([value]))
+        if changed is not None:
+            c.changed_value = encode_value([changed])
+        return c.SerializeToString()
+
+    expected = pb.Binlog(tp=pb.DML, commit_ts=1 << 60, dml_data=pb.DMLData(events=[
+        pb.Event(schema_name="db", table_name="t", tp=pb.Update, row=[
+            col("id", 8, "bigint", Datum.int64(1), Datum.int64(1)),
+            col("v", 15, "varchar", Datum.null(), Datum.string("new"))]),
+        pb.Event(schema_name="db", table_name="u" * 200, tp=pb.Delete, row=[
+            col("id", 8, "bigint", Datum.int64(-5))])])).SerializeToString()
+    assert txn_record(1 << 60, txn, 300) == expected + b"\x78\xac\x02"

@@ -45,7 +45,12 @@ _EVENT_TYPES = {DMLType.INSERT: pb.Insert, DMLType.UPDATE: pb.Update, DMLType.DE
 _INT64_MAX = (1 << 63) - 1
 
 
+_SMALL = [bytes((i,)) for i in range(0x80)]  # one-byte varints (most lengths and tags)
+
+
 def _uvarint(n: int) -> bytes:
+    if n < 0x80:
+        return _SMALL[n]
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -75,34 +80,58 @@ def _typed(value, where: str) -> tuple[int, str, Datum]:
                      f"log ({value!r:.80}); expected None, int, float, Decimal, str or bytes")
 
 
+def _ld(field: int, data: bytes) -> bytes:
+    """One length-delimited protobuf field (string, bytes, message)."""
+    return _SMALL[(field << 3) | 2] + _uvarint(len(data)) + data
+
+
+_HEADS: dict[tuple[str, int], bytes] = {}  # (column name, type byte) -> fields 1-3
+
+
+def _head(name: str, tp: int, mysql_type: str) -> bytes:
+    key = (name, tp)
+    head = _HEADS.get(key)
+    if head is None:
+        head = _ld(1, name.encode("utf-8")) + _ld(2, bytes((tp,))) + \
+            _ld(3, mysql_type.encode("utf-8"))
+        if len(_HEADS) < 65536:
+            _HEADS[key] = head
+    return head
+
+
 def _columns(values: dict, old: dict | None, where: str) -> list[bytes]:
+    """The marshalled ``column`` messages of one row (see the module doc)."""
     out = []
     for name, value in (old if old is not None else values).items():
         tp, mysql_type, datum = _typed(value, f"{where}, column {name!r}")
-        col = pb.column(name=name, tp=bytes((tp,)), mysql_type=mysql_type,
-                        value=encode_value([datum]))
+        col = _head(name, tp, mysql_type) + _ld(4, encode_value([datum]))
         if old is not None:
             if name not in values:
                 raise ProtocolError(f"{where}: update without a new value for column {name!r}")
             _, _, new = _typed(values[name], f"{where}, column {name!r}")
-            col.changed_value = encode_value([new])
-        out.append(col.SerializeToString())
+            col += _ld(5, encode_value([new]))
+        out.append(col)
     return out
 
 
 def txn_record(commit_ts: int, txn: Txn, schema_version: int) -> bytes:
-    """The relay record of one translated transaction (see the module doc)."""
+    """The relay record of one translated transaction (see the module doc).
+
+    The bytes are written field by field (what protobuf itself writes for these
+    messages, checked in the tests): building ``pb`` objects per column cost
+    about three times as much, in the coordinator's own process."""
     if txn.ddl is not None:
         body = ddl_record(commit_ts, txn.ddl.database, txn.ddl.sql)
     else:
         events = []
         for i, dml in enumerate(txn.dmls):
             where = f"row {i} (`{dml.database}`.`{dml.table}`) at commit_ts {commit_ts}"
-            events.append(pb.Event(
-                schema_name=dml.database, table_name=dml.table, tp=_EVENT_TYPES[dml.tp],
-                row=_columns(dml.values, dml.old_values, where)))
-        body = pb.Binlog(tp=pb.DML, commit_ts=commit_ts,
-                         dml_data=pb.DMLData(events=events)).SerializeToString()
+            row = b"".join([_ld(4, c) for c in _columns(dml.values, dml.old_values, where)])
+            events.append(_ld(1, _ld(1, dml.database.encode("utf-8")) +
+                              _ld(2, dml.table.encode("utf-8")) +
+                              b"\x18" + _uvarint(_EVENT_TYPES[dml.tp]) + row))
+        body = b"\x08" + _uvarint(pb.DML) + b"\x10" + _uvarint(commit_ts) + \
+            _ld(3, b"".join(events))
     return body + _TAG + _uvarint(schema_version)
 
 
