@@ -47,6 +47,15 @@ records ``paused``; ``PUT /state/{id}/close`` stops the task and records
 ``offline``. :attr:`Drainer.addr`, :attr:`Drainer.status_addr` and
 :attr:`Drainer.node_id` say where it is.
 
+``start(name=...)`` makes a *named* task (``detached=True``: outliving this driver,
+as :mod:`cluster.api` submits them): its actors are ``<name>-merger``, ``-keeper``,
+``-coordinator`` (``-file-sink``) and ``-worker-<i>`` in ``namespace``, get only their
+settings and look their peers up by these names, so Ray restarts any of them without
+anything this driver held; :meth:`Drainer.attach` finds it again from any driver.
+Without a name the actors are anonymous, owned by this driver, and handed each
+other's handles (Ray then warns that their constructor arguments live in the object
+store: a restart works only while this driver lives).
+
 Before the SQL workers start (exactly-once), ``start`` reconciles their progress
 rows with ``worker-count``
 (:meth:`~tidb_binlog.drainer.checkpoint.store.MySQLCheckpointStore.check_workers`):
@@ -81,6 +90,7 @@ from tidb_binlog.drainer.pipeline.names import (
     task_actor_name,
 )
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.relay.recover import recover_if_needed
 from tidb_binlog.drainer.service.node import ServiceSettings
 from tidb_binlog.errors import (
     ConfigError,
@@ -91,7 +101,7 @@ from tidb_binlog.errors import (
 from tidb_binlog.node import PAUSED
 
 __all__ = ["Drainer", "join_cluster", "choose_ray_address", "check_downstream",
-           "DOWNSTREAM_WAIT_S"]
+           "recover_from_relay_log", "DOWNSTREAM_WAIT_S"]
 
 log = logging.getLogger(__name__)
 
@@ -516,6 +526,29 @@ _REFUSAL_HINTS = {
           "checkpoint schema ([syncer.to.checkpoint] schema) and the replicated schemas",
     1049: "create the database or fix [syncer.to] / [syncer.to.checkpoint] schema",
 }
+
+
+def recover_from_relay_log(cfg, *, ray_address: str | None = None):
+    """Recovery mode, before a task starts (TiDB's ``feedByRelayLogIfNeed``): the
+    :class:`~tidb_binlog.drainer.relay.recover.RecoverySummary` when it ran (then do not
+    start the task: the upstream is gone), else None.
+
+    It runs when drainer.toml has ``[syncer.relay] log-dir``, the downstream checkpoint
+    is not consistent, and joining Ray (``ray_address``, as :func:`join_cluster`) or
+    asking the registry for its pumps fails: the relay log is applied in safe mode and
+    the checkpoint saved consistent at the last relayed commit_ts.
+    ``tidb-binlog drainer`` calls it first; call it before :meth:`Drainer.start`."""
+    settings = TaskSettings.from_config(cfg, upstream_meta={})
+
+    def upstream_error() -> str | None:
+        try:
+            registry, _ = join_cluster(cfg, ray_address=ray_address)
+            registry.nodes("pumps")
+        except UnavailableError as exc:
+            return exc.message
+        return None
+
+    return recover_if_needed(settings, upstream_error)
 
 
 def check_downstream(settings: TaskSettings, *, wait_s: float | None = None,
