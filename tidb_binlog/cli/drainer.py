@@ -114,7 +114,7 @@ def run(args) -> int:
     if cfg.syncer.db_type not in ("file", "parquet"):  # before Ray: a bad downstream ends it
         settings = TaskSettings.from_config(cfg, upstream_meta={})
         check_downstream(settings)
-        if settings.relay_dir and _recovered_from_relay_log(cfg, settings, args.ray_address):
+        if settings.relay_dir and _recovered_from_relay_log(cfg, args.ray_address):
             return 0
     registry, namespace = join_cluster(cfg, ray_address=args.ray_address)
     stop = threading.Event()
@@ -145,23 +145,12 @@ def run(args) -> int:
     return 0
 
 
-def _recovered_from_relay_log(cfg, settings, ray_address: str | None) -> bool:
+def _recovered_from_relay_log(cfg, ray_address: str | None) -> bool:
     """Recovery mode (see the module doc): whether it ran (then the drainer exits)."""
     # lazy: cluster.drainer imports ray (seconds); only this command pays for it
-    from cluster.drainer import join_cluster
+    from cluster.drainer import recover_from_relay_log
 
-    # lazy: pymysql and reparo's apply path, as above
-    from tidb_binlog.drainer.relay.recover import recover_if_needed
-
-    def upstream_error() -> str | None:
-        try:
-            registry, _ = join_cluster(cfg, ray_address=ray_address)
-            registry.nodes("pumps")
-        except UnavailableError as exc:
-            return exc.message
-        return None
-
-    summary = recover_if_needed(settings, upstream_error)
+    summary = recover_from_relay_log(cfg, ray_address=ray_address)
     if summary is None:
         return False
     log.info("%s. Exiting: start the drainer again once the registry and the pumps are "
