@@ -34,14 +34,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from spark_on_ray.diff import introspect, literal, open_checked
 from spark_on_ray.errors import SparkJobError
-from spark_on_ray.lake_plan import META, row_events
+from spark_on_ray.lake_plan import META, EventTypeError, events_table, row_events
 from spark_on_ray.session import start_spark
 from spark_on_ray.sql_task import run_query
 from tidb_binlog.binlogfile import WalkStats
@@ -136,18 +135,16 @@ def _events(cfg, data_dir, start, stop, keys, result):
 
 
 def _write_events(work: str, events) -> dict[tuple[str, str], str]:
-    """One Parquet file per table; all-NULL columns as strings (Spark reads no NULL type)."""
+    """One Parquet file per table (``lake_plan.events_table``)."""
     paths = {}
     for (db, table), rows in events.items():
         try:
-            tbl = pa.Table.from_pylist(rows)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-            raise SparkJobError(f"`{db}`.`{table}`: its row images do not fit one Parquet "
-                                f"type per column ({exc}); a DDL changed a column's type in "
-                                "the range: choose a range after it") from exc
-        for i, f in enumerate(tbl.schema):
-            if pa.types.is_null(f.type):
-                tbl = tbl.set_column(i, f.name, tbl.column(i).cast(pa.string()))
+            tbl = events_table(rows)
+        except EventTypeError as exc:
+            raise SparkJobError(f"`{db}`.`{table}` {exc}: a column's values must share one "
+                                "type for Parquet; a DDL that changed its type lies in the "
+                                "range: choose a range after it, or leave the table out of "
+                                "[lake] tables") from exc
         path = os.path.join(work, f"{db}.{table}.parquet")
         pq.write_table(tbl, path)
         paths[(db, table)] = path

@@ -25,12 +25,15 @@ those events carry ``_delta`` (+1 / -1) and the image is each distinct row repea
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
+
+import pyarrow as pa
 
 from tidb_binlog.drainer.apply.dml import DMLType, Txn
 from tidb_binlog.tso import extract_physical
 
-__all__ = ["META", "row_events", "minute_of"]
+__all__ = ["META", "row_events", "minute_of", "events_table", "EventTypeError"]
 
 META = ("_key", "_seq", "_op", "_delta", "_type", "_ts", "_minute", "_count")
 """The event columns that are not the row's own."""
@@ -80,3 +83,37 @@ def row_events(txns: Iterable[Txn], keys: Mapping[tuple[str, str], Sequence[str]
 def minute_of(commit_ts: int) -> int:
     """The commit_ts's physical time in whole minutes since the epoch (UTC)."""
     return extract_physical(commit_ts) // 60_000
+
+
+class EventTypeError(ValueError):
+    """A column's values have no one Arrow type (``column`` names it)."""
+
+    def __init__(self, column: str, why: str):
+        super().__init__(f"column {column!r}: {why}")
+        self.column = column
+
+
+def events_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Events → an Arrow table for the Parquet hand-off, one column per name in first-seen
+    order. Integers beyond int64 (BIGINT UNSIGNED) become ``decimal(20, 0)``, exact; a
+    column with only NULLs becomes a string column (Spark reads no NULL type); values of
+    mixed kinds (text and numbers) raise :class:`EventTypeError`."""
+    names: dict[str, None] = {}
+    for r in rows:
+        names.update(dict.fromkeys(r))
+    arrays, fields = [], []
+    for name in names:
+        values = [r.get(name) for r in rows]
+        try:
+            arr = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            if not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+                       for v in values):
+                raise EventTypeError(name, f"values of mixed kinds ({exc})") from exc
+            arr = pa.array([None if v is None else Decimal(v) for v in values],
+                           pa.decimal128(20, 0))
+        if pa.types.is_null(arr.type):
+            arr = arr.cast(pa.string())
+        arrays.append(arr)
+        fields.append(pa.field(name, arr.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from spark_on_ray.lake_plan import minute_of, row_events
+import pytest
+
+from spark_on_ray.lake_plan import EventTypeError, events_table, minute_of, row_events
 from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, Txn
 from tidb_binlog.tso import compose
 
@@ -58,3 +60,19 @@ def test_keyless_events_count_identical_rows():
 
 def test_minute_of_is_utc_minutes_of_the_physical_time():
     assert minute_of(compose(60_000 * 7 + 59_999, 5)) == 7
+
+
+def test_events_table_types_big_unsigned_nulls_and_mixed():
+    big = (1 << 64) - 1
+    rows = [{"_key": "(1,)", "bu": big, "n": None, "v": "a"},
+            {"_key": "(2,)", "bu": -5, "n": None},
+            {"_key": "(3,)", "bu": None, "v": "b"}]
+    tbl = events_table(rows)
+    assert tbl.column_names == ["_key", "bu", "n", "v"]
+    assert str(tbl.schema.field("bu").type) == "decimal128(20, 0)"
+    assert [None if v is None else int(v) for v in tbl.column("bu").to_pylist()] == [
+        big, -5, None]
+    assert str(tbl.schema.field("n").type) == "string"
+    assert tbl.column("v").to_pylist() == ["a", None, "b"]
+    with pytest.raises(EventTypeError, match=r"column 'x': values of mixed kinds"):
+        events_table([{"x": 1}, {"x": "one"}])
