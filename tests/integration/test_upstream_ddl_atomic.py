@@ -18,6 +18,7 @@ import pytest
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import DDLNotRecorded, PumpUnavailable, TxnConflict, UpstreamError
+from tidb_binlog.model import SchemaState
 from tidb_binlog.testing.collector import BinlogCollector
 from tidb_binlog.tso import TimestampOracle
 from tidb_binlog.upstream import Upstream, workload
@@ -331,6 +332,79 @@ def test_failed_round_attempts_are_retried_and_leave_one_job(env, mariadb):
     # The job id allocated by a rolled-back attempt is not kept: the next DDL's is new.
     assert up.ddl("ALTER TABLE d ADD COLUMN e INT").id > job.id
     _assert_catalog_matches_mariadb(up, mariadb, db)
+
+
+def _fail_final_round_after_delete_only(up, col) -> None:
+    """Once the DeleteOnly Prewrite of a DROP COLUMN is written, every later round attempt
+    loses a conflict: the final round fails as it did when MariaDB was killed between
+    the two rounds (the chaos soak), while the DeleteOnly round commits."""
+    write = col.write_binlog
+
+    def hooked(binlog):
+        write(binlog)
+        if (binlog.tp == bl.BinlogType.PREWRITE
+                and binlog.ddl_schema_state == SchemaState.DELETE_ONLY):
+            up.faults.arm(ddl_round_conflict=-1)
+
+    col.write_binlog = hooked
+
+
+def _drop_column_left_queued(up, col, table: str) -> int:
+    """Run ``ALTER TABLE table DROP COLUMN c`` with its final round failing; return the
+    job id its (committed) DeleteOnly binlog carries."""
+    up.ddl(f"CREATE TABLE {table} (id INT PRIMARY KEY, c INT, k INT)")
+    _fail_final_round_after_delete_only(up, col)
+    with pytest.raises(DDLNotRecorded, match="stays queued") as err:
+        up.ddl(f"ALTER TABLE {table} DROP COLUMN c")
+    up.faults.clear()
+    assert err.value.undone is False and not err.value.retryable
+    assert "resume_ddl_jobs()" in str(err.value) and "same job id" in str(err.value)
+    up.flush()
+    delete_only = [b for b in col.binlogs() if b.ddl_schema_state == SchemaState.DELETE_ONLY]
+    assert [b.tp for b in delete_only] == [bl.BinlogType.PREWRITE, bl.BinlogType.COMMIT]
+    job_id = delete_only[0].ddl_job_id
+    assert job_id and up.meta().job(job_id) is None  # what the drainer waits for
+    return job_id
+
+
+def _assert_queued_job_finished(up, col, mariadb, db: str, table: str, job_id: int,
+                                columns: list[str]) -> None:
+    up.flush()
+    job = up.meta().job(job_id)
+    assert job is not None and job.query == f"ALTER TABLE {table} DROP COLUMN c"
+    final = [b for b in col.binlogs() if b.ddl_job_id == job_id
+             and b.ddl_schema_state == SchemaState.NONE]
+    assert [b.tp for b in final] == [bl.BinlogType.PREWRITE, bl.BinlogType.COMMIT]
+    assert final[1].commit_ts > 0
+    assert _mariadb_columns(mariadb, db, table) == columns
+    _assert_catalog_matches_mariadb(up, mariadb, db)
+    _assert_every_job_has_its_binlogs(up, col, db)
+
+
+def test_a_drop_column_whose_final_round_failed_is_resumed_with_its_job_id(env, mariadb):
+    """The DeleteOnly round of job J committed (its binlog is with the pumps), the final
+    round failed every attempt: J stays queued in the catalog, and resume_ddl_jobs(),
+    here from another Upstream as after a restart, records J with the final round."""
+    up, col, db = env
+    job_id = _drop_column_left_queued(up, col, "q")
+    again = Upstream(up.params, col, up.get_ts, database=db)
+    try:
+        resumed = again.resume_ddl_jobs()
+        again.flush()
+    finally:
+        again.close()
+    assert [j.id for j in resumed] == [job_id]
+    _assert_queued_job_finished(up, col, mariadb, db, "q", job_id, ["id", "k"])
+    assert up.resume_ddl_jobs() == []  # nothing is left queued
+
+
+def test_the_next_ddl_finishes_a_queued_drop_column_first(env, mariadb):
+    up, col, db = env
+    job_id = _drop_column_left_queued(up, col, "q2")
+    job = up.ddl("ALTER TABLE q2 ADD COLUMN e INT")
+    _assert_queued_job_finished(up, col, mariadb, db, "q2", job_id, ["id", "k", "e"])
+    history = [j.id for j in up.meta().history_jobs()]
+    assert history.index(job_id) < history.index(job.id)  # in queue order
 
 
 def test_errors_are_typed_and_retryable_where_a_retry_helps(env):

@@ -16,6 +16,13 @@ table              invariant
 ``dbs``            one row per database: id, name, DBInfo JSON.
 ``tables``         one row per table: id (logical), db id, name, TableInfo JSON.
 ``ddl_history``    one row per finished job: job id, schema version, Job JSON.
+``ddl_jobs``       TiDB's DDL job queue: one row per job that committed a binlog round
+                   but is not finished (DROP COLUMN after its DeleteOnly round): job id,
+                   Job JSON, ``step`` (what remains, e.g. ``drop_column``). Inserted in
+                   the catalog transaction of that round, deleted in the one that puts
+                   the job in ``ddl_history``, so a job is in at most one of the two and
+                   never lost when its last round fails; the next DDL owner finishes it
+                   (``ddl.resume_queued``).
 ``txn_status``     one row per committed binlog transaction: start_ts → commit_ts.
                    The row is inserted (commit_ts 0) inside the transaction with its
                    first change, so before its Prewrite binlog is written, and set to
@@ -61,6 +68,9 @@ _DDL = (
     "schema_version BIGINT NOT NULL, job LONGTEXT NOT NULL, KEY (schema_version)) ENGINE=InnoDB",
     f"CREATE TABLE IF NOT EXISTS {CATALOG_DB}.txn_status (start_ts BIGINT PRIMARY KEY, "
     "commit_ts BIGINT NOT NULL) ENGINE=InnoDB",
+    # IF NOT EXISTS: catalogs bootstrapped before the queue existed get it on the next start
+    f"CREATE TABLE IF NOT EXISTS {CATALOG_DB}.ddl_jobs (job_id BIGINT PRIMARY KEY, "
+    "step VARCHAR(32) NOT NULL, job LONGTEXT NOT NULL) ENGINE=InnoDB",
 )
 
 
@@ -193,6 +203,22 @@ class Catalog:
     def add_job(cur, job: Job) -> None:
         cur.execute(f"INSERT INTO {CATALOG_DB}.ddl_history VALUES (%s, %s, %s)",
                     (job.id, job.schema_version, job.to_json()))
+
+    @staticmethod
+    def queue_job(cur, job: Job, step: str) -> None:
+        """Put ``job`` in the DDL job queue with what remains to do (see ``ddl_jobs``)."""
+        cur.execute(f"REPLACE INTO {CATALOG_DB}.ddl_jobs VALUES (%s, %s, %s)",
+                    (job.id, step, job.to_json()))
+
+    @staticmethod
+    def dequeue_job(cur, job_id: int) -> None:
+        cur.execute(f"DELETE FROM {CATALOG_DB}.ddl_jobs WHERE job_id=%s", (job_id,))
+
+    @staticmethod
+    def queued_jobs(cur) -> list[tuple[Job, str]]:
+        """Unfinished jobs, oldest first, with the step that remains for each."""
+        cur.execute(f"SELECT job, step FROM {CATALOG_DB}.ddl_jobs ORDER BY job_id")
+        return [(Job.from_json(job), step) for job, step in cur.fetchall()]
 
     @staticmethod
     def jobs(cur, up_to_schema_version: int | None = None) -> list[Job]:

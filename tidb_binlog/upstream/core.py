@@ -38,7 +38,7 @@ from tidb_binlog.errors import FinishTimeout, UpstreamError
 from tidb_binlog.model import Job, TableInfo
 from tidb_binlog.upstream.catalog import Catalog, Snapshot
 from tidb_binlog.upstream.conn import connect, translate
-from tidb_binlog.upstream.ddl import run_ddl
+from tidb_binlog.upstream.ddl import resume_ddl_jobs, run_ddl
 from tidb_binlog.upstream.faults import Faults
 from tidb_binlog.upstream.introspect import CLUSTERED_INT_ONLY, CLUSTERED_ON
 from tidb_binlog.upstream.meta import UpstreamMeta
@@ -325,6 +325,13 @@ class Upstream:
     def ddl(self, sql: str, database: str | None = None) -> Job | None:
         """Run one DDL statement as TiDB would (see ``tidb_binlog.upstream.ddl``)."""
         return run_ddl(self, sql, database or self.database)
+
+    def resume_ddl_jobs(self) -> list[Job]:
+        """Finish the DDL jobs left queued by a final round that failed (e.g. DROP COLUMN
+        after its DeleteOnly round, when MariaDB went away), with their own job ids, as
+        TiDB's next DDL owner does; return them. Every ``ddl()`` does this first, so call
+        it when no DDL follows (see "The job queue" in ``tidb_binlog.upstream.ddl``)."""
+        return resume_ddl_jobs(self)
 
     def meta(self) -> UpstreamMeta:
         return UpstreamMeta(self.params)

@@ -19,6 +19,15 @@
    DeleteOnly (``ddl_schema_state = 1``, column state DELETE_ONLY in the catalog),
    then drops the column in MariaDB, then the final round.
 
+**The job queue.** A job that committed a round but is not finished (DROP COLUMN
+after its DeleteOnly round) is in the catalog's ``ddl_jobs`` queue, put there by
+that round's catalog transaction and taken out by the final round's. Its DeleteOnly
+binlog is already with the pumps, so the drainer waits for the job id in the
+history: as TiDB's DDL owner resumes a queued job (after a restart, or as the next
+owner), whoever next holds the DDL owner lock finishes queued jobs first
+(:func:`resume_queued`: every ``run_ddl`` before its own statement, and
+``Upstream.resume_ddl_jobs()``), with the same job id.
+
 **Atomicity.** MariaDB runs the statement before the catalog records it (the
 TableInfo is read back from information_schema), so a round that cannot be
 recorded would leave MariaDB with a schema no binlog announced. A round is
@@ -79,7 +88,8 @@ from tidb_binlog.upstream.introspect import build_table_info, needs_hidden_rowid
 from tidb_binlog.upstream.rows import quote_id
 from tidb_binlog.upstream.txn import prewrite_error
 
-__all__ = ["run_ddl", "history_job_key", "undo_sql", "DDL_LOCK", "DDL_ROUND_ATTEMPTS"]
+__all__ = ["run_ddl", "resume_ddl_jobs", "history_job_key", "undo_sql", "DDL_LOCK",
+           "DDL_ROUND_ATTEMPTS", "STEP_DROP_COLUMN"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +100,9 @@ DDL_LOCK_TIMEOUT_S = 120
 DDL_ROUND_ATTEMPTS = 8
 DDL_ROUND_BACKOFF_S = 0.05
 DDL_ROUND_BACKOFF_MAX_S = 2.0
+# ddl_jobs.step of a DROP COLUMN whose DeleteOnly round committed: drop the column in
+# MariaDB (if still there), then the final round.
+STEP_DROP_COLUMN = "drop_column"
 _DROPS = {ActionType.DROP_SCHEMA, ActionType.DROP_TABLE, ActionType.DROP_COLUMN,
           ActionType.DROP_INDEX, ActionType.DROP_TABLE_PARTITION}
 
@@ -104,14 +117,15 @@ def history_job_key(job_id: int) -> bytes:
 
 
 class _Runner:
-    def __init__(self, upstream, stmt: DDLStatement, database: str | None):
+    def __init__(self, upstream, stmt: DDLStatement | None, database: str | None):
         self.up = upstream
         self.stmt = stmt
-        self.db = stmt.schema or database
+        self.db = (stmt.schema if stmt else None) or database
         self.conn = connect(upstream.params, autocommit=True)
         self.cur = self.conn.cursor()
         self.start_ts = upstream.get_ts()
         self.executed = False  # MariaDB ran the user's statement (undo it if not recorded)
+        self.queued: Job | None = None  # this statement's job, queued by a committed round
 
     def sql(self, sql: str, args=None) -> None:
         try:
@@ -201,6 +215,7 @@ class _Runner:
         if final:
             job.binlog.schema_version = version
             job.binlog.finished_ts = start_ts
+            Catalog.dequeue_job(cur, job.id)  # a job is queued or in the history, never both
             Catalog.add_job(cur, job)
         if self.up.faults.take("ddl_round_conflict"):
             raise pymysql.err.OperationalError(
@@ -276,9 +291,8 @@ def _repair_hint(stmt: DDLStatement, table: str) -> str:
     if kind == "drop_table":
         return (f"run Upstream.ddl('DROP TABLE IF EXISTS {table}'): MariaDB does nothing and "
                 "the job is recorded")
-    if kind == "drop_column":
-        return (f"run Upstream.ddl('ALTER TABLE {table} DROP COLUMN IF EXISTS "
-                f"{quote_id(stmt.column)}'): MariaDB does nothing and the job is recorded")
+    if kind == "drop_column":  # its job is queued once MariaDB dropped the column
+        return "run Upstream.resume_ddl_jobs(): it finishes the queued job with its own id"
     if kind in ("truncate_table", "truncate_partition") or (
             kind == "modify_column" and not stmt.new_column):
         return "run the same statement again: MariaDB repeats it harmlessly and the job is recorded"
@@ -293,33 +307,107 @@ def _table_info(r: _Runner, db: str, name: str, table_id: int, previous: TableIn
                             clustered_index=r.up.clustered_index)
 
 
+def _take_owner_lock(r: _Runner) -> None:
+    r.sql("SELECT GET_LOCK(%s, %s)", (DDL_LOCK, DDL_LOCK_TIMEOUT_S))
+    if r.cur.fetchone()[0] != 1:
+        raise UpstreamError(f"timed out after {DDL_LOCK_TIMEOUT_S}s waiting for the DDL owner "
+                            "lock held by another upstream DDL")
+
+
+def _release_owner_lock(r: _Runner) -> None:
+    try:
+        r.sql("DO RELEASE_LOCK(%s)", (DDL_LOCK,))
+    except UpstreamError as exc:  # a broken connection: its named lock went with it
+        log.warning("releasing the DDL owner lock failed (%s); closing the connection "
+                    "releases it", exc)
+    finally:
+        r.close()
+
+
 def run_ddl(upstream, sql: str, database: str | None = None) -> Job | None:
     stmt = parse_ddl(sql)
     r = _Runner(upstream, stmt, database)
     try:
-        r.sql("SELECT GET_LOCK(%s, %s)", (DDL_LOCK, DDL_LOCK_TIMEOUT_S))
-        if r.cur.fetchone()[0] != 1:
-            raise UpstreamError(f"timed out after {DDL_LOCK_TIMEOUT_S}s waiting for the DDL owner "
-                                "lock held by another upstream DDL")
+        _take_owner_lock(r)
+        resume_queued(r, before=stmt.query)  # the owner finishes queued jobs first
         snap = upstream.reload(r.cur)
         try:
             job = _run(r, stmt, snap)
         except _RoundFailed as failed:
             raise _not_recorded(r, failed.last, rounds_failed=True) from failed.last
         except Exception as exc:  # e.g. a column type the catalog cannot model
-            if not r.executed:
+            if not r.executed and r.queued is None:
                 raise
             raise _not_recorded(r, exc, rounds_failed=False) from exc
         upstream.reload(r.cur)
         return job
     finally:
+        _release_owner_lock(r)
+
+
+def resume_ddl_jobs(upstream) -> list[Job]:
+    """Take the DDL owner lock and finish every queued job (see "The job queue" in the
+    module docstring); return the jobs finished, oldest first."""
+    r = _Runner(upstream, None, None)
+    try:
+        _take_owner_lock(r)
+        return resume_queued(r)
+    finally:
+        _release_owner_lock(r)
+
+
+def resume_queued(r: _Runner, before: str | None = None) -> list[Job]:
+    """Finish the queued jobs, oldest first, on ``r`` (which holds the DDL owner lock).
+
+    A job that still cannot be finished stays queued and raises
+    :class:`~tidb_binlog.errors.DDLNotRecorded` (``undone=False``); the statement
+    ``before`` (the caller's own DDL) is then not run, as TiDB runs jobs in queue order."""
+    done = []
+    for job, step in Catalog.queued_jobs(r.cur):
         try:
-            r.sql("DO RELEASE_LOCK(%s)", (DDL_LOCK,))
-        except UpstreamError as exc:  # a broken connection: its named lock went with it
-            log.warning("releasing the DDL owner lock failed (%s); closing the connection "
-                        "releases it", exc)
-        finally:
-            r.close()
+            _finish_queued(r, job, step)
+        except (_RoundFailed, UpstreamError) as exc:
+            last = exc.last if isinstance(exc, _RoundFailed) else exc
+            log.error("queued DDL job %d (%r) could not be finished: %s", job.id,
+                      job.query[:200], last)
+            not_run = f"; {before[:200]!r} was not run" if before else ""
+            raise DDLNotRecorded(
+                f"DDL job {job.id} ({job.query[:200]!r}) is queued unfinished and could not be "
+                f"finished ({type(last).__name__}: {last}); it stays queued, and the next "
+                "Upstream.ddl() or Upstream.resume_ddl_jobs() finishes it with the same job "
+                f"id{not_run}", sql=job.query, code=getattr(last, "code", None),
+                table=f"{quote_id(job.schema_name)}.{quote_id(job.table_name)}",
+                undone=False) from last
+        done.append(job)
+    return done
+
+
+def _finish_queued(r: _Runner, job: Job, step: str) -> None:
+    """Finish one queued job with its own id: for DROP COLUMN in DeleteOnly, drop the
+    column in MariaDB if it is still there, then write the final round."""
+    if step != STEP_DROP_COLUMN:
+        raise UpstreamError(f"DDL job {job.id} in {CATALOG_DB}.ddl_jobs has the step {step!r}, "
+                            "which this version cannot finish; finish it with the version that "
+                            "queued it")
+    stmt = parse_ddl(job.query)
+    db, name = job.schema_name, job.table_name
+    old = r.up.reload(r.cur).tables.get((db, name))
+    if old is None or old.id != job.table_id:
+        raise UpstreamSchemaError(f"queued DDL job {job.id} ({job.query[:200]!r}): table "
+                                  f"{db}.{name} (id {job.table_id}) is not in the upstream catalog")
+    r.sql(f"ALTER TABLE {quote_id(db)}.{quote_id(name)} DROP COLUMN IF EXISTS "
+          f"{quote_id(stmt.column)}")
+
+    def apply(cur, version):
+        info = _table_info(r, db, name, old.id, old.clone())
+        Catalog.put_table(cur, job.schema_id, info)
+        job.binlog.table_info = info
+
+    r.round(job, job.schema_state, apply, final=True)
+    r.up.reload(r.cur)
+    log.warning("resumed DDL job %d (%r): its DeleteOnly round had committed, not its final "
+                "round; the column is dropped in MariaDB and the job is in the history",
+                job.id, job.query[:200])
 
 
 def _not_recorded(r: _Runner, last: BaseException | None, *,
@@ -330,6 +418,16 @@ def _not_recorded(r: _Runner, last: BaseException | None, *,
     table = (f"{quote_id(r.db)}.{quote_id(stmt.table)}" if r.db and stmt.table
              else quote_id(stmt.schema or r.db or "?"))
     how = (f"after {DDL_ROUND_ATTEMPTS} attempts " if rounds_failed else "")
+    if r.queued is not None:  # DROP COLUMN after its DeleteOnly round: the job is queued
+        log.error("DDL %r (job %d) not finished; it stays queued", stmt.query[:200], r.queued.id)
+        return DDLNotRecorded(
+            f"DDL {stmt.query[:200]!r} wrote its DeleteOnly round (job {r.queued.id}, already "
+            f"with the pumps) but its final round could not be recorded {how}"
+            f"({type(last).__name__}: {last}); the job stays queued in the upstream catalog "
+            "and the next Upstream.ddl() or Upstream.resume_ddl_jobs() finishes it with the "
+            "same job id (drops the column in MariaDB if it is still there, writes the final "
+            "round); do not run the statement again, that would be a new job",
+            sql=stmt.query, code=code, table=table, undone=False)
     why = (f"DDL {stmt.query[:200]!r} ran in MariaDB, but its job and binlogs could not be "
            f"recorded {how}({type(last).__name__}: {last})")
     if not r.executed:  # DROP COLUMN's DeleteOnly round: MariaDB is changed after it
@@ -446,8 +544,10 @@ def _run(r: _Runner, stmt: DDLStatement, snap) -> Job | None:
         def apply_delete_only(cur, version):
             _with_job_id(cur, job)
             Catalog.put_table(cur, dbinfo.id, delete_only)
+            Catalog.queue_job(cur, job, STEP_DROP_COLUMN)  # committed with this round
 
         r.round(job, SchemaState.DELETE_ONLY, apply_delete_only, final=False)
+        r.queued = job
         r.up.reload(r.cur)
         r.execute_user_ddl()
 
