@@ -192,7 +192,7 @@ class ReplicationTask:
         ``timeout``; a task that should run but does not answer is ``unreachable``."""
         rec = self._record(timeout)
         cfg = rec["cfg"]
-        sink = "file" if cfg.syncer.db_type == "file" else "mysql"
+        sink = _sink_kind(cfg)
         if rec["state"] in (PAUSED, STOPPED):
             return TaskStatus.not_running(self.name, rec["state"],
                                           checkpoint_ts=rec["last_checkpoint_ts"],
@@ -258,8 +258,8 @@ class ReplicationTask:
                               key="syncer.worker-count")
         rec = self._record(timeout)
         cfg = rec["cfg"]
-        if cfg.syncer.db_type == "file":
-            raise ConfigError("a file sink has no SQL workers to change",
+        if _sink_kind(cfg) != "mysql":
+            raise ConfigError(f"a {cfg.syncer.db_type} sink has no SQL workers to change",
                               key="syncer.worker-count")
         was_running = rec["state"] not in (PAUSED, STOPPED)
         if was_running:
@@ -326,6 +326,11 @@ def _start(cluster: Cluster, name: str, cfg: DrainerConfig, timeout: float) -> D
     if record is not None:
         RayCalls.get_within(RayCalls.call(record, "set_state", "running"), timeout)
     return drainer
+
+
+def _sink_kind(cfg: DrainerConfig) -> str:
+    """``TaskSettings.sink`` of a config's ``db-type`` (tidb writes through mysql)."""
+    return cfg.syncer.db_type if cfg.syncer.db_type in ("file", "parquet") else "mysql"
 
 
 def _load_config(config, *, to, filters, worker_count, initial_commit_ts,
