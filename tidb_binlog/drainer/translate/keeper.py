@@ -38,11 +38,16 @@ from tidb_binlog.drainer.translate.schema import SchemaKeeper
 from tidb_binlog.drainer.translate.txn import Translator
 from tidb_binlog.packed import pack, unpack
 
-__all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S"]
+__all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S", "JOB_WAIT_WARN_S"]
 
 log = logging.getLogger(__name__)
 
-JOB_WAIT_S = 60.0
+# How long a DDL binlog waits for its job in the upstream's history. A job is never lost
+# upstream: one whose final round failed stays queued until the next DDL owner finishes
+# it (a restarted upstream, the next DDL), so wait as TiDB's drainer does, warning
+# every JOB_WAIT_WARN_S.
+JOB_WAIT_S = 600.0
+JOB_WAIT_WARN_S = 30.0
 
 
 class SchemaAt:
@@ -51,10 +56,12 @@ class SchemaAt:
     ``meta``: the upstream meta (``history_jobs()``, ``job(id)``)."""
 
     def __init__(self, settings: TaskSettings, meta, schema_version: int = 0, *,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic):
         self.settings = settings
         self.meta = meta
         self._sleep = sleep
+        self._clock = clock
         self._ignored_ts = frozenset(settings.ignore_txn_commit_ts)
         self._ignored_dbs = frozenset(s.lower() for s in settings.ignore_schemas)
         self._rebuild(schema_version)
@@ -78,12 +85,20 @@ class SchemaAt:
 
     def _job(self, job_id: int, wait_s: float = JOB_WAIT_S):
         """The history job, waiting for it (see the module doc)."""
-        deadline = time.monotonic() + wait_s
+        start = self._clock()
+        warned = 0
         delay = 0.05
         while True:
             job = self.meta.job(job_id)
-            if job is not None or time.monotonic() >= deadline:
+            waited = self._clock() - start
+            if job is not None or waited >= wait_s:
                 return job
+            if waited >= (warned + 1) * JOB_WAIT_WARN_S:
+                warned = int(waited // JOB_WAIT_WARN_S)
+                log.warning("DDL job %d is not in the upstream's history after %.0f s; waiting "
+                            "up to %.0f s for the upstream to finish it (a queued job is "
+                            "finished by its next DDL or Upstream.resume_ddl_jobs())",
+                            job_id, waited, wait_s)
             self._sleep(delay)
             delay = min(delay * 2, 1.0)
 
