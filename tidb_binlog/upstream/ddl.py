@@ -363,11 +363,16 @@ def resume_queued(r: _Runner, before: str | None = None) -> list[Job]:
     :class:`~tidb_binlog.errors.DDLNotRecorded` (``undone=False``); the statement
     ``before`` (the caller's own DDL) is then not run, as TiDB runs jobs in queue order."""
     done = []
-    for job, step in Catalog.queued_jobs(r.cur):
+    try:
+        queued = Catalog.queued_jobs(r.cur)
+    except pymysql.err.MySQLError as exc:
+        raise translate(exc, f"reading {CATALOG_DB}.ddl_jobs") from exc
+    for job, step in queued:
         try:
             _finish_queued(r, job, step)
-        except (_RoundFailed, UpstreamError) as exc:
-            last = exc.last if isinstance(exc, _RoundFailed) else exc
+        except (_RoundFailed, UpstreamError, pymysql.err.MySQLError) as exc:
+            last = (exc.last if isinstance(exc, _RoundFailed) else
+                    translate(exc, job.query) if isinstance(exc, pymysql.err.MySQLError) else exc)
             log.error("queued DDL job %d (%r) could not be finished: %s", job.id,
                       job.query[:200], last)
             not_run = f"; {before[:200]!r} was not run" if before else ""
