@@ -17,9 +17,10 @@ only after :meth:`SchemaAt.reset` placed it at the checkpoint
 - :meth:`PbKeeper.translate` → ``(commit_ts, pb record bytes | None, schema_version)``
   (:class:`~tidb_binlog.drainer.translate.pb.PbTranslator`).
 
-Both wait for a history job like TiDB's drainer: the binlog of a job's intermediate
-state (DROP COLUMN's DeleteOnly) can arrive before the upstream has written the job to
-its history.
+Both wait for a history job like TiDB's drainer (up to ``JOB_WAIT_S``, warning every
+``JOB_WAIT_WARN_S``): the binlog of a job's intermediate state (DROP COLUMN's
+DeleteOnly) can arrive before the upstream has written the job to its history, and a
+job whose final round failed stays queued upstream until the next DDL owner finishes it.
 """
 
 from __future__ import annotations
