@@ -112,6 +112,18 @@ def actor_pid(actor, timeout_s: float = 60.0) -> int:
         time.sleep(0.2)
 
 
+def _resume_ddl_jobs(upstream, note) -> None:
+    """Finish DDL jobs an upstream crash left queued (as TiDB's next DDL owner does);
+    the DDL workload's next statement would too, but not after the last fault."""
+    try:
+        resumed = upstream.resume_ddl_jobs()
+    except Exception as exc:  # the next DDL (or the final call) tries again
+        note(f"resuming queued DDL jobs failed for now: {type(exc).__name__}: {exc}")
+        return
+    if resumed:
+        note(f"resumed queued DDL jobs {[job.id for job in resumed]}")
+
+
 # -- workloads ----------------------------------------------------------------------------
 class Workloads:
     """The demo workloads and the bank, each on its own thread, until :meth:`stop`."""
@@ -265,6 +277,8 @@ def inject(stack: _Stack, fault: Fault, note) -> None:
         time.sleep(fault.hold_s)
         db.start()
         note(f"{target} MariaDB restarted on the same data dir and port {db.port}")
+        if target == "upstream":
+            _resume_ddl_jobs(stack.upstream, note)
     elif kind == "sigstop-pump":
         pid = actor_pid(stack.actor(target))
         stack.stopped_pids.add(pid)
@@ -463,6 +477,7 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
             time.sleep(remaining)
         note("stopping the workloads")
         loads.stop()
+        _resume_ddl_jobs(upstream, note)  # a job queued by the last fault, with no DDL after it
         upstream.flush()
         target = cluster.get_ts()
         if verdict.problems:  # diff/lost/dup below stay 0: say they were not measured
