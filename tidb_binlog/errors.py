@@ -239,7 +239,10 @@ class DDLNotRecorded(UpstreamError):
 
     ``undone`` says whether the emulator reverted the statement in MariaDB (then nothing
     happened and the DDL may be run again); when it is False the message names the table
-    and how to repair it, since MariaDB now holds a schema no DDL binlog announced."""
+    and how to repair it, since MariaDB now holds a schema no DDL binlog announced. A
+    multi-round job (DROP COLUMN) whose first round was already recorded stays queued in
+    the catalog instead: the next ``Upstream.ddl()`` or ``Upstream.resume_ddl_jobs()``
+    finishes it under the same job id (do not run the statement again)."""
 
     _fields = ("sql", "code", "table", "undone")
 
