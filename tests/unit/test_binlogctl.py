@@ -100,6 +100,16 @@ def test_tables_hide_offline_nodes_unless_asked_and_mark_dead_ones():
     assert "no nodes" in report.render_table(header, [])
 
 
+def test_the_pump_table_shows_a_tripped_disk_guard():
+    guard = ("no available space: 1.0 GiB free on /data is below stop-write-at-available-space "
+             "(2.0 GiB); refusing Prewrites")
+    pumps = [NodeStatus("p0", "10.0.0.1:8250", ONLINE, max_commit_ts=ts(98), err_msg=guard),
+             NodeStatus("p1", "10.0.0.2:8250", ONLINE, max_commit_ts=ts(98))]
+    header, rows = report.pump_rows(pumps, ts(100))
+    assert header[-1] == "ErrMsg"
+    assert rows[0][-1] == guard and rows[1][-1] == "-"
+
+
 # -- commands over a registry ----------------------------------------------------------
 class FakePut:
     """Records PUTs; answers like a pump (or raises the given OSError)."""

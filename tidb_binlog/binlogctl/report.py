@@ -83,10 +83,12 @@ def _seconds(value: float | None) -> str:
 
 def pump_rows(pumps: list[NodeStatus], now_ts: int, *,
               show_offline: bool = False) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of ``-cmd pumps``: TiDB's columns plus the lag behind the TSO."""
-    header = ["NodeID", "Address", "State", "MaxCommitTS", "UpdateTime", "BehindTSO(s)"]
+    """Header and rows of ``-cmd pumps``: TiDB's columns plus the lag behind the TSO and
+    the pump's own error message (``ErrMsg``: e.g. its disk guard refusing Prewrites)."""
+    header = ["NodeID", "Address", "State", "MaxCommitTS", "UpdateTime", "BehindTSO(s)",
+              "ErrMsg"]
     rows = [[p.node_id, p.host, _state(p), str(p.max_commit_ts), format_ts_time(p.update_ts),
-             _seconds(pump_lag_s(p, now_ts))]
+             _seconds(pump_lag_s(p, now_ts)), p.err_msg or "-"]
             for p in pumps if show_offline or p.state != OFFLINE]
     return header, rows
 
