@@ -40,6 +40,7 @@ import threading
 from actors.process import tune_gc
 from actors.ray_calls import RayCalls
 from tidb_binlog.drainer.pipeline.names import worker_actor_name
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
 from tidb_binlog.drainer.sinks.mysql.loader import Ack, Loader, LoaderConfig
 from tidb_binlog.drainer.sinks.mysql.metrics import LoaderMetrics
@@ -116,17 +117,17 @@ def start_sql_worker(downstream: DownstreamConfig, config: LoaderConfig, *,
         name=name, namespace=namespace, lifetime=lifetime))
 
 
-def start_sql_workers(cfg, count: int | None = None, *, downstream: DownstreamConfig | None = None,
-                      name_prefix: str | None = None, namespace: str | None = None,
-                      lifetime: str | None = None, **loader_overrides) -> list:
-    """``count`` (default ``syncer.worker-count``) workers for a resolved DrainerConfig;
-    with ``name_prefix`` (the task name) they are named ``<task>-worker-<i>``."""
-    count = cfg.syncer.worker_count if count is None else count
-    ds = downstream if downstream is not None else DownstreamConfig.from_drainer_config(cfg)
+def start_sql_workers(settings: TaskSettings, *, name_prefix: str | None = None,
+                      namespace: str | None = None, lifetime: str | None = None,
+                      **loader_overrides) -> list:
+    """``settings.worker_count`` workers of a task (downstream and loader settings from its
+    TaskSettings); with ``name_prefix`` (the task name) they are ``<task>-worker-<i>``."""
+    if settings.downstream is None:
+        raise ValueError("SQL workers need a downstream; this task has none (a file sink?)")
     workers = []
-    for worker in range(count):
-        config = LoaderConfig.from_drainer_config(cfg, worker, **loader_overrides)
+    for worker in range(settings.worker_count):
+        config = LoaderConfig.from_settings(settings, worker, **loader_overrides)
         name = worker_actor_name(name_prefix, worker) if name_prefix else None
-        workers.append(start_sql_worker(ds, config, name=name, namespace=namespace,
-                                        lifetime=lifetime))
+        workers.append(start_sql_worker(settings.downstream, config, name=name,
+                                        namespace=namespace, lifetime=lifetime))
     return workers

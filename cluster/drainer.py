@@ -180,12 +180,6 @@ class Drainer:
             upstream_meta = _upstream_meta_from(registry)
         if registry is not None:  # the registry's cluster id is the one pumps use (PD's)
             cfg = dataclasses.replace(cfg, cluster_id=registry.cluster_id())
-        shared = _WORKER_SETTINGS & settings_overrides.keys()
-        if shared:  # the SQL workers read these from cfg: both sides must agree
-            raise ConfigError(f"{sorted(shared)} cannot be overridden in Drainer.start: the "
-                              "SQL workers read them from the drainer config; set them in "
-                              "drainer.toml (or the config overrides) instead",
-                              key=sorted(shared)[0])
         settings = TaskSettings.from_config(cfg, upstream_meta=upstream_meta,
                                             **settings_overrides)
         layout = None
@@ -236,7 +230,7 @@ class Drainer:
                 if layout is not None and layout.safe_mode:  # another count's replay window
                     worker_overrides["safe_mode_until_ts"] = layout.safe_mode_until_ts
                 workers.extend(start_sql_workers(
-                    cfg, settings.worker_count, name_prefix=name, namespace=opts["namespace"],
+                    settings, name_prefix=name, namespace=opts["namespace"],
                     lifetime=opts["lifetime"], **worker_overrides))
                 # a named task's actors get no handles: they look their peers up by name
                 coordinator = RayCalls.start_actor(
@@ -504,9 +498,6 @@ def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
 
-
-_WORKER_SETTINGS = frozenset({"cluster_id", "worker_count", "txn_batch", "exactly_once",
-                              "safe_mode", "merge", "downstream"})
 
 
 DOWNSTREAM_WAIT_S = 30.0

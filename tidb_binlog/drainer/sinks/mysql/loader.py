@@ -137,13 +137,14 @@ class LoaderConfig:
                              f"({self.rows_per_statement}) must be >= 1")
 
     @classmethod
-    def from_drainer_config(cls, cfg, worker: int, **overrides) -> LoaderConfig:
-        """From a resolved :class:`~tidb_binlog.config.DrainerConfig`."""
-        s = cfg.syncer
-        values = dict(worker=worker, cluster_id=cfg.cluster_id, txn_batch=s.txn_batch,
-                      merge=s.to.merge, safe_mode=s.safe_mode,
-                      exactly_once=bool(s.exactly_once),
-                      progress_schema=s.to.checkpoint.schema or CHECKPOINT_SCHEMA)
+    def from_settings(cls, settings, worker: int, **overrides) -> LoaderConfig:
+        """Worker ``worker``'s part of a task's
+        :class:`~tidb_binlog.drainer.pipeline.settings.TaskSettings`: the one place the
+        config is derived, so the workers always agree with the coordinator and keeper."""
+        values = dict(worker=worker, cluster_id=settings.cluster_id,
+                      txn_batch=settings.txn_batch, merge=settings.merge,
+                      safe_mode=settings.safe_mode, exactly_once=settings.exactly_once,
+                      progress_schema=settings.checkpoint_schema or CHECKPOINT_SCHEMA)
         values.update(overrides)
         return cls(**values)
 
