@@ -37,6 +37,7 @@ from pathlib import Path
 from actors.ray_calls import RayCalls
 from actors.task_record import record_actor_name, start_task_record
 from cluster.drainer import STATUS_TIMEOUT_S, STOP_TIMEOUT_S, Drainer
+from cluster.launch import LocalCluster, PumpOptions
 from cluster.registry import REGISTRY_NAME, connect_registry, get_or_create_registry
 from tidb_binlog.config import DrainerConfig, load_drainer_config
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
@@ -50,6 +51,8 @@ from tidb_binlog.drainer.pipeline.task_status import (
 from tidb_binlog.errors import ConfigError, UnavailableError
 from tidb_binlog.node import OFFLINE, PUMP, NodeStatus
 from tidb_binlog.node import PAUSED as NODE_PAUSED
+from tidb_binlog.pump_client import PumpClient
+from tidb_binlog.upstream.tso_batch import TsoBatcher
 
 __all__ = ["connect", "Cluster", "ReplicationTask", "TaskStatus"]
 
@@ -95,8 +98,6 @@ class Cluster:
         ``work_dir/pump-<i>``; ``upstream``: the upstream's connection parameters (the
         DDL history drainers read, published in the registry); ``config``: pump.toml
         overrides. Returns their node ids."""
-        from cluster.launch import LocalCluster, PumpOptions
-
         local = LocalCluster(work_dir, pumps=0, upstream_params=upstream,
                              namespace=self.namespace, detached=True,
                              pump_options=PumpOptions(extra=dict(config or {})))
@@ -114,15 +115,11 @@ class Cluster:
     def pump_client(self, **kw):
         """A pump client following the registry: what the upstream (TiDB's role) writes
         its binlogs through. Close it when done."""
-        from tidb_binlog.pump_client import PumpClient
-
         return PumpClient(self.registry, **kw)
 
     def get_ts(self) -> int:
         """A timestamp from the registry's TSO (PD's role), batched like PD's client."""
         if self._tso is None:
-            from tidb_binlog.upstream.tso_batch import TsoBatcher
-
             self._tso = TsoBatcher(self.registry.get_ts)
         return self._tso.get_ts()
 
