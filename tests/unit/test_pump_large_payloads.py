@@ -123,3 +123,35 @@ def test_a_prewrite_that_is_not_laid_out_as_expected_is_left_to_protobuf():
     assert spliced_commit(c, bl.encode(bl.prewrite(6, b"x"))) is None  # another start_ts
     assert spliced_commit(c, bl.encode(bl.prewrite(5, b"x" * 100))[:-20]) is None  # cut
     assert spliced_commit(c, b"\x08\x00\x10\x05\x2a\x05") is None  # value field truncated
+
+
+class _Context:
+    """What WriteBinlog asks of a grpc.aio context: the time left."""
+
+    def __init__(self, remaining_s):
+        self.remaining_s = remaining_s
+
+    def time_remaining(self):
+        return self.remaining_s
+
+
+def test_a_write_whose_deadline_passed_before_it_is_handled_is_not_stored(tmp_path):
+    from tidb_binlog.pump.grpc_server import PumpServicer
+    from tidb_binlog.pump.node import PumpNode, PumpNodeOptions
+
+    storage = Storage(tmp_path / "s", FAST, metrics=StorageMetrics())
+    node = PumpNode(PumpNodeOptions(data_dir=str(tmp_path), cluster_id=7), storage)
+    node.start(background=False)
+    servicer = PumpServicer(node)
+    payload = bl.encode(bl.prewrite(70, b"p" * 5000))
+    request = pump_pb2.WriteBinlogReq(clusterID=7, payload=payload)
+    try:
+        late = asyncio.run(servicer.WriteBinlog(request, _Context(0.0)))
+        assert b"deadline exceeded before the write" in late
+        assert storage.stats()["vlog_bytes"] == 0
+        assert asyncio.run(servicer.WriteBinlog(request, _Context(5.0))) == b""
+        assert asyncio.run(servicer.WriteBinlog(request, _Context(None))) == b""  # no deadline
+        assert storage.stats()["vlog_bytes"] == HEADER_SIZE + len(payload)  # once: dedupe
+    finally:
+        servicer.close()
+        node.stop()

@@ -5,7 +5,9 @@
     <expected>"), payload decoding ("malformed binlog payload ..."), the empty probe
     (start_ts == commit_ts == 0: acknowledged, not stored), Prewrite only while
     online and after the start's Notify round ("no online: <state>"), then the
-    storage ("no available space ..." for a Prewrite below the disk guard). Any refusal is an
+    storage ("no available space ..." for a Prewrite below the disk guard). A request whose
+    deadline already passed when it is handled (the client gave up while it was being
+    received) is not stored. Any refusal is an
     ``errmsg`` (never a gRPC error), stores nothing, and counts
     ``binlog_pump_loss_binlog_count``. The answer is sent only once the record is
     durable (after its group's fdatasync). A payload above
@@ -129,6 +131,13 @@ class PumpServicer:
     async def WriteBinlog(self, request, context):
         start_s = time.perf_counter()
         large = len(request.payload) >= LARGE_PAYLOAD_BYTES
+        remaining_s = context.time_remaining()
+        if remaining_s is not None and remaining_s <= 0:
+            # The client gave up while the request was still arriving (a large one slower
+            # than its deadline): it retries, so storing this copy would only cost the
+            # write and fsync of its size. Nothing is stored; the answer goes nowhere.
+            return self._failed(start_s, "deadline exceeded before the write: not stored "
+                                "(the client gave up while the request was received)")
         try:
             durable = self.node.submit_binlog(request.clusterID, request.payload)
             if durable is not None:
