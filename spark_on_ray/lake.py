@@ -151,8 +151,11 @@ def _write_events(work: str, events) -> dict[tuple[str, str], str]:
     return paths
 
 
-def _work_dir(cfg: SparkJobConfig) -> str:
-    work = os.path.abspath(os.path.join(cfg.spark.work_dir, f"lake-{uuid.uuid4().hex[:12]}"))
+def _work_dir(cfg: SparkJobConfig, handle) -> str:
+    """A fresh folder for the events under the running Spark's ``work-dir`` (a handle
+    passed in was sized by its own config), else ``[spark] work-dir``."""
+    base = handle.config.work_dir if handle is not None else cfg.spark.work_dir
+    work = os.path.abspath(os.path.join(base, f"lake-{uuid.uuid4().hex[:12]}"))
     os.makedirs(work)
     return work
 
@@ -173,7 +176,7 @@ def snapshot_at(cfg: SparkJobConfig, *, at_ts: int | None = None, tables=None,
     result.at_ts = at or last
     report("read", 1, 1)
     own = handle is None
-    work = _work_dir(cfg)
+    work = _work_dir(cfg, handle)
     try:
         paths = _write_events(work, events)
         if own:
@@ -232,7 +235,7 @@ def stats(cfg: SparkJobConfig, *, start_ts: int | None = None, stop_ts: int | No
     events, _ = _events(cfg, data_dir, start, stop, keys, result)
     report("read", 1, 1)
     own = handle is None
-    work = _work_dir(cfg)
+    work = _work_dir(cfg, handle)
     try:
         paths = _write_events(work, events)
         for name in keys:
