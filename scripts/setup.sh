@@ -7,7 +7,8 @@
 #      sha256 of the pyproject.toml already installed
 #   3. mariadb-server via apt-get when mariadbd is missing (the service is not started:
 #      tests and the demo run their own throwaway servers)
-#   4. a note when Java is missing (only the Spark jobs need it; nothing fails)
+#   4. Java 17 (apt openjdk-17-jre-headless) when no java is found: the Spark jobs and
+#      tests/spark need it (RayDP/Spark 3.5 run on JDK 8, 11 and 17)
 #   5. the MariaDB JDBC driver jar for the Spark jobs (apt libmariadb-java, when
 #      /usr/share/java/mariadb-java-client.jar is missing)
 #   6. promtool (apt prometheus, service not started) for the alert-rule tests of
@@ -98,7 +99,11 @@ if [ -z "$(find_mariadbd || true)" ] || ! command -v mariadb-install-db >/dev/nu
 fi
 say "mariadbd: $(find_mariadbd) ($("$(find_mariadbd)" --version | sed -E 's/.*Ver ([^ ]+).*/\1/'))"
 
-# --- 4. Java (only for the Spark jobs) --------------------------------------------
+# --- 4. Java (the Spark jobs and tests/spark) -------------------------------------
+if ! command -v java >/dev/null 2>&1; then
+    apt_install openjdk-17-jre-headless
+    command -v java >/dev/null 2>&1 || die "openjdk-17-jre-headless installed but java not found"
+fi
 if command -v java >/dev/null 2>&1; then
     jv=$(java -version 2>&1 | head -n1)
     major=$(echo "$jv" | sed -E 's/.*version "(1\.)?([0-9]+).*/\2/')
@@ -106,9 +111,6 @@ if command -v java >/dev/null 2>&1; then
         8|11|17) say "java: $jv" ;;
         *) say "note: $jv; RayDP/Spark 3.5 supports JDK 8, 11 and 17 (Spark jobs may fail)" ;;
     esac
-else
-    say "note: java not found; only the Spark jobs (tests/spark, spark_on_ray) need it:"
-    say "      apt-get install -y openjdk-17-jre-headless"
 fi
 # --- 5. the JDBC driver jar of the Spark jobs (spark_on_ray) -----------------------
 # Debian's libmariadb-java (MariaDB Connector/J); spark_on_ray uses jdbc:mysql:// URLs
