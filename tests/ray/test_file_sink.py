@@ -18,7 +18,9 @@ from cluster.launch import LocalCluster
 from tidb_binlog.binlogfile import WalkStats, walk
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.checkpoint.store import FileCheckpointStore
+from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.translate.pb import decode_columns
+from tidb_binlog.errors import UnavailableError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 from tidb_binlog.upstream import Upstream, workload
 
@@ -236,7 +238,8 @@ def _wait_checkpoint(ray, drainer, commit_ts: int, timeout_s: float = 180) -> di
     while True:
         try:
             st = drainer.status()
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                PipelineReset, UnavailableError):  # an actor restarting: ask again
             st = None
         if st is not None:
             assert st["state"] != "failed", st["error"]
