@@ -59,17 +59,11 @@ class PbKeeperActor:
         return self.keeper.schema_version()
 
 
-class FileSinkActor:
-    """Appends pb records to the binlog files and keeps the savepoint."""
+class SinkShell:
+    """The Ray face of a :class:`~tidb_binlog.drainer.pipeline.sink.Sink` held in
+    ``self.sink``: every call is one call into it (the file and Parquet sink actors)."""
 
-    def __init__(self, settings: TaskSettings, cfg, *, store=None,
-                 max_file_size_bytes: int | None = None):
-        to = cfg.syncer.to
-        self.sink = BinlogFileSink(FileSink(
-            to.dir, store if store is not None else open_checkpoint_store(cfg),
-            max_file_size_bytes=max_file_size_bytes or SEGMENT_SIZE_BYTES,
-            retention_s=to.retention_time_s, save_interval_s=settings.save_interval_s,
-            initial_commit_ts=max(settings.initial_commit_ts, 0)))
+    sink: object
 
     def reset(self, replay: bool = False) -> Checkpoint:
         return self.sink.reset(replay)
@@ -94,6 +88,19 @@ class FileSinkActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+class FileSinkActor(SinkShell):
+    """Appends pb records to the binlog files and keeps the savepoint."""
+
+    def __init__(self, settings: TaskSettings, cfg, *, store=None,
+                 max_file_size_bytes: int | None = None):
+        to = cfg.syncer.to
+        self.sink = BinlogFileSink(FileSink(
+            to.dir, store if store is not None else open_checkpoint_store(cfg),
+            max_file_size_bytes=max_file_size_bytes or SEGMENT_SIZE_BYTES,
+            retention_s=to.retention_time_s, save_interval_s=settings.save_interval_s,
+            initial_commit_ts=max(settings.initial_commit_ts, 0)))
 
 
 def absolute_dirs(cfg):

@@ -19,12 +19,9 @@ not list and replays after its commit_ts: no change lost, none twice.
 
 from __future__ import annotations
 
-import os
-
-from actors.file_sink import absolute_dirs
+from actors.file_sink import SinkShell, absolute_dirs
 from actors.process import tune_gc
 from actors.ray_calls import RayCalls
-from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.sinks.parquet.keeper import ParquetKeeper
 from tidb_binlog.drainer.sinks.parquet.sink import ParquetLake, ParquetSink
@@ -51,7 +48,7 @@ class ParquetKeeperActor:
         return self.keeper.schema_version()
 
 
-class ParquetSinkActor:
+class ParquetSinkActor(SinkShell):
     """Writes the change files and the manifest (the checkpoint)."""
 
     def __init__(self, settings: TaskSettings, cfg):
@@ -60,30 +57,6 @@ class ParquetSinkActor:
             cfg.syncer.to.dir, flush_rows=pq.flush_rows, flush_bytes=pq.flush_bytes,
             flush_interval_s=pq.flush_interval_s, compression=pq.compression,
             initial_commit_ts=max(settings.initial_commit_ts, 0)))
-
-    def reset(self, replay: bool = False) -> Checkpoint:
-        return self.sink.reset(replay)
-
-    def start_point(self) -> Checkpoint | None:
-        return self.sink.start_point()
-
-    def apply(self, seq: int, translated) -> int:
-        return self.sink.apply(seq, translated)
-
-    def idle(self) -> int:
-        return self.sink.idle()
-
-    def close(self) -> Checkpoint:
-        return self.sink.close()
-
-    def status(self) -> dict:
-        return self.sink.status().as_dict()
-
-    def apply_samples(self) -> list:
-        return self.sink.apply_samples()
-
-    def pid(self) -> int:
-        return os.getpid()
 
 
 def start_parquet_sink_actors(cfg, settings: TaskSettings, *, names: dict | None = None,
