@@ -130,3 +130,17 @@ def test_print_runner_range_and_filter(tmp_path):
     result = run_reparo(load_reparo_config(toml), out=lines.append)
     assert "schema: shop; table: log; type: Insert" not in lines
     assert (result.records, result.filtered, result.rows) == (5, 1, 3)
+
+
+def test_a_file_with_damage_and_no_valid_record_is_not_taken_for_an_empty_one(tmp_path):
+    """A segment whose only bytes are damaged used to be left out like the empty segment
+    the sink opens after a rotation: the restore read 0 files and exited 0."""
+    d = tmp_path / "dmg"
+    d.mkdir()
+    seg = d / "binlog-0000000000000000-20260101000000"
+    seg.write_bytes(b"garbage that is no record")
+    with pytest.raises(CorruptRecord) as info:
+        select_segments(d)
+    assert f"{seg} holds no valid binlog record: damage at offset 0" in str(info.value)
+    assert "set skip-corrupt = true to leave it out" in str(info.value)
+    assert select_segments(d, skip_corrupt=True) == []

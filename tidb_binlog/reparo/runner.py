@@ -75,7 +75,8 @@ def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None) -
     stdout)."""
     started = time.perf_counter()
     result = ReparoResult()
-    picked = select_segments(cfg.data_dir, cfg.start_ts, cfg.stop_ts)
+    picked = select_segments(cfg.data_dir, cfg.start_ts, cfg.stop_ts,
+                             skip_corrupt=cfg.skip_corrupt)
     result.files = [p.name for _, p in picked]
     log.info("reparo: %s, range [%s, %s], reading %d file(s): %s", cfg.dest_type,
              cfg.start_ts, cfg.stop_ts or "end", len(picked), ", ".join(result.files) or "-")

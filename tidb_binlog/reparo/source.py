@@ -32,7 +32,7 @@ from pathlib import Path
 
 from tidb_binlog.binlogfile import Pos, WalkStats, walk
 from tidb_binlog.binlogfile.reader import segments
-from tidb_binlog.errors import ProtocolError, StorageError
+from tidb_binlog.errors import CorruptRecord, ProtocolError, StorageError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 from tidb_binlog.reparo.decode import parse_binlog
 
@@ -56,10 +56,21 @@ def check_data_dir(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     return segs
 
 
-def first_commit_ts(directory: str | os.PathLike, suffix: int) -> int | None:
-    """The commit_ts of the first valid record of one segment (None: it has none)."""
-    for _, payload in walk(directory, Pos(suffix, 0), single_segment=True):
+def first_commit_ts(directory: str | os.PathLike, suffix: int, *,
+                    skip_corrupt: bool = False) -> int | None:
+    """The commit_ts of the first valid record of one segment (None: it has none).
+
+    A segment with damage but no valid record is not an empty one: unless
+    ``skip_corrupt``, that raises :class:`~tidb_binlog.errors.CorruptRecord` naming the
+    file and offset, rather than leaving the whole file out of the restore."""
+    stats = WalkStats()
+    for _, payload in walk(directory, Pos(suffix, 0), single_segment=True, stats=stats):
         return _commit_ts(payload)
+    if stats.corruptions and not skip_corrupt:
+        path, offset, why = stats.corruptions[0]
+        raise CorruptRecord(f"{path} holds no valid binlog record: damage at offset {offset} "
+                            f"({why}); restore the file from a copy, or set skip-corrupt = "
+                            "true to leave it out", path=path, offset=offset)
     return None
 
 
@@ -72,8 +83,8 @@ def _commit_ts(payload: bytes) -> int:
     return b.commit_ts
 
 
-def select_segments(directory: str | os.PathLike, start_ts: int = 0, stop_ts: int = 0
-                    ) -> list[tuple[int, Path]]:
+def select_segments(directory: str | os.PathLike, start_ts: int = 0, stop_ts: int = 0, *,
+                    skip_corrupt: bool = False) -> list[tuple[int, Path]]:
     """The segments a restore of ``[start_ts, stop_ts]`` reads (see the module doc).
 
     A segment without a valid record (the empty one the sink opens after a rotation) is
@@ -82,7 +93,7 @@ def select_segments(directory: str | os.PathLike, start_ts: int = 0, stop_ts: in
     picked: list[tuple[int, Path]] = []
     latest: tuple[int, Path] | None = None
     for suffix, path in check_data_dir(directory):
-        first = first_commit_ts(directory, suffix)
+        first = first_commit_ts(directory, suffix, skip_corrupt=skip_corrupt)
         if first is None:
             continue
         if first <= start_ts:
@@ -103,7 +114,8 @@ def read_records(directory: str | os.PathLike, start_ts: int = 0, stop_ts: int =
                  picked: list[tuple[int, Path]] | None = None
                  ) -> Iterator[tuple[Pos, pb.Binlog]]:
     """``(pos after the record, Binlog)`` for every record in the range, in file order."""
-    picked = select_segments(directory, start_ts, stop_ts) if picked is None else picked
+    picked = (select_segments(directory, start_ts, stop_ts, skip_corrupt=skip_corrupt)
+              if picked is None else picked)
     if not picked:
         return
     for pos, payload in walk(directory, Pos(picked[0][0], 0), stats=stats,
