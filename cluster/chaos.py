@@ -384,16 +384,16 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
               console=None) -> int:
     """Run the soak; return the exit code (0: every check passed)."""
     import ray
-    from rich.console import Console
 
     from cluster.drainer import Drainer
     from cluster.launch import LocalCluster
     from tidb_binlog.chaos import FAULT_KINDS
+    from tidb_binlog.cli.console import make_console
     from tidb_binlog.config import load_drainer_config
     from tidb_binlog.testing.mariadb import MariaDBServer
     from tidb_binlog.upstream import Upstream
 
-    console = console or Console()
+    console = console or make_console()
     run_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tidb-binlog-chaos-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     replay = replay_command(seed, duration_s, workers, kinds, recovered_lag_s,

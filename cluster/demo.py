@@ -70,10 +70,10 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, got {workers}", key="workers")
     import ray
-    from rich.console import Console
 
     from cluster.drainer import Drainer
     from cluster.launch import LocalCluster
+    from tidb_binlog.cli.console import make_console
     from tidb_binlog.compare import compare_databases
     from tidb_binlog.config import load_drainer_config
     from tidb_binlog.errors import BinlogError
@@ -81,7 +81,7 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
     from tidb_binlog.tso import extract_physical
     from tidb_binlog.upstream import Upstream
 
-    console = console or Console()
+    console = console or make_console()
     base = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tidb-binlog-demo-"))
     base.mkdir(parents=True, exist_ok=True)
     console.print(f"[bold]tidb-binlog demo[/bold]: working in {base}")

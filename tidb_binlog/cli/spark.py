@@ -16,7 +16,6 @@ found differences or failed (the error names what and where).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 __all__ = ["register"]
@@ -87,12 +86,11 @@ def _load(args, overrides: dict):
 
 
 def _console():
-    """A rich console; not on a terminal (logs of a Ray Job) wide enough that table names
-    are not cut."""
+    """The commands' console (see tidb_binlog.cli.console)."""
     # start-up time: rich loads when a job runs, so `tidb-binlog --help` stays fast
-    from rich.console import Console
+    from tidb_binlog.cli.console import make_console
 
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    return make_console()
 
 
 class _Progress:
