@@ -32,8 +32,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pymysql
+from pymysql.converters import escape_item
+
 from spark_on_ray import diff_plan as plan
 from spark_on_ray.errors import SparkJobError
+from spark_on_ray.session import start_spark
 from spark_on_ray.sql_task import connect, run_query, run_task
 from tidb_binlog.config.spark import DatabaseConfig, SparkJobConfig
 
@@ -48,8 +52,6 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 def literal(value) -> str:
     """A Python value as a SQL literal (pymysql's escaping; bytes as ``_binary'...'``)."""
-    from pymysql.converters import escape_item
-
     return escape_item(value, "utf8mb4")
 
 
@@ -88,8 +90,6 @@ class DiffResult:
 # ------------------------------------------------------------------ step 1
 
 def open_checked(db: DatabaseConfig, side: str, timeout_s: float):
-    import pymysql
-
     try:
         return connect(db, timeout_s)
     except pymysql.err.OperationalError as exc:
@@ -183,8 +183,6 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
                 by_bucket.add(up.name)
         chunks = _plan(up_conn, infos, d, by_bucket)
         if own:
-            from spark_on_ray.session import start_spark
-
             handle = start_spark(cfg.spark, ray_address=ray_address)
         result = _diff(handle, cfg, infos, chunks, fd, dd, report)
         result.spark_start_s = handle.started_s if own else 0.0

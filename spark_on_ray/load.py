@@ -32,6 +32,7 @@ from spark_on_ray import load_plan as plan
 from spark_on_ray.diff import introspect, literal, open_checked
 from spark_on_ray.errors import SparkJobError
 from spark_on_ray.load_task import copy_task
+from spark_on_ray.session import start_spark
 from spark_on_ray.sql_task import run_query
 from tidb_binlog.config.spark import SparkJobConfig
 from tidb_binlog.upstream.catalog import CATALOG_DB
@@ -112,8 +113,6 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
         report("plan", 0, 1)
         units, ddl = _plan(up, down, _tables(up, entries, up_where), cfg, up_where, down_where)
         if own:
-            from spark_on_ray.session import start_spark
-
             handle = start_spark(cfg.spark, ray_address=ray_address)
         for name, sql in ddl:
             db = name.split(".", 1)[0]

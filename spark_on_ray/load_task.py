@@ -28,6 +28,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pymysql
+
 from spark_on_ray.load_plan import CopyUnit, insert_sql, select_sql
 from spark_on_ray.sql_task import connect
 from tidb_binlog.config.spark import DatabaseConfig
@@ -43,8 +45,6 @@ SNAPSHOT_TS_SQL = f"SELECT COALESCE(MAX(commit_ts), 0) FROM {CATALOG_DB}.txn_sta
 def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: DatabaseConfig,
               batch_size: int, sync: Callable[[str], list[str]], literal) -> dict:
     """Copy ``units`` from the shared snapshot; returns ``{"ts", "rows": {table: n}}``."""
-    import pymysql
-
     up_conn = connect(up, raw=True)
     lock_conn = connect(up) if index == 0 else None
     down_conn = None

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from spark_on_ray.errors import SparkSetupError
+from spark_on_ray.sql_task import run_tasks
 from tidb_binlog.config.spark import (
     DEFAULT_JDBC_JARS,
     DatabaseConfig,
@@ -129,6 +130,7 @@ class SparkHandle:
         self.stop()
 
     def stop(self) -> None:
+        # optional heavy dependency: raydp (and with it pyspark) loads only when Spark runs
         import raydp
 
         if self.spark is not None:
@@ -179,8 +181,6 @@ class SparkHandle:
         as there are task slots (a Spark task costs ~0.1-0.3 s on a busy 2-core box, so one
         per query would cost more than the queries); a partition runs its queries on one
         connection per server. Fewer than ``2 x slots`` tasks run right here, in order."""
-        from spark_on_ray.sql_task import run_tasks
-
         if len(tasks) < 2 * self.slots:
             return run_tasks(tasks)
         parts = 2 * self.slots
@@ -192,8 +192,6 @@ class SparkHandle:
 
 
 def _run_partition(items):
-    from spark_on_ray.sql_task import run_tasks
-
     items = list(items)
     rows = run_tasks([task for _, task in items])
     return [(index, r) for (index, _), r in zip(items, rows, strict=True)]
@@ -207,6 +205,7 @@ def _warm(_):
 
 
 def _barrier_partition(fn, items):
+    # optional heavy dependency: pyspark, imported in the executor's Python worker only
     from pyspark import BarrierTaskContext
 
     ctx = BarrierTaskContext.get()
@@ -222,6 +221,8 @@ def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None) -> Sp
     """
     check_java()
     jar = check_jdbc_jar(spark_cfg)
+    # heavy dependency: ray loads only when a job starts Spark (planning and the pure
+    # modules stay importable without it)
     import ray
 
     if not ray.is_initialized():
@@ -234,6 +235,7 @@ def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None) -> Sp
             f"[spark] num-executors x executor-ray-cpus = {want:g} would take every CPU of the Ray "
             f"cluster ({cpus:g}); lower them so that at least one CPU stays free (RayDP's "
             "Ray Data hand-off hangs, and pumps/drainers starve, when Spark holds them all)")
+    # optional heavy dependency: raydp / pyspark (the `spark` extra)
     import raydp
 
     configs = {

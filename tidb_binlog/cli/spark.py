@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from tidb_binlog.config.spark import load_spark_config
+
 __all__ = ["register"]
 
 JOBS = ("load", "diff", "restore", "snapshot-at", "stats")
@@ -80,8 +82,6 @@ def _lake_args(p) -> None:
 
 
 def _load(args, overrides: dict):
-    from tidb_binlog.config.spark import load_spark_config
-
     return load_spark_config(args.config, {k: v for k, v in overrides.items() if v is not None})
 
 
@@ -97,6 +97,7 @@ class _Progress:
     """A rich progress display fed by a job's ``progress(stage, done, total)`` callback."""
 
     def __init__(self, console):
+        # start-up time: rich loads when a job runs, so `tidb-binlog --help` stays fast
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
