@@ -31,11 +31,14 @@ from tidb_binlog.metrics_mirror import MetricsMirror
 from tidb_binlog.packed import unpack
 
 __all__ = ["RayCalls", "PipelineReset", "WorkerCalls", "PumpPullCalls", "PipelineCalls",
-           "GetTimeoutError"]
+           "GetTimeoutError", "RayError"]
 
 log = logging.getLogger(__name__)
 
 GetTimeoutError = ray.exceptions.GetTimeoutError
+RayError = ray.exceptions.RayError
+"""Any error Ray raises (a dead actor, a timeout, a remote exception): for callers that
+report it as it is rather than translate it (:meth:`RayCalls.call_within`)."""
 _UNAVAILABLE = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
                 ray.exceptions.ObjectLostError)
 
@@ -86,6 +89,14 @@ class RayCalls:
         if not ready:
             raise GetTimeoutError(f"not ready within {timeout_s} s")
         return RayCalls.get(ref)
+
+    @staticmethod
+    def call_within(actor, method: str, *args, timeout_s: float):
+        """``actor.method(*args)``'s result within ``timeout_s``, Ray's errors as they are
+        (:data:`RayError`; :data:`GetTimeoutError` past the timeout): for launchers and
+        tools that report them, where :meth:`get` would turn a dead actor into a
+        pipeline reset."""
+        return ray.get(getattr(actor, method).remote(*args), timeout=timeout_s)
 
     @staticmethod
     def ready(ref) -> bool:
@@ -154,6 +165,12 @@ class RayCalls:
     def pinned(node_id: str | None = None):
         """A scheduling strategy that keeps an actor on ``node_id`` (default: this node)."""
         return NodeAffinitySchedulingStrategy(node_id or RayCalls.current_node_id(), soft=False)
+
+    @staticmethod
+    def alive_node_resources() -> list[dict]:
+        """The total resources of each alive node of the cluster (custom ones included):
+        whether some node can ever hold an actor that asks for a resource."""
+        return [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
 
     @staticmethod
     def current_node_id() -> str:
