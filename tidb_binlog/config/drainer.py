@@ -65,7 +65,7 @@ _DRAINER_FLAGS = {
     **{k: f"syncer.{k}" for k in (
         "txn-batch", "loopback-control", "sync-ddl", "channel-id", "ignore-schemas", "safe-mode",
         "enable-dispatch", "disable-dispatch", "enable-detect", "disable-detect",
-        "load-schema-snapshot", "exactly-once", "sql-mode")},
+        "load-schema-snapshot", "exactly-once", "txn-atomic", "sql-mode")},
 }  # fmt: skip
 
 
@@ -181,6 +181,8 @@ class SyncerConfig:
     load_schema_snapshot: bool = _opt("load-schema-snapshot", _BOOL, False)
     case_sensitive: bool = _opt("case-sensitive", _BOOL, False)
     exactly_once: bool | None = _opt("exactly-once", _BOOL, None)
+    # ours: each upstream txn is one downstream txn (README "Transaction-atomic mode")
+    txn_atomic: bool = _opt("txn-atomic", _BOOL, False)
     ignore_table: tuple[TableName, ...] = _section("ignore-table", TableName, shape="array")
     replicate_do_table: tuple[TableName, ...] = _section(
         "replicate-do-table", TableName, shape="array")
@@ -269,6 +271,9 @@ def _resolve_syncer(cfg: DrainerConfig, source: str, env) -> SyncerConfig:
             if name not in s.binlog_filter_rule:
                 raise _fail(f"syncer.table-migrate-rule[{i}].binlog-filter-rule", source,
                             f"no [syncer.binlog-filter-rule.{name}] is defined")  # fmt: skip
+    if s.txn_atomic and db_type not in ("mysql", "tidb"):
+        raise _fail("syncer.txn-atomic", source, f"applies to a mysql or tidb downstream only "
+                    f"(db-type {db_type!r} writes whole transactions already); remove it")
     if s.relay.log_dir and db_type not in ("mysql", "tidb"):
         raise _fail("syncer.relay.log-dir", source, f"the relay log works only with a mysql or "
                     f"tidb downstream, not db-type {db_type!r}; remove [syncer.relay] log-dir")

@@ -30,6 +30,15 @@ key seen since the last flush to a *group* (the key that founded it):
 
 So rows sharing a key run on one worker, in dispatch order, and a row that would
 tie two workers' rows together waits for both to drain.
+
+**Transaction granularity** (:class:`TxnCausality`, ``[syncer] txn-atomic`` without
+exactly-once).  The same idea with a whole transaction as the unit: the keys of all
+its rows are looked up in a window mapping each key to the worker holding it since
+the last flush.  Held by no worker: the txn goes to ``stable_hash(first key) %
+worker_count``; held by exactly one worker: it goes to that worker (after the txns
+it conflicts with, in order); held by several: :data:`CONFLICT` (flush every worker,
+:meth:`TxnCausality.reset`, assign again).  So a transaction is never split, and
+transactions sharing a key never run on two workers at once.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ __all__ = [
     "row_keys",
     "routing_key",
     "Causality",
+    "TxnCausality",
 ]
 
 
@@ -185,3 +195,44 @@ class Causality:
 
     def __len__(self) -> int:
         return len(self._group_of)
+
+
+class TxnCausality:
+    """Conflict detection with whole transactions as the unit; see the module docstring.
+
+    Unlike :class:`Causality` a transaction joins the *worker* that holds its keys (not
+    a group), so two groups that happen to hash to one worker do not force a flush."""
+
+    def __init__(self, worker_count: int):
+        if worker_count < 1:
+            raise ValueError(f"worker_count must be >= 1, got {worker_count}")
+        self.worker_count = worker_count
+        self._worker_of: dict[str, int] = {}
+        self.conflicts = 0
+
+    def assign(self, keys: Sequence[str]) -> int | Conflict:
+        """The worker of a transaction whose rows have ``keys`` (all rows' keys, first
+        row's first), recorded until :meth:`reset`; or CONFLICT (nothing recorded)."""
+        if not keys:
+            raise ValueError("a transaction has at least one key (see row_keys)")
+        window = self._worker_of
+        worker = None
+        for key in keys:
+            held = window.get(key)
+            if held is not None and held != worker:
+                if worker is not None:
+                    self.conflicts += 1
+                    return CONFLICT
+                worker = held
+        if worker is None:
+            worker = stable_hash(keys[0]) % self.worker_count
+        for key in keys:
+            window[key] = worker
+        return worker
+
+    def reset(self) -> None:
+        """Forget every key: call after every worker has flushed."""
+        self._worker_of.clear()
+
+    def __len__(self) -> int:
+        return len(self._worker_of)

@@ -14,6 +14,11 @@ carries out **in order** and reports back (:meth:`acked`).
   sit with another worker in this window) emits every pending batch and a
   :class:`Flush` (wait until every sent batch committed), resets the window and
   routes the row again.
+- ``txn_atomic`` (``[syncer] txn-atomic``): a transaction is never split. With
+  exactly-once it goes whole to its first row's worker
+  (:func:`~tidb_binlog.drainer.apply.routing.route_txn` ``atomic``); otherwise
+  :class:`~tidb_binlog.drainer.apply.causality.TxnCausality` sends it to the worker that
+  holds its keys, or emits a :class:`Flush` first when several workers hold them.
 - A transaction's DMLs for one worker form one *part* ``(commit_ts, dmls)``;
   parts are never split across batches. The checkpoint :class:`Advancer` learns
   the transaction with as many parts as workers it touched.
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidb_binlog.drainer.apply.causality import CONFLICT, Causality, row_keys
+from tidb_binlog.drainer.apply.causality import CONFLICT, Causality, TxnCausality, row_keys
 from tidb_binlog.drainer.apply.dml import DDL, DML, Txn
 from tidb_binlog.drainer.apply.routing import Router, route_txn
 from tidb_binlog.drainer.checkpoint.checkpoint import Advancer
@@ -84,18 +89,22 @@ class _Pending:
 
 
 class Dispatcher:
-    """See the module docstring. ``exactly_once`` picks the deterministic router."""
+    """See the module docstring. ``exactly_once`` picks the deterministic router;
+    ``txn_atomic`` keeps every transaction whole on one worker."""
 
     def __init__(self, worker_count: int, advancer: Advancer, *, batch_dmls: int = 20,
-                 exactly_once: bool = True):
+                 exactly_once: bool = True, txn_atomic: bool = False):
         if batch_dmls < 1:
             raise ValueError(f"batch_dmls must be >= 1, got {batch_dmls}")
         self.worker_count = worker_count
         self.advancer = advancer
         self.batch_dmls = batch_dmls
         self.exactly_once = exactly_once
+        self.txn_atomic = txn_atomic
         self._router = Router(worker_count) if exactly_once else None
-        self._causality = None if exactly_once else Causality(worker_count)
+        self._causality = None if exactly_once or txn_atomic else Causality(worker_count)
+        self._txn_causality = (TxnCausality(worker_count)
+                               if txn_atomic and not exactly_once else None)
         self._pending = [_Pending() for _ in range(worker_count)]
         self.flushes = 0
 
@@ -112,8 +121,12 @@ class Dispatcher:
             self.advancer.register(commit_ts, 1, ddl=True, schema_version=schema_version)
             actions.append(RunDDL(txn.ddl, schema_version))
             return actions
-        segments = (self._segments_exactly_once(txn) if self._router is not None
-                    else self._segments_causality(txn))
+        if self._router is not None:
+            segments = self._segments_exactly_once(txn)
+        elif self._txn_causality is not None:
+            segments = self._segments_atomic(txn)
+        else:
+            segments = self._segments_causality(txn)
         actions: list = []
         parts = 0
         for segment in segments:
@@ -153,7 +166,7 @@ class Dispatcher:
         A key held by another worker in the window means a flush before the txn.
         """
         router = self._router
-        workers, keys = route_txn(txn.dmls, self.worker_count)
+        workers, keys = route_txn(txn.dmls, self.worker_count, atomic=self.txn_atomic)
         flush = False
         for row_keys_, w in zip(keys, workers, strict=True):
             if router.conflicts_with(row_keys_, w):
@@ -166,6 +179,20 @@ class Dispatcher:
             router.hold(row_keys_, w)
             segment.by_worker.setdefault(w, []).append(dml)
         return [segment]
+
+    def _segments_atomic(self, txn: Txn) -> list[_Segment]:
+        """One segment on one worker: the worker holding the txn's keys (or its first
+        key's hash); keys held by several workers mean a flush before the txn."""
+        kernel = self._txn_causality
+        keys: list[str] = []
+        for dml in txn.dmls:
+            keys += row_keys(dml)
+        worker = kernel.assign(keys)
+        flush = worker is CONFLICT
+        if flush:
+            self._reset_window()
+            worker = kernel.assign(keys)
+        return [_Segment(by_worker={worker: list(txn.dmls)}, flush_before=flush)]
 
     def _segments_causality(self, txn: Txn) -> list[_Segment]:
         """TiDB's rule: rows join their keys' group; a row bridging two groups is a
@@ -187,6 +214,8 @@ class Dispatcher:
         self.flushes += 1
         if self._router is not None:
             self._router.flushed()
+        elif self._txn_causality is not None:
+            self._txn_causality.reset()
         else:
             self._causality.reset()
 

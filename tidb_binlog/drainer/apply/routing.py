@@ -44,6 +44,16 @@ its routing key's worker, unless two rows of the transaction share a key across 
 workers; then the whole transaction goes to its first row's worker (one worker
 commits it, in order; a replay routes it the same way).
 
+**Transaction-atomic** (``[syncer] txn-atomic``, ``atomic=True`` /
+``BatchPlanner(txn_atomic=True)``): every transaction goes whole to its first row's
+worker, ``stable_hash(routing_key(first row)) % worker_count``, still a function of the
+transaction alone, so exactly-once's per-worker progress stays sound; the loader then
+commits it in one downstream transaction (several whole ones may share one, up to
+``txn-batch``), together with that worker's progress row. A transaction whose keys sit
+with another worker in the window is a ``FLUSH`` as above. (Without exactly-once the
+dispatcher joins the worker that holds the keys instead:
+:class:`~tidb_binlog.drainer.apply.causality.TxnCausality`.)
+
 Changing ``worker_count`` changes the assignment, so progress rows written under the
 old count no longer say what each new worker committed: ``Drainer.start`` reconciles
 them first (``MySQLCheckpointStore.check_workers``: after a clean stop the old rows are
@@ -110,9 +120,13 @@ to the plain tuple ``(kind, ...)`` and unpacks like one; read the fields by name
 _FLUSH_STEP = FlushStep(FLUSH)
 
 
-def route_txn(dmls: Sequence[DML], worker_count: int) -> tuple[list[int], list[list[str]]]:
-    """``(worker per row, keys per row)`` of one transaction (see the module docstring)."""
+def route_txn(dmls: Sequence[DML], worker_count: int, *, atomic: bool = False
+              ) -> tuple[list[int], list[list[str]]]:
+    """``(worker per row, keys per row)`` of one transaction (see the module docstring);
+    ``atomic``: every row to the first row's worker (transaction-atomic mode)."""
     keys = [row_keys(d) for d in dmls]
+    if atomic:
+        return [stable_hash(keys[0][0]) % worker_count] * len(keys), keys
     workers = [stable_hash(k[0]) % worker_count for k in keys]
     if len(workers) > 1 and len(set(workers)) > 1:
         owner: dict[str, int] = {}
@@ -126,12 +140,14 @@ def route_txn(dmls: Sequence[DML], worker_count: int) -> tuple[list[int], list[l
 class BatchPlanner:
     """Routes merged batches in the schema keeper and plans the flushes (see the module
     docstring, *In the keeper*). One per replication task and worker count; the window
-    lives across :meth:`plan` calls until :meth:`reset`."""
+    lives across :meth:`plan` calls until :meth:`reset`. ``txn_atomic``: each transaction
+    goes whole to one worker (*Transaction-atomic* in the module docstring)."""
 
-    def __init__(self, worker_count: int):
+    def __init__(self, worker_count: int, *, txn_atomic: bool = False):
         if worker_count < 1:
             raise ValueError(f"worker_count must be >= 1, got {worker_count}")
         self.worker_count = worker_count
+        self.txn_atomic = txn_atomic
         self._window = Router(worker_count)
         self.flushes = 0  # FLUSH steps planned (conflicts), DDLs not counted
 
@@ -183,7 +199,7 @@ class BatchPlanner:
                 counts[w] += 1
                 rows += 1
             else:
-                owners, keys = route_txn(dmls, workers)
+                owners, keys = route_txn(dmls, workers, atomic=self.txn_atomic)
                 for row_keys_, w in zip(keys, owners, strict=True):
                     if window.conflicts_with(row_keys_, w):
                         close_run()

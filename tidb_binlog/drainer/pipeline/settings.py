@@ -34,6 +34,7 @@ class TaskSettings:
     worker_count: int = 16
     txn_batch: int = 20
     exactly_once: bool = True
+    txn_atomic: bool = False  # [syncer] txn-atomic: each upstream txn one downstream txn
     safe_mode: bool = False
     merge: bool = True
     initial_commit_ts: int = -1
@@ -69,7 +70,8 @@ class TaskSettings:
         exactly_once = s.exactly_once if s.exactly_once is not None else True
         values = dict(
             cluster_id=cfg.cluster_id, worker_count=s.worker_count, txn_batch=s.txn_batch,
-            exactly_once=exactly_once, safe_mode=s.safe_mode, merge=s.to.merge,
+            exactly_once=exactly_once, txn_atomic=s.txn_atomic, safe_mode=s.safe_mode,
+            merge=s.to.merge,
             initial_commit_ts=cfg.initial_commit_ts,
             ignore_schemas=tuple(x.lower() for x in s.ignore_schemas),
             ignore_txn_commit_ts=tuple(s.ignore_txn_commit_ts),

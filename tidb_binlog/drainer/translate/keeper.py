@@ -149,7 +149,8 @@ class RowKeeper(SchemaAt):
         translated = self.translate(items)
         planner = self._planner
         if planner is None or planner.worker_count != worker_count:
-            planner = self._planner = BatchPlanner(worker_count)
+            planner = self._planner = BatchPlanner(worker_count,
+                                                   txn_atomic=self.settings.txn_atomic)
         plan, payloads = planner.plan(translated)
         return (pack(plan), *[pack(p) for p in payloads])
 

@@ -281,7 +281,8 @@ class Coordinator:
                                      now_s=self._clock())
             self.dispatcher = Dispatcher(len(self.workers), self.advancer,
                                          batch_dmls=self.settings.txn_batch,
-                                         exactly_once=self.settings.exactly_once)
+                                         exactly_once=self.settings.exactly_once,
+                                         txn_atomic=self.settings.txn_atomic)
             self._outstanding: dict[Any, _Call] = {}  # worker call handle -> what it carries
             self._queued: dict[int, list[Send]] = {}  # Sends not yet handed to a worker
             self.start_checkpoint = cp

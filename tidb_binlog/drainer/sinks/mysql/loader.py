@@ -10,7 +10,7 @@ Planning and rendering are pure and live in :mod:`tidb_binlog.drainer.sinks.mysq
 
 **Downstream transactions** (:func:`plan_units`).  Consecutive DML parts share one
 downstream transaction while it holds at most ``txn_batch`` row changes.  A part
-is never split when exactly-once is on (a part bigger than ``txn_batch`` gets a
+is never split when exactly-once or txn-atomic is on (a part bigger than ``txn_batch`` gets a
 transaction of its own); otherwise it is cut into ``txn_batch`` pieces, as TiDB
 Binlog does.  A DDL part runs alone: ``USE db`` (unless CREATE DATABASE) and the
 query (:func:`~tidb_binlog.drainer.apply.sql.ddl_statements`).
@@ -32,6 +32,12 @@ progress upsert and ``COMMIT`` are one more after the DDL.
 upserts this worker's progress row; parts at or below the progress are skipped,
 both after a restart and after an ambiguous failure (the connection lost during
 COMMIT: the progress row is re-read before the retry).
+
+**Loop control** (``loopback-control``, :mod:`tidb_binlog.drainer.loopback`): the
+worker creates the mark table and writes its own mark row once (at its first batch or
+progress read), and every DML transaction also updates that row (after its statements,
+before the progress upsert), so the downstream cluster's binlog of the transaction
+carries this channel's mark.
 
 **Failures.**  A :class:`~tidb_binlog.errors.TransientDownstreamError` rolls back,
 waits (exponential backoff, :class:`~tidb_binlog.drainer.sinks.mysql.downstream.RetryPolicy`),
@@ -56,6 +62,11 @@ from tidb_binlog.drainer.apply.dml import DMLType
 from tidb_binlog.drainer.apply.merge_by_key import DEFAULT_BATCH_SIZE
 from tidb_binlog.drainer.apply.sql import Statement, ddl_statements
 from tidb_binlog.drainer.checkpoint.checkpoint import CHECKPOINT_SCHEMA
+from tidb_binlog.drainer.loopback import (
+    mark_create_statements,
+    mark_init_statement,
+    mark_update_statement,
+)
 from tidb_binlog.drainer.sinks.mysql.downstream import (
     Downstream,
     RetryPolicy,
@@ -122,6 +133,7 @@ class LoaderConfig:
     merge: bool = True
     safe_mode: bool = False
     exactly_once: bool = True
+    txn_atomic: bool = False  # never split a part (one upstream txn) over downstream txns
     rows_per_statement: int = DEFAULT_BATCH_SIZE
     progress_schema: str = CHECKPOINT_SCHEMA
     progress_table: str = PROGRESS_TABLE
@@ -130,6 +142,9 @@ class LoaderConfig:
     # worker-count change after a crash (checkpoint_store.decide_worker_layout)
     safe_mode_until_ts: int = 0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # [syncer] loopback-control / channel-id: every DML transaction carries the mark
+    loopback_control: bool = False
+    channel_id: int = 0
 
     def __post_init__(self) -> None:
         if self.txn_batch < 1 or self.rows_per_statement < 1:
@@ -144,7 +159,10 @@ class LoaderConfig:
         values = dict(worker=worker, cluster_id=settings.cluster_id,
                       txn_batch=settings.txn_batch, merge=settings.merge,
                       safe_mode=settings.safe_mode, exactly_once=settings.exactly_once,
-                      progress_schema=settings.checkpoint_schema or CHECKPOINT_SCHEMA)
+                      txn_atomic=settings.txn_atomic,
+                      progress_schema=settings.checkpoint_schema or CHECKPOINT_SCHEMA,
+                      loopback_control=settings.loopback_control,
+                      channel_id=settings.channel_id)
         values.update(overrides)
         return cls(**values)
 
@@ -187,6 +205,7 @@ class Loader:
                                  safe_mode_until_ts=config.safe_mode_until_ts)
         self._progress_stale = config.exactly_once
         self._retrying = False  # the next transaction retries one that failed transiently
+        self._marks_ready = not config.loopback_control  # mark table and row written
         self.retries = 0
 
     # -- progress ---------------------------------------------------------
@@ -210,6 +229,16 @@ class Loader:
         """:meth:`load_progress`, retried on transient errors like any downstream call."""
         return self._with_retry(self.load_progress, "reading worker progress", reload=False)
 
+    def prepare_marks(self) -> None:
+        """loopback-control: create the mark table if missing and (re)write this worker's
+        row of the channel, so the UPDATE every transaction carries finds it."""
+        c = self.config
+        ds = self.downstream
+        for stmt in mark_create_statements():
+            ds.execute(stmt)
+        ds.execute_script([mark_init_statement(c.worker, c.channel_id)], commit=True)
+        self._marks_ready = True
+
     @property
     def applied_ts(self) -> int:
         return self.guard.applied_ts
@@ -227,13 +256,16 @@ class Loader:
         check_batch(parts, c.worker)
         if self._progress_stale:
             self._with_retry(self.load_progress, "reading worker progress", reload=False)
+        if not self._marks_ready:
+            self._with_retry(self.prepare_marks, "writing the loopback mark row", reload=False)
         skipped = 0
         if c.exactly_once:  # parts ascend: the skipped ones are a prefix
             applied = self.guard.applied_ts
             while skipped < len(parts) and parts[skipped].commit_ts <= applied:
                 skipped += 1
         rows = 0
-        for unit in plan_units(parts, c.txn_batch, split_parts=not c.exactly_once):
+        split = not (c.exactly_once or c.txn_atomic)
+        for unit in plan_units(parts, c.txn_batch, split_parts=split):
             if unit.ddl is not None:
                 self._with_retry(lambda u=unit: self._apply_ddl(u.ddl), "applying a DDL")
             else:
@@ -328,6 +360,8 @@ class Loader:
         (:meth:`Downstream.execute_script`) unless the statements are very large."""
         c = self.config
         script = [stmt for stmt, _, _ in statements]
+        if c.loopback_control:  # after the statements: their indexes stay the error's
+            script.append(mark_update_statement(c.worker, c.channel_id))
         if c.exactly_once:
             script.append(progress_upsert_statement(
                 c.cluster_id, c.worker, max_ts, c.progress_schema, c.progress_table))
