@@ -21,7 +21,9 @@ A submitted task is *detached* and *named*: its actors (``<task>-merger``,
 that submitted it, restart under Ray's fault tolerance from their settings alone
 (they look their peers up by name), and show under these names on the Ray
 dashboard. A detached record actor ``<task>-task`` keeps the task's config and
-wanted state, so ``pause``/``resume``/``update`` work from any driver. Several
+wanted state, so ``pause``/``resume``/``update`` work from any driver; it writes each
+change to the registry's KV first (``task-record/<task>``), so a restart of the record
+actor (killed, its node lost) comes back paused or with the updated worker count. Several
 tasks to several downstreams run side by side in one namespace. Every call that
 waits takes a ``timeout`` and raises :class:`~tidb_binlog.errors.UnavailableError`
 past it, naming what it waited for.
@@ -29,7 +31,6 @@ past it, naming what it waited for.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -41,7 +42,11 @@ from cluster.launch import LocalCluster, PumpOptions
 from cluster.registry import REGISTRY_NAME, connect_registry, get_or_create_registry
 from tidb_binlog.config import DrainerConfig, load_drainer_config
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
-from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE, check_task_name
+from tidb_binlog.drainer.pipeline.names import (
+    DEFAULT_NAMESPACE,
+    check_task_name,
+    pump_actor_name,
+)
 from tidb_binlog.drainer.pipeline.task_status import (
     PAUSED,
     STOPPED,
@@ -93,20 +98,50 @@ class Cluster:
 
     # -- pumps --------------------------------------------------------------------------
     def start_pumps(self, n: int, work_dir: str | Path, *, upstream: dict | None = None,
-                    config: dict | None = None) -> list[str]:
-        """Start ``n`` detached PumpActors (``pump-<node>``) on this node, data under
+                    config: dict | None = None,
+                    resources: dict[str, float] | list[dict[str, float]] | None = None,
+                    ) -> list[str]:
+        """Start ``n`` detached PumpActors (``pump-<node>``), data under
         ``work_dir/pump-<i>``; ``upstream``: the upstream's connection parameters (the
         DDL history drainers read, published in the registry); ``config``: pump.toml
-        overrides. Returns their node ids."""
+        overrides. Placement: this node, or by ``resources``, custom Ray resources every
+        pump asks for (a dict) or one dict per pump (a list of ``n``), e.g.
+        ``[{"pump-a": 1}, {"pump-b": 1}]`` (see :meth:`start_pump`). Returns their node
+        ids."""
+        placements = resources if isinstance(resources, list) else [resources] * n
+        if len(placements) != n:
+            raise ConfigError(f"resources lists {len(placements)} placements for {n} pumps; "
+                              "give one dict per pump, or one dict for all", key="resources")
+        first = len(self.pumps())
+        return [self.start_pump(f"pump-{first + i}", work_dir, upstream=upstream,
+                                config=config, resources=placements[i])
+                for i in range(n)]
+
+    def start_pump(self, node_id: str, work_dir: str | Path, *, upstream: dict | None = None,
+                   config: dict | None = None,
+                   resources: dict[str, float] | None = None) -> str:
+        """Start the detached PumpActor ``pump-<node_id>`` with its data in
+        ``work_dir/<node_id>`` (``upstream``, ``config``: as :meth:`start_pumps`; the
+        config may set this pump's own keys, e.g. ``addr`` on its host's IP).
+
+        ``resources``: custom Ray resources only the pump's machine offers (``ray start
+        --resources='{"pump-host-1": 1}'``): the pump runs there, and ``work_dir`` is a
+        path on that machine's disk. When that node dies Ray keeps the pump's restart
+        pending until a node offering the resource joins (the machine coming back), and
+        the pump reopens the same data dir there: nothing it acknowledged is lost.
+        Without ``resources`` the pump is pinned to this driver's node. ConfigError when
+        the pump runs already or no alive node offers ``resources``."""
+        if RayCalls.find_actor(pump_actor_name(node_id), self.namespace) is not None:
+            raise ConfigError(f"pump {node_id!r} runs already in namespace "
+                              f"{self.namespace!r} (actor {pump_actor_name(node_id)!r})",
+                              key="node-id")
         local = LocalCluster(work_dir, pumps=0, upstream_params=upstream,
                              namespace=self.namespace, detached=True,
                              pump_options=PumpOptions(extra=dict(config or {})))
         local.start(registry=self.registry)
-        first = len(self.pumps())
-        for i in range(first, first + n):
-            local.start_pump(f"pump-{i}")
+        local.start_pump(node_id, resources=resources)
         self._local = local
-        return list(local.pumps)
+        return node_id
 
     def pumps(self) -> list[NodeStatus]:
         """The registry's pump records (node id, address, state)."""
@@ -127,7 +162,7 @@ class Cluster:
     def submit(self, name: str, config: str | Path | dict | DrainerConfig | None = None, *,
                to: dict | None = None, filters: dict | None = None,
                worker_count: int | None = None, initial_commit_ts: int | None = None,
-               overrides: dict | None = None,
+               overrides: dict | None = None, resources: dict[str, float] | None = None,
                timeout: float = START_TIMEOUT_S) -> ReplicationTask:
         """Start the detached replication task ``name``.
 
@@ -136,6 +171,10 @@ class Cluster:
         ``to``: ``[syncer.to]`` keys (host, port, user, password, ...); ``filters``:
         ``[syncer]`` filter keys (``ignore-schemas``, ``ignore-txn-commit-ts``, ...);
         ``worker_count``, ``initial_commit_ts``; ``overrides``: any other keys.
+        ``resources``: custom Ray resources each of the task's keeper, coordinator and SQL
+        workers asks for (e.g. ``{"drainer": 0.01}``), to keep them off the pumps'
+        machines; the merger stays on this driver's node (see ``Drainer.start``); kept
+        in the task's record, so ``resume``/``update`` place them the same way.
         ConfigError when a task of that name exists or the config is wrong;
         DownstreamError / UnavailableError when the downstream cannot be used.
         """
@@ -149,9 +188,10 @@ class Cluster:
                               key="name")
         cfg = _load_config(config, to=to, filters=filters, worker_count=worker_count,
                            initial_commit_ts=initial_commit_ts, overrides=overrides)
-        record = start_task_record(name, cfg, {}, self.namespace)
+        options = {"resources": dict(resources)} if resources else {}
+        record = start_task_record(name, cfg, options, self.namespace, registry=self.registry)
         try:
-            _start(self, name, cfg, timeout)
+            _start(self, name, cfg, timeout, options)
         except BaseException:
             RayCalls.kill(record)
             raise
@@ -241,7 +281,7 @@ class ReplicationTask:
         if rec["state"] not in (PAUSED, STOPPED):
             raise ConfigError(f"task {self.name!r} is {rec['state']}, not paused or stopped",
                               key="name")
-        _start(self.cluster, self.name, rec["cfg"], timeout)
+        _start(self.cluster, self.name, rec["cfg"], timeout, rec.get("options"))
         return self.status()
 
     def update(self, *, worker_count: int, timeout: float = STOP_TIMEOUT_S) -> TaskStatus:
@@ -261,11 +301,12 @@ class ReplicationTask:
         was_running = rec["state"] not in (PAUSED, STOPPED)
         if was_running:
             self._end(PAUSED, NODE_PAUSED, timeout)
-        cfg = dataclasses.replace(cfg, syncer=dataclasses.replace(cfg.syncer,
-                                                                  worker_count=worker_count))
-        RayCalls.get_within(RayCalls.call(self._record_actor(), "set_config", cfg), timeout)
+        # persisted by the record (registry KV) before it answers: a restart keeps it
+        RayCalls.get_within(RayCalls.call(self._record_actor(), "set_worker_count",
+                                          worker_count), timeout)
         if was_running:
-            _start(self.cluster, self.name, cfg, timeout)
+            rec = self._record(timeout)
+            _start(self.cluster, self.name, rec["cfg"], timeout, rec.get("options"))
         return self.status()
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
@@ -279,7 +320,9 @@ class ReplicationTask:
         rec = self._record(timeout)
         if rec["state"] not in (PAUSED, STOPPED):
             self._end(STOPPED, OFFLINE, timeout)
-        RayCalls.kill(self._record_actor())
+        actor = self._record_actor()
+        RayCalls.get_within(RayCalls.call(actor, "forget"), timeout)
+        RayCalls.kill(actor)
 
     # -- inside -------------------------------------------------------------------------
     def _record_actor(self):
@@ -305,7 +348,8 @@ class ReplicationTask:
     def _end(self, state: str, node_state: str, timeout: float) -> int:
         rec = self._record(timeout)
         if rec["state"] in (PAUSED, STOPPED):
-            RayCalls.call(self._record_actor(), "set_state", state)
+            RayCalls.get_within(RayCalls.call(self._record_actor(), "set_state", state),
+                                timeout)
             return rec["last_checkpoint_ts"]
         drainer = self._drainer(timeout)
         result = drainer.stop(final_state=node_state, timeout=timeout)
@@ -316,9 +360,12 @@ class ReplicationTask:
         return checkpoint
 
 
-def _start(cluster: Cluster, name: str, cfg: DrainerConfig, timeout: float) -> Drainer:
+def _start(cluster: Cluster, name: str, cfg: DrainerConfig, timeout: float,
+           options: dict | None = None) -> Drainer:
+    """Start the task's actors; ``options``: the record's start options (placement)."""
     drainer = Drainer.start(cfg, registry=cluster.registry, namespace=cluster.namespace,
-                            name=name, detached=True, start_timeout_s=timeout)
+                            name=name, detached=True, start_timeout_s=timeout,
+                            resources=(options or {}).get("resources"))
     record = RayCalls.find_actor(record_actor_name(name), cluster.namespace)
     if record is not None:
         RayCalls.get_within(RayCalls.call(record, "set_state", "running"), timeout)
