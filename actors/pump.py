@@ -8,7 +8,13 @@ remote, and every Ray API call goes through :mod:`actors.ray_calls`, so the plai
 class is usable (and testable) without Ray.
 
 - Placement: ``NodeAffinitySchedulingStrategy(<node id>, soft=False)`` (the
-  caller's node by default): the data dir lives on that node's disk.
+  caller's node by default): the data dir lives on that node's disk. On a multi-node
+  cluster give ``resources`` instead: a custom resource only the pump's machine offers
+  (``ray start --resources='{"pump-host-1": 1}'``). A node id is gone for good when its
+  node dies (the machine rejoins under a new one), so a pinned pump cannot come back; a
+  resource comes back with the machine, and Ray keeps the pump's restart pending until
+  a node offering it joins, then reruns ``__init__`` there, on the same data dir
+  (``tests/ray/test_multinode.py``).
 - Crashes: ``max_restarts`` (default -1, unlimited); Ray reruns ``__init__``
   with the same config, which reopens the same ``data_dir`` (the storage
   recovers; the node id stays in ``data_dir/.node``). Calls are retried
@@ -108,12 +114,17 @@ def start_pump_actor(config, *, name: str | None = None, namespace: str | None =
                      registry=None, resolver=None, storage_factory=None,
                      node_id: str | None = None, max_restarts: int = -1,
                      max_task_retries: int = 3, max_concurrency: int = 16,
-                     num_cpus: float = 0, lifetime: str | None = None):
-    """Create a PumpActor pinned to ``node_id`` (default: the caller's node)."""
+                     num_cpus: float = 0, lifetime: str | None = None,
+                     resources: dict[str, float] | None = None):
+    """Create a PumpActor pinned to ``node_id`` (default: the caller's node), or, with
+    ``resources`` (custom resources, e.g. ``{"pump-host-1": 1}``), placed on a node
+    offering them (see the module doc: the way to survive a node's death)."""
+    if resources and node_id is not None:
+        raise ValueError("place a pump either by node_id or by resources, not both")
     return RayCalls.start_actor(
         PumpActor, config, registry=registry, resolver=resolver,
         storage_factory=storage_factory, options=dict(
             max_restarts=max_restarts, max_task_retries=max_task_retries,
             max_concurrency=max_concurrency, num_cpus=num_cpus, name=name,
-            namespace=namespace, lifetime=lifetime,
-            scheduling_strategy=RayCalls.pinned(node_id)))
+            namespace=namespace, lifetime=lifetime, resources=resources or None,
+            scheduling_strategy=None if resources else RayCalls.pinned(node_id)))

@@ -110,15 +110,17 @@ class SqlWorkerActor:
 def start_sql_worker(downstream: DownstreamConfig, config: LoaderConfig, *,
                      name: str | None = None, namespace: str | None = None,
                      max_restarts: int = -1, max_task_retries: int = 0, num_cpus: float = 0,
-                     lifetime: str | None = None):
-    """Create one SqlWorkerActor (restartable; calls are not retried by Ray)."""
+                     lifetime: str | None = None, resources: dict[str, float] | None = None):
+    """Create one SqlWorkerActor (restartable; calls are not retried by Ray); ``resources``:
+    custom Ray resources that place it (``Drainer.start(resources=...)``)."""
     return RayCalls.start_actor(SqlWorkerActor, downstream, config, options=dict(
         max_restarts=max_restarts, max_task_retries=max_task_retries, num_cpus=num_cpus,
-        name=name, namespace=namespace, lifetime=lifetime))
+        name=name, namespace=namespace, lifetime=lifetime, resources=resources or None))
 
 
 def start_sql_workers(settings: TaskSettings, *, name_prefix: str | None = None,
                       namespace: str | None = None, lifetime: str | None = None,
+                      resources: dict[str, float] | None = None,
                       **loader_overrides) -> list:
     """``settings.worker_count`` workers of a task (downstream and loader settings from its
     TaskSettings); with ``name_prefix`` (the task name) they are ``<task>-worker-<i>``."""
@@ -129,5 +131,6 @@ def start_sql_workers(settings: TaskSettings, *, name_prefix: str | None = None,
         config = LoaderConfig.from_settings(settings, worker, **loader_overrides)
         name = worker_actor_name(name_prefix, worker) if name_prefix else None
         workers.append(start_sql_worker(settings.downstream, config, name=name,
-                                        namespace=namespace, lifetime=lifetime))
+                                        namespace=namespace, lifetime=lifetime,
+                                        resources=resources))
     return workers

@@ -134,7 +134,8 @@ class Drainer:
               addr: str | None = None, status_addr: str = "", node_id: str | None = None,
               serve: bool = True, start_timeout_s: float = 60.0,
               downstream_wait_s: float | None = None, name: str | None = None,
-              detached: bool = False, **settings_overrides) -> Drainer:
+              detached: bool = False, resources: dict[str, float] | None = None,
+              **settings_overrides) -> Drainer:
         """Start the actors of one task from a :class:`~tidb_binlog.config.DrainerConfig`.
 
         ``pumps`` maps node ids to PumpActor handles (a fixed set; default: follow the
@@ -158,6 +159,12 @@ class Drainer:
         restart needs nothing this driver held), and :meth:`attach` finds the task again
         from any driver. ``detached=True`` (with a name) lets the actors outlive this
         driver (``lifetime="detached"``): the task API (:mod:`cluster.api`) uses it.
+
+        ``resources`` (custom Ray resources, e.g. ``{"drainer": 0.01}``: each actor asks
+        for them) place a MySQL/TiDB task's keeper, coordinator and SQL workers on the
+        nodes offering them (off the pumps' machines, say). The merger, a coordinator
+        with a relay log and the file/Parquet sinks stay pinned to this driver's node:
+        their address or directories are this host's.
         """
         if detached and not name:
             raise ConfigError("a detached replication task needs a name (it is found again "
@@ -231,7 +238,7 @@ class Drainer:
                     worker_overrides["safe_mode_until_ts"] = layout.safe_mode_until_ts
                 workers.extend(start_sql_workers(
                     settings, name_prefix=name, namespace=opts["namespace"],
-                    lifetime=opts["lifetime"], **worker_overrides))
+                    lifetime=opts["lifetime"], resources=resources, **worker_overrides))
                 # a named task's actors get no handles: they look their peers up by name
                 coordinator = RayCalls.start_actor(
                     CoordinatorActor, settings, None if name else workers,
@@ -239,9 +246,10 @@ class Drainer:
                              "name": names["sink"],
                              # its relay log is a local directory: keep it on this node
                              **({"scheduling_strategy": RayCalls.pinned()}
-                                if settings.relay_dir else {})})
+                                if settings.relay_dir else {"resources": resources})})
                 keeper = RayCalls.start_actor(SchemaKeeperActor, settings,
-                                              options={**opts, "name": names["keeper"]})
+                                              options={**opts, "name": names["keeper"],
+                                                       "resources": resources})
             drainer.keeper, drainer.coordinator = keeper, coordinator
             peers = (None, None, None) if name else (keeper, coordinator, workers)
             merger = RayCalls.start_actor(  # pinned here: addr is this host's
