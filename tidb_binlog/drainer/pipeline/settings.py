@@ -54,6 +54,12 @@ class TaskSettings:
     # ("" = off); a relay log turns the keeper's routing off (see ``routed``).
     relay_dir: str = ""
     relay_max_file_size: int = 10 << 20
+    # [syncer] loopback-control / channel-id / sync-ddl: bidirectional replication's loop
+    # control (tidb_binlog/drainer/loopback.py): every downstream transaction carries this
+    # channel's mark, and transactions carrying it are dropped on the way back.
+    loopback_control: bool = False
+    channel_id: int = 0
+    sync_ddl: bool = True
     # A named task (the task API): its actors are ``<task>-<role>`` in ``namespace`` and
     # find their peers by those names (names.py). "" = anonymous actors, handles passed.
     task: str = ""
@@ -81,7 +87,8 @@ class TaskSettings:
             checkpoint_table=s.to.checkpoint.table or "checkpoint",
             upstream_meta=dict(upstream_meta),
             relay_dir=os.path.abspath(s.relay.log_dir) if s.relay.log_dir else "",
-            relay_max_file_size=s.relay.max_file_size_bytes)
+            relay_max_file_size=s.relay.max_file_size_bytes,
+            loopback_control=s.loopback_control, channel_id=s.channel_id, sync_ddl=s.sync_ddl)
         values.update(overrides)
         return cls(**values)
 

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.apply.dml import Txn
 from tidb_binlog.drainer.apply.routing import BatchPlanner
+from tidb_binlog.drainer.loopback import LoopbackFilter
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.translate.pb import PbTranslator
@@ -123,6 +124,7 @@ class RowKeeper(SchemaAt):
     def __init__(self, settings: TaskSettings, meta, schema_version: int = 0, **kw):
         super().__init__(settings, meta, schema_version, **kw)
         self._planner: BatchPlanner | None = None  # exactly-once routing and flush points
+        self._loopback = LoopbackFilter.from_settings(settings)  # None: keeps everything
 
     def reset(self, schema_version: int) -> int:
         """:meth:`SchemaAt.reset`; the routing window starts empty (the sink was reset)."""
@@ -155,7 +157,10 @@ class RowKeeper(SchemaAt):
         return (pack(plan), *[pack(p) for p in payloads])
 
     def _filter(self, txn: Txn | None) -> Txn | None:
-        """A DDL of an ignored database is dropped (its rows never left the translator)."""
+        """A DDL of an ignored database is dropped (its rows never left the translator);
+        loopback-control / sync-ddl (:mod:`tidb_binlog.drainer.loopback`)."""
+        if self._loopback is not None:
+            txn = self._loopback.apply(txn)
         if txn is None or txn.ddl is None or not self._ignored_dbs:
             return txn
         return None if txn.ddl.database.lower() in self._ignored_dbs else txn
