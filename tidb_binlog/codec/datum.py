@@ -39,11 +39,13 @@ import enum
 import struct
 from operator import itemgetter
 
+from tidb_binlog.codec.json_binary import encode_json
 from tidb_binlog.codec.mydecimal import (
     MAX_DECIMAL_PRECISION,
     MAX_DECIMAL_SCALE,
     check_decimal_fits,
 )
+from tidb_binlog.codec.mytime import check_packed
 from tidb_binlog.errors import CodecError
 
 __all__ = ["Kind", "Datum", "INT64_MIN", "INT64_MAX", "UINT64_MAX"]
@@ -89,8 +91,6 @@ def _check_int(kind: str, v: object, lo: int, hi: int) -> int:
 
 
 def _json_bytes(obj: object) -> bytes:
-    from tidb_binlog.codec.json_binary import encode_json
-
     return encode_json(obj)
 
 
@@ -223,8 +223,6 @@ class Datum(tuple):
     @classmethod
     def time(cls, packed: int) -> Datum:
         """A DATE/DATETIME/TIMESTAMP as its packed uint64 (``mytime.pack_time``)."""
-        from tidb_binlog.codec.mytime import check_packed
-
         return _new(cls, (Kind.TIME, check_packed(packed), 0, 0))
 
     @classmethod

@@ -40,6 +40,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
+from tidb_binlog.codec import json_binary
 from tidb_binlog.codec.datum import Datum, Kind
 from tidb_binlog.codec.mydecimal import (
     MAX_DECIMAL_PRECISION,
@@ -125,17 +126,9 @@ FLAG_NAMES = {
 _new = tuple.__new__
 _NULL = Datum.null()
 _MAX = Datum.max_value()
-_json = None
-
-
 def json_module():
-    """``tidb_binlog.codec.json_binary``, imported on first use (JSON datums only)."""
-    global _json
-    if _json is None:
-        from tidb_binlog.codec import json_binary
-
-        _json = json_binary
-    return _json
+    """``tidb_binlog.codec.json_binary`` (the JSON datums' binary format)."""
+    return json_binary
 
 
 _FLAG_AT_START = object()

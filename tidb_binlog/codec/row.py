@@ -40,6 +40,7 @@ from tidb_binlog.codec.mysql import (
     FieldType,
 )
 from tidb_binlog.codec.primitives import Malformed, encode_varint, read_int, read_varint
+from tidb_binlog.codec.rowv2 import decode_row_v2
 from tidb_binlog.codec.typed import _UNFLATTEN, _same
 from tidb_binlog.errors import CodecError
 
@@ -207,8 +208,6 @@ def decode_row(
     if not buf or buf == _EMPTY_ROW:
         return {}
     if buf[0] == CODEC_VER_V2:
-        from tidb_binlog.codec.rowv2 import decode_row_v2
-
         return decode_row_v2(buf, field_types, tz)
     return _decode_old_typed(buf, 0, field_types, tz, False)[0]
 
@@ -271,7 +270,5 @@ def decode_insert_row(
     if off == len(buf) or buf[off:] == _EMPTY_ROW:
         return handles, {}
     if buf[off] == CODEC_VER_V2:
-        from tidb_binlog.codec.rowv2 import decode_row_v2
-
         return handles, decode_row_v2(buf[off:], field_types, tz)
     return handles, _decode_old_typed(buf, off, field_types, tz, False)[0]

@@ -42,6 +42,7 @@ from tidb_binlog.codec.mysql import (
 )
 from tidb_binlog.codec.primitives import Malformed, read_varint
 from tidb_binlog.codec.row import _EMPTY_ROW, CODEC_VER_V2, _col_id, _read_handles
+from tidb_binlog.codec.rowv2 import decode_row_v2
 from tidb_binlog.codec.typed import _UNFLATTEN, _same, sql_arg_formatter
 from tidb_binlog.errors import CodecError
 
@@ -172,8 +173,6 @@ def _decode_old_args(buf: bytes, off: int, plan: ArgPlan, tz, pairs: bool
 
 
 def _v2_args(buf: bytes, plan: ArgPlan, tz) -> dict[int, object]:
-    from tidb_binlog.codec.rowv2 import decode_row_v2
-
     columns = plan.columns
     return {cid: columns[cid][3](d)
             for cid, d in decode_row_v2(buf, plan.field_types, tz).items()}

@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from tidb_binlog.codec import FieldType as CodecFieldType
 from tidb_binlog.model._json import GoStruct
 from tidb_binlog.model.consts import INTEGER_TYPES, Flag, IndexType, SchemaState
 
@@ -112,8 +113,6 @@ class FieldType(GoStruct):
 
     def to_codec(self):
         """The codec's own FieldType with the same values."""
-        from tidb_binlog.codec import FieldType as CodecFieldType
-
         return CodecFieldType(self.tp, self.flag, self.flen, self.decimal, self.charset,
                               self.collate, tuple(self.elems) if self.elems else ())
 
