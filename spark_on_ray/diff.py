@@ -36,6 +36,7 @@ import pymysql
 from pymysql.converters import escape_item
 
 from spark_on_ray import diff_plan as plan
+from spark_on_ray.diff_settle import UpstreamAt, settle
 from spark_on_ray.errors import SparkJobError
 from spark_on_ray.session import start_spark
 from spark_on_ray.sql_task import connect, run_query, run_task
@@ -81,6 +82,8 @@ class DiffResult:
     seconds: float
     spark_start_s: float = 0.0
     bisect_rounds: int = 0
+    recheck_rounds: int = 0  # [diff] checkpoint-table: re-check rounds run
+    unsettled: int = 0  # chunks still being written after the last re-check round
 
     @property
     def equal(self) -> bool:
@@ -213,8 +216,7 @@ def _plan(conn, infos: list[plan.TableInfo], d, by_bucket: set[str]) -> list[pla
 def _checksum_tasks(cfg, chunks, fd, dd):
     tasks = []
     for chunk in chunks:
-        sql = (plan.checksum_sql(chunk, literal, fd, dd) if chunk.range is not None
-               else plan.bucket_checksum_sql(chunk.table, chunk.buckets, fd, dd))
+        sql = chunk_checksum_sql(chunk, fd, dd)
         tasks += [(cfg.upstream, sql), (cfg.downstream, sql)]
     return tasks
 
@@ -224,16 +226,20 @@ def checksum_all(runner, cfg, chunks, fd=6, dd=15):
     ``{bucket: (cnt, s1, s2)}`` (key ranges use bucket 0). ``runner`` runs a task list
     (Spark's :meth:`run_sql_tasks`, or a sequential loop for the baseline)."""
     answers = runner(_checksum_tasks(cfg, chunks, fd, dd))
-    out = []
-    for i, chunk in enumerate(chunks):
-        sides = []
-        for rows in (answers[2 * i], answers[2 * i + 1]):
-            if chunk.range is not None:
-                sides.append({0: (int(rows[0][0]), str(rows[0][1]), str(rows[0][2]))})
-            else:
-                sides.append({int(b): (int(c), str(s1), str(s2)) for b, c, s1, s2 in rows})
-        out.append(tuple(sides))
-    return out
+    return [(parse_sums(chunk, answers[2 * i]), parse_sums(chunk, answers[2 * i + 1]))
+            for i, chunk in enumerate(chunks)]
+
+
+def chunk_checksum_sql(chunk: plan.Chunk, fd: int = 6, dd: int = 15) -> str:
+    return (plan.checksum_sql(chunk, literal, fd, dd) if chunk.range is not None
+            else plan.bucket_checksum_sql(chunk.table, chunk.buckets, fd, dd))
+
+
+def parse_sums(chunk: plan.Chunk, rows: list) -> dict:
+    """One side's checksum answer as ``{bucket: (cnt, s1, s2)}`` (key ranges: bucket 0)."""
+    if chunk.range is not None:
+        return {0: (int(rows[0][0]), str(rows[0][1]), str(rows[0][2]))}
+    return {int(b): (int(c), str(s1), str(s2)) for b, c, s1, s2 in rows}
 
 
 def sequential_runner(tasks):
@@ -247,6 +253,9 @@ def _diff(handle, cfg, infos, chunks, fd, dd, report) -> DiffResult:
     report("checksum chunks", 0, len(chunks))
     sums = checksum_all(handle.run_sql_tasks, cfg, chunks, fd, dd)
     report("checksum chunks", len(chunks), len(chunks))
+    recheck_rounds = unsettled = 0
+    if d.checkpoint_table:
+        sums, recheck_rounds, unsettled = _at_checkpoint(cfg, chunks, sums, fd, dd, report)
     pending: list[tuple[plan.Chunk, int]] = []  # key ranges to bisect, with their max count
     leaves: list[plan.Chunk] = []
     for chunk, (up, down) in zip(chunks, sums, strict=True):
@@ -287,7 +296,22 @@ def _diff(handle, cfg, infos, chunks, fd, dd, report) -> DiffResult:
     statements = plan.render_fix_sql(diffs, literal, fd, dd)
     _write_fix_sql(d.fix_sql_file, statements, cfg.downstream)
     return DiffResult(list(results.values()), d.fix_sql_file, len(statements), 0.0,
-                      bisect_rounds=rounds)
+                      bisect_rounds=rounds, recheck_rounds=recheck_rounds, unsettled=unsettled)
+
+
+def _at_checkpoint(cfg, chunks, sums, fd, dd, report):
+    """``[diff] checkpoint-table``: re-check the differing chunks at the drainer's
+    checkpoint (spark_on_ray.diff_settle) so replication in flight is not reported."""
+    if all(u == w for u, w in sums):
+        return sums, 0, 0
+    up = UpstreamAt(cfg.upstream, cfg.diff.timeout_s)
+    down = open_checked(cfg.downstream, "downstream", cfg.diff.timeout_s)
+    try:
+        return settle(up, down, cfg, chunks, sums,
+                      lambda c: chunk_checksum_sql(c, fd, dd), parse_sums, report)
+    finally:
+        up.close()
+        down.close()
 
 
 def _bisect(handle, cfg, big: list[tuple[plan.Chunk, int]]) -> list[plan.Chunk]:

@@ -44,7 +44,7 @@ __all__ = ["Column", "TableInfo", "KeyRange", "Chunk", "column_expr", "row_hash_
            "range_predicate", "checksum_sql", "bucket_checksum_sql", "boundaries_sql",
            "split_points_sql", "rows_sql", "bucket_rows_sql", "split_range", "split_step", "chunk_ranges",
            "bucket_count", "compare_keyed",
-           "compare_multiset", "RowDiff", "render_fix_sql", "quote_ident"]  # fmt: skip
+           "compare_multiset", "RowDiff", "render_fix_sql", "quote_ident", "settle_verdict"]  # fmt: skip
 
 _CHAR_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext",
                          "enum", "set", "json"})  # fmt: skip
@@ -361,3 +361,25 @@ def render_fix_sql(diffs: list[RowDiff], literal, fd: int = 6, dd: int = 15) -> 
                                      for i, c in enumerate(info.columns))
                 out.append(f"DELETE FROM {info.qualified} WHERE {where} LIMIT {d.count}")
     return out
+
+
+# ------------------------------------------------------------------ at the checkpoint
+
+def settle_verdict(up_before, down, up_after) -> str:
+    """One re-check round of a chunk that differed while replication runs (see
+    :mod:`spark_on_ray.diff_settle`): ``up_before`` is the upstream's checksum at a ts T,
+    ``down`` the downstream's once the drainer's checkpoint passed T, ``up_after`` the
+    upstream's again, after the downstream read.
+
+    - ``"equal"``: the downstream holds exactly the upstream chunk as of T;
+    - ``"different"``: the upstream chunk did not change across the round (same checksum
+      before and after), yet the downstream, which holds everything up to T, differs
+      from it: the drainer cannot have been half-way through a change of this chunk;
+    - ``"moving"``: writes hit the chunk during the round, so the downstream may hold some
+      of those above T; nothing can be told, try again.
+    """
+    if down == up_before:
+        return "equal"
+    if up_after == up_before:
+        return "different"
+    return "moving"

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from cluster.launch import LocalCluster
 from tidb_binlog.config.spark import SparkConfig
+from tidb_binlog.upstream import Upstream
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +24,16 @@ def spark_handle(ray_local, tmp_path_factory):
     yield handle
     handle.stop()
 
+
+
+@pytest.fixture
+def stack(ray_local, mariadb_factory, tmp_path):
+    """``(upstream MariaDB, downstream MariaDB, LocalCluster with one pump, Upstream)``: the
+    emulator writing binlogs to a real pump, for the jobs that meet a drainer."""
+    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
+    cluster = LocalCluster(tmp_path / "cluster", pumps=1, upstream_params=up_db.params(),
+                           namespace="spark-stack").start()
+    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
+    yield up_db, down_db, cluster, upstream
+    upstream.close()
+    cluster.stop()

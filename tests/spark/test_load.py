@@ -10,26 +10,14 @@ import pytest
 from spark_helpers import db_config
 
 from cluster.drainer import Drainer
-from cluster.launch import LocalCluster
 from spark_on_ray import load
 from spark_on_ray.errors import SparkJobError
 from tidb_binlog.compare import compare_databases
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.config.spark import LoadConfig, SparkJobConfig
-from tidb_binlog.upstream import Upstream, workload
+from tidb_binlog.upstream import workload
 
 pytestmark = pytest.mark.timeout(600)
-
-
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=1, upstream_params=up_db.params(),
-                           namespace="spark-load").start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    yield up_db, down_db, cluster, upstream
-    upstream.close()
-    cluster.stop()
 
 
 def _cfg(up_db, down_db, **kw) -> SparkJobConfig:

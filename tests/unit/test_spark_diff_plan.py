@@ -115,3 +115,23 @@ def test_spark_config_defaults_and_errors(tmp_path):
     path.write_text('[diff]\ntables = ["a.b.c"]\n')
     with pytest.raises(ConfigError, match=r"`diff.tables`.*'a.b.c'"):
         load_spark_config(path)
+
+
+def test_settle_verdict_tells_replication_in_flight_from_a_difference():
+    a, b, c = {0: (3, "1", "2")}, {0: (3, "1", "9")}, {0: (4, "5", "6")}
+    assert plan.settle_verdict(a, a, c) == "equal"        # downstream = upstream at T
+    assert plan.settle_verdict(a, b, a) == "different"    # upstream still; downstream off
+    assert plan.settle_verdict(a, c, c) == "moving"       # written during the round
+    assert plan.settle_verdict(a, b, c) == "moving"
+
+
+def test_diff_checkpoint_table_option(tmp_path):
+    path = tmp_path / "spark.toml"
+    path.write_text('[diff]\ncheckpoint-table = "tidb_binlog.checkpoint"\n')
+    d = load_spark_config(path).diff
+    assert (d.checkpoint_table, d.checkpoint_cluster_id, d.recheck_rounds) == \
+        ("tidb_binlog.checkpoint", 0, 8)
+    path.write_text('[diff]\ncheckpoint-table = "checkpoint"\n')
+    with pytest.raises(ConfigError, match=r"`diff.checkpoint-table` .* 'checkpoint'; expected "
+                       r"\"schema.table\""):
+        load_spark_config(path)

@@ -42,6 +42,9 @@ def register(sub) -> None:
     d.add_argument("--tables", nargs="+", help='"db" or "db.table" (default: [diff] tables)')
     d.add_argument("--fix-sql-file", help="where the fix SQL goes (default: [diff] fix-sql-file)")
     d.add_argument("--chunk-size", type=int, help="rows per checksum chunk (default 50000)")
+    d.add_argument("--checkpoint-table", help="compare at the running drainer's checkpoint "
+                   "saved in this downstream schema.table, e.g. tidb_binlog.checkpoint "
+                   "(default: [diff] checkpoint-table; empty = compare as they are)")
     d.set_defaults(func=run_diff)
     r = jobs.add_parser("restore", help="replay a file-sink directory into the downstream "
                         "(reparo in parallel, safe mode)")
@@ -128,7 +131,8 @@ def run_diff(args) -> int:
     from spark_on_ray import diff
 
     cfg = _load(args, {"diff.fix-sql-file": args.fix_sql_file,
-                       "diff.chunk-size": args.chunk_size})
+                       "diff.chunk-size": args.chunk_size,
+                       "diff.checkpoint-table": args.checkpoint_table})
     console = _console()
     t0 = time.monotonic()
     with _Progress(console) as progress:
@@ -149,6 +153,12 @@ def run_diff(args) -> int:
                   f"{sum(not t.equal for t in result.tables)} differing; "
                   f"fix SQL ({result.fix_statements} statements): {result.fix_sql_file}; "
                   f"{time.monotonic() - t0:.1f} s (Spark start {result.spark_start_s:.1f} s)")
+    if cfg.diff.checkpoint_table:
+        console.print(f"at the drainer's checkpoint ({cfg.diff.checkpoint_table}): "
+                      f"{result.recheck_rounds} re-check round(s)"
+                      + (f"; {result.unsettled} chunk(s) still being written after the last "
+                         "round are reported as last read" if result.unsettled else ""),
+                      highlight=False)
     return 0 if result.equal else 1
 
 

@@ -92,6 +92,17 @@ class DiffConfig:
     double_digits: int = _opt("double-digits", _int_kind(1, 17), 15)
     fix_sql_file: str = _opt("fix-sql-file", _STR, "fix.sql")
     timeout_s: float = _opt("connect-timeout", _float_kind(), 10.0)
+    # Compare at a running drainer's checkpoint: the downstream table it saves its
+    # checkpoint in ("tidb_binlog.checkpoint"); empty = compare the two sides as they are.
+    # Chunks that differ are re-checked once the checkpoint passed the upstream's ts
+    # (spark_on_ray.diff_settle), so replication in flight is not reported.
+    checkpoint_table: str = _opt("checkpoint-table", _STR, "")
+    # The checkpoint row (the upstream cluster id); 0 = the table's only row.
+    checkpoint_cluster_id: int = _opt("checkpoint-cluster-id", _int_kind(0), 0)
+    # Re-check rounds before a chunk still being written is reported anyway.
+    recheck_rounds: int = _opt("recheck-rounds", _int_kind(1), 8)
+    # How long one round waits for the checkpoint to pass the upstream's ts.
+    checkpoint_wait_s: float = _opt("checkpoint-wait", _float_kind(), 120.0)
 
 
 @dataclass(frozen=True)
@@ -190,6 +201,12 @@ def load_spark_config(path: str | Path | None, overrides: dict | None = None) ->
             if len(parts) not in (1, 2) or not all(parts):
                 raise ConfigError(f"`{key}` in {source} has {entry!r}; expected \"db\" or "
                                   "\"db.table\"", key=key, path=source)  # fmt: skip
+    table = cfg.diff.checkpoint_table
+    if table and (len(table.split(".")) != 2 or not all(table.split("."))):
+        raise ConfigError(f"`diff.checkpoint-table` in {source} is {table!r}; expected "
+                          "\"schema.table\" of the drainer's checkpoint on the downstream "
+                          "(e.g. \"tidb_binlog.checkpoint\")", key="diff.checkpoint-table",
+                          path=source)  # fmt: skip
     return cfg
 
 
