@@ -4,10 +4,12 @@ transaction, and the config key's way into every part of the task."""
 
 from __future__ import annotations
 
+import argparse
 import random
 
 import pytest
 
+from tidb_binlog.cli import drainer as drainer_cli
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.apply.causality import CONFLICT, TxnCausality, row_keys, stable_hash
 from tidb_binlog.drainer.apply.dispatch import Dispatcher, Flush, RunDDL, Send
@@ -228,3 +230,12 @@ def test_config_key_reaches_settings_and_workers():
 def test_config_key_refused_for_a_file_sink():
     with pytest.raises(ConfigError, match="txn-atomic"):
         load_drainer_config(None, {"syncer.db-type": "file", "syncer.txn-atomic": True})
+
+
+def test_drainer_command_flag_sets_the_key():
+    parser = argparse.ArgumentParser()
+    drainer_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["drainer", "--txn-atomic"])
+    assert drainer_cli.load_config(args).syncer.txn_atomic is True
+    args = parser.parse_args(["drainer"])
+    assert drainer_cli.load_config(args).syncer.txn_atomic is False

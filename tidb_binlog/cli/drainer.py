@@ -52,6 +52,7 @@ _FLAG_KEYS = {
     "worker_count": "syncer.worker-count",
     "txn_batch": "syncer.txn-batch",
     "safe_mode": "syncer.safe-mode",
+    "txn_atomic": "syncer.txn-atomic",
     "relay_log_dir": "syncer.relay.log-dir",
     "relay_max_file_size": "syncer.relay.max-file-size",
 }
@@ -83,6 +84,11 @@ def register(sub) -> None:
     p.add_argument("--txn-batch", type=int, help="DMLs per downstream transaction")
     p.add_argument("--safe-mode", action="store_const", const=True, default=None,
                    help="REPLACE / DELETE+REPLACE instead of INSERT / UPDATE")
+    p.add_argument("--txn-atomic", action="store_const", const=True, default=None,
+                   help="apply each upstream transaction as one downstream transaction, so "
+                   "the downstream is always at a transaction-consistent state (syncer."
+                   "txn-atomic; default off: a transaction's rows are spread over the "
+                   "workers, which is faster; cost: bench/drainer.py --txn-atomic)")
     p.add_argument("--relay-log-dir", metavar="DIR",
                    help="relay log directory ([syncer.relay] log-dir; default off): every "
                    "transaction is written there before it is applied; when the checkpoint "
