@@ -37,11 +37,12 @@ from __future__ import annotations
 import os
 import threading
 
+from actors.emulated_tidb import open_downstream
 from actors.process import tune_gc
 from actors.ray_calls import RayCalls
 from tidb_binlog.drainer.pipeline.names import worker_actor_name
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
-from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
+from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 from tidb_binlog.drainer.sinks.mysql.loader import Ack, Loader, LoaderConfig
 from tidb_binlog.drainer.sinks.mysql.metrics import LoaderMetrics
 from tidb_binlog.packed import unpack
@@ -68,7 +69,8 @@ class SqlWorkerActor:
     def __init__(self, downstream: DownstreamConfig, config: LoaderConfig, *,
                  load_progress: bool = True):
         self.config = config
-        self.loader = Loader(Downstream(downstream), config, metrics=process_metrics())
+        # a real MySQL/TiDB, or an emulated TiDB ([syncer.to] emulated-tidb-registry)
+        self.loader = Loader(open_downstream(downstream), config, metrics=process_metrics())
         if load_progress and config.exactly_once:
             # Read the row now, so a restarted worker knows what it committed; retried
             # on transient errors like any downstream call.

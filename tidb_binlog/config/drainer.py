@@ -150,6 +150,9 @@ class ToConfig:
     read_timeout_s: float = _opt("read-timeout", _go_duration_kind(), 60.0)
     params: dict = _opt("params", _str_map_kind(), {})
     merge: bool = _opt("merge", _BOOL, True)
+    # ours: write through the emulated TiDB of the cluster whose registry this names
+    # ("<namespace>[/<actor>]"; bidirectional replication), host/port being its MariaDB
+    emulated_tidb_registry: str = _opt("emulated-tidb-registry", _STR, "")
     dir: str = _opt("dir", _STR, "")
     retention_time_s: float = _opt("retention-time", _float_kind("days", unit_s=_DAY_S, allow_zero=True),
                                    0.0)  # fmt: skip
@@ -274,6 +277,13 @@ def _resolve_syncer(cfg: DrainerConfig, source: str, env) -> SyncerConfig:
     if s.txn_atomic and db_type not in ("mysql", "tidb"):
         raise _fail("syncer.txn-atomic", source, f"applies to a mysql or tidb downstream only "
                     f"(db-type {db_type!r} writes whole transactions already); remove it")
+    if s.to.emulated_tidb_registry:
+        ns, _, name = s.to.emulated_tidb_registry.partition("/")
+        if db_type not in ("mysql", "tidb") or not ns or "/" in name:
+            raise _fail("syncer.to.emulated-tidb-registry", source, "names the registry of the "
+                        "cluster whose emulated TiDB is the downstream: \"<ray namespace>"
+                        "[/<actor name>]\", with db-type mysql or tidb; got "
+                        f"{s.to.emulated_tidb_registry!r} (db-type {db_type!r})")
     if s.relay.log_dir and db_type not in ("mysql", "tidb"):
         raise _fail("syncer.relay.log-dir", source, f"the relay log works only with a mysql or "
                     f"tidb downstream, not db-type {db_type!r}; remove [syncer.relay] log-dir")

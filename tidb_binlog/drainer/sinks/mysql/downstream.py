@@ -174,6 +174,9 @@ class DownstreamConfig:
     write_timeout_s: float = 60.0
     connect_timeout_s: float = 10.0
     multi_statements: bool = True  # one round trip per transaction (execute_script)
+    # [syncer.to] emulated-tidb-registry: write through the emulated TiDB of the cluster
+    # whose registry this names ("" = a real MySQL/TiDB); see emulated.py
+    emulated_tidb_registry: str = ""
 
     def __post_init__(self) -> None:
         for name in self.params:
@@ -189,7 +192,8 @@ class DownstreamConfig:
         to = cfg.syncer.to
         return cls(host=to.host, port=to.port, user=to.user, password=to.password,
                    params=dict(to.params), sql_mode=cfg.syncer.sql_mode,
-                   read_timeout_s=to.read_timeout_s)
+                   read_timeout_s=to.read_timeout_s,
+                   emulated_tidb_registry=to.emulated_tidb_registry)
 
     @property
     def address(self) -> str:
