@@ -40,7 +40,8 @@ to. A storage without ``write_binlog_async`` (the in-memory test storage) is
 written on the loop's default executor.
 
 Transport: TLS when ``[security]`` names a certificate and key (with ``ssl-ca``
-clients must present a certificate signed by it), optionally also a unix socket
+clients must present a certificate signed by it, and with ``cert-allowed-cn`` one of
+those common names: :func:`tidb_binlog.security.refused_peer`), optionally also a unix socket
 (insecure, local only), ``max_message_size_bytes`` as both receive and send limit.
 """
 
@@ -71,6 +72,7 @@ from tidb_binlog.pump.wire import (
     parse_write_request,
     pull_response_bytes,
 )
+from tidb_binlog.security import refused_peer
 
 __all__ = ["PumpServicer", "PumpGrpcServer", "build_server", "method_handlers", "new_event_loop",
            "EVENT_LOOP_ENV"]
@@ -225,19 +227,44 @@ def _pass_through(message: bytes) -> bytes:
     return message
 
 
-def method_handlers(servicer: PumpServicer) -> dict[str, grpc.RpcMethodHandler]:
+def method_handlers(servicer: PumpServicer,
+                    allowed_cn: tuple[str, ...] = ()) -> dict[str, grpc.RpcMethodHandler]:
     """``binlog.Pump``'s two methods (TiDB's pump.proto) on one server: requests are
     parsed by protobuf (a large WriteBinlog request by :func:`.wire.parse_write_request`,
     its payload a view into the received bytes, not a copy), responses are the
-    servicer's bytes as they are."""
+    servicer's bytes as they are. With ``allowed_cn`` (``[security] cert-allowed-cn``)
+    a TLS caller whose certificate has another common name gets ``PERMISSION_DENIED``
+    (gRPC's Python server cannot check it in the handshake)."""
+    write, pull = servicer.WriteBinlog, servicer.PullBinlogs
+    if allowed_cn:
+        write, pull = _cn_checked_unary(write, allowed_cn), _cn_checked_stream(pull, allowed_cn)
     return {
         "WriteBinlog": grpc.unary_unary_rpc_method_handler(
-            servicer.WriteBinlog, request_deserializer=parse_write_request,
+            write, request_deserializer=parse_write_request,
             response_serializer=_pass_through),
         "PullBinlogs": grpc.unary_stream_rpc_method_handler(
-            servicer.PullBinlogs, request_deserializer=pump_pb2.PullBinlogReq.FromString,
+            pull, request_deserializer=pump_pb2.PullBinlogReq.FromString,
             response_serializer=_pass_through),
     }
+
+
+def _cn_checked_unary(method, allowed_cn):
+    async def checked(request, context):
+        why = refused_peer(context.auth_context(), allowed_cn)
+        if why is not None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+        return await method(request, context)
+    return checked
+
+
+def _cn_checked_stream(method, allowed_cn):
+    async def checked(request, context):
+        why = refused_peer(context.auth_context(), allowed_cn)
+        if why is not None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+        async for item in method(request, context):
+            yield item
+    return checked
 
 
 def new_event_loop(kind: str | None = None) -> asyncio.AbstractEventLoop:
@@ -310,9 +337,10 @@ class PumpGrpcServer:
             self.servicer.close()
 
 
-async def _start(servicer, addr: str, socket_path: str, creds, options) -> tuple[object, int]:
+async def _start(servicer, addr: str, socket_path: str, creds, options,
+                 allowed_cn: tuple[str, ...] = ()) -> tuple[object, int]:
     server = grpc.aio.server(options=options)
-    handlers = method_handlers(servicer)
+    handlers = method_handlers(servicer, allowed_cn)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     server.add_registered_method_handlers(SERVICE, handlers)
     try:
@@ -348,7 +376,8 @@ def build_server(node, addr: str, *, socket_path: str = "", security=None,
     loop_thread = _LoopThread("pump-grpc")
     try:
         server, port = loop_thread.call(
-            _start(servicer, addr, socket_path, creds, message_options(max_message_size_bytes)),
+            _start(servicer, addr, socket_path, creds, message_options(max_message_size_bytes),
+                   tuple(getattr(security, "cert_allowed_cn", ()) or ()) if creds else ()),
             START_TIMEOUT_S)
     except BaseException:
         loop_thread.close()

@@ -36,6 +36,7 @@ import grpc
 
 from tidb_binlog.errors import ConfigError, ProtocolError, UnavailableError
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
+from tidb_binlog.security import client_tls_paths, tls_hint
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE_BYTES", "PumpTLS", "PumpChannel", "grpc_target",
            "channel_options", "translate_error", "close_in_background", "write_request_bytes",
@@ -82,9 +83,19 @@ def write_request_bytes(cluster_id: int, parts: list) -> bytes:
 class PumpTLS:
     """PEM files for TLS to the pumps (``[security] ssl-ca/ssl-cert/ssl-key``)."""
 
-    ca_path: str
+    ca_path: str | None
     cert_path: str | None = None
     key_path: str | None = None
+
+    @classmethod
+    def from_security(cls, security, section: str = "security") -> PumpTLS | None:
+        """From a ``[security]``-shaped section (files checked readable); None when it
+        asks for no TLS (no ssl-ca, no ssl-cert)."""
+        paths = client_tls_paths(security, section)
+        if paths is None:
+            return None
+        ca, cert, key = paths
+        return cls(ca or None, cert or None, key or None)
 
     def credentials(self) -> grpc.ChannelCredentials:
         def read(path: str | None, key: str) -> bytes | None:
@@ -122,16 +133,20 @@ def channel_options(max_message_size_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
-def translate_error(exc: grpc.RpcError, node_id: str,
-                    addr: str) -> ProtocolError | UnavailableError:
-    """A failed WriteBinlog as our error: ProtocolError when no pump would take it."""
+def translate_error(exc: grpc.RpcError, node_id: str, addr: str,
+                    tls: PumpTLS | None = None) -> ProtocolError | UnavailableError:
+    """A failed WriteBinlog as our error: ProtocolError when no pump would take it. An
+    unreachable pump's error says what to set when TLS looks like the cause (``tls``:
+    what this client used)."""
     code = exc.code() if hasattr(exc, "code") else None
     detail = exc.details() if hasattr(exc, "details") else str(exc)
     where = f"pump {node_id} at {addr}"
     name = code.name if code is not None else "UNKNOWN"
     if code in _NOT_RETRYABLE:
         return ProtocolError(f"{where} refused the binlog: {name}: {detail}")
-    return UnavailableError(f"{where}: {name}: {detail}")
+    hint = tls_hint(addr, detail, client_tls=tls is not None,
+                    client_cert=tls is not None and tls.cert_path is not None)
+    return UnavailableError(f"{where}: {name}: {detail}{hint}")
 
 
 class PumpChannel:
@@ -226,7 +241,7 @@ class PumpChannel:
     def translate(self, exc: grpc.RpcError) -> ProtocolError | UnavailableError:
         if hasattr(exc, "code") and exc.code() == grpc.StatusCode.UNAVAILABLE:
             self.reset()
-        return translate_error(exc, self.node_id, self.addr)
+        return translate_error(exc, self.node_id, self.addr, self._tls)
 
     def reset(self) -> threading.Thread | None:
         """Drop the channel; the next call dials again. Never blocks: safe on gRPC's

@@ -178,7 +178,9 @@ class MariaDBServer:
     ``base_dir`` is where the server's directory is created (default: the
     system temp dir); ``port`` None picks a free one; ``name`` shows up in
     directory names and errors.  ``options`` adds or overrides server options
-    (``{"innodb-buffer-pool-size": "256M"}``).
+    (``{"innodb-buffer-pool-size": "256M"}``). ``tls`` (the server's
+    :class:`~tidb_binlog.testing.certs.TLSFiles`) turns TLS on with
+    ``require_secure_transport=ON``.
     """
 
     host = "127.0.0.1"
@@ -187,8 +189,11 @@ class MariaDBServer:
 
     def __init__(self, base_dir: str | os.PathLike | None = None, port: int | None = None,
                  name: str = "db", *, options: dict[str, str] | None = None,
-                 start_timeout_s: float = 60.0):
+                 start_timeout_s: float = 60.0, tls=None):
         self.name = name
+        # TLS (a tidb_binlog.testing.certs.TLSFiles of the server's files): the server
+        # serves TLS and requires it on TCP (require_secure_transport); connect() uses it.
+        self.tls = tls
         self._base_dir = base_dir
         self._fixed_port = port is not None
         self._port = port
@@ -229,9 +234,16 @@ class MariaDBServer:
         return {"host": self.host, "port": self.port, "user": self.user,
                 "password": self.password}
 
+    def client_ssl(self) -> dict | None:
+        """pymysql's ``ssl`` for this server: verified TLS when it has ``tls``, else None.
+        Not part of :meth:`params` (those are ``[syncer.to]`` keys)."""
+        return {"ca": self.tls.ssl_ca} if self.tls is not None else None
+
     def connect(self, database: str | None = None, **kw) -> pymysql.connections.Connection:
-        """A new pymysql connection (autocommit off unless ``kw`` says otherwise)."""
-        args = {**self.params(), "database": database, "autocommit": False, **kw}
+        """A new pymysql connection (autocommit off unless ``kw`` says otherwise; TLS
+        when the server has ``tls``)."""
+        args = {**self.params(), "database": database, "autocommit": False,
+                "ssl": self.client_ssl(), **kw}
         return pymysql.connect(**args)
 
     def is_running(self) -> bool:
@@ -342,6 +354,9 @@ class MariaDBServer:
             "collation-server": "utf8mb4_bin", "default-time-zone": "+00:00",
             "max-allowed-packet": "256M", "max-connections": "500",
         }
+        if self.tls is not None:
+            opts.update({"ssl-ca": self.tls.ssl_ca, "ssl-cert": self.tls.ssl_cert,
+                         "ssl-key": self.tls.ssl_key, "require-secure-transport": "ON"})
         opts.update(self._options)
         cmd = [mariadbd, "--no-defaults", *_user_args(),
                *(f"--{k}={v}" for k, v in opts.items()), "--skip-log-bin",
@@ -373,7 +388,7 @@ class MariaDBServer:
                     name=self.name, log_path=str(self.error_log))
             try:
                 pymysql.connect(**self.params(), connect_timeout=2, read_timeout=2,
-                                write_timeout=2).close()
+                                write_timeout=2, ssl=self.client_ssl()).close()
                 return
             except pymysql.err.MySQLError as exc:
                 last_exc = exc

@@ -74,6 +74,7 @@ from tidb_binlog.drainer.checkpoint.checkpoint import (
 from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
 from tidb_binlog.drainer.sinks.mysql.progress import PROGRESS_TABLE, progress_create_statements
 from tidb_binlog.errors import ProtocolError, StorageError, TransientDownstreamError
+from tidb_binlog.security import mysql_ssl
 
 __all__ = [
     "CheckpointStore",
@@ -325,8 +326,10 @@ def open_checkpoint_store(cfg) -> CheckpointStore:
     """The store a resolved :class:`~tidb_binlog.config.DrainerConfig` asks for."""
     cp = cfg.syncer.to.checkpoint
     if cp.type in ("mysql", "tidb"):
+        section = "syncer.to.checkpoint.security"
         ds = DownstreamConfig(host=cp.host, port=cp.port, user=cp.user, password=cp.password,
-                              read_timeout_s=cfg.syncer.to.read_timeout_s)
+                              read_timeout_s=cfg.syncer.to.read_timeout_s,
+                              ssl=mysql_ssl(cp.security, section), tls_section=section)
         return MySQLCheckpointStore(ds, cfg.cluster_id, schema=cp.schema or CHECKPOINT_SCHEMA,
                                     table=cp.table or CHECKPOINT_TABLE)
     return FileCheckpointStore(cfg.data_dir)

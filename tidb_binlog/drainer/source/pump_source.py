@@ -26,7 +26,9 @@ imports ray); it translates a dead actor to
 :class:`~tidb_binlog.errors.UnavailableError`.
 
 **GrpcPumpSource(addr, cluster_id, tls)**: a standalone pump (a real TiDB
-setup) over ``binlog.Pump/PullBinlogs``.  A reader thread keeps one stream open
+setup) over ``binlog.Pump/PullBinlogs``, TLS when ``tls`` (the drainer's
+``[security]``) names a CA or certificate; a stream error that looks like a TLS
+mismatch logs what to set.  A reader thread keeps one stream open
 from the last commit_ts received and feeds a bounded queue (``buffer_items``;
 when full the reader blocks, and gRPC flow control stops the pump).  Any stream
 error or end is logged and the stream reopened after ``reconnect_interval_s``
@@ -68,6 +70,7 @@ from tidb_binlog.errors import (
 )
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.transport import open_channel
+from tidb_binlog.security import tls_enabled, tls_hint
 
 __all__ = [
     "Items",
@@ -398,7 +401,9 @@ class GrpcPumpSource:
                     continue
                 fatal = self._fatal_rpc_error(exc, start_ts)
                 if fatal is None:
-                    reason = f"{exc.code().name}: {exc.details()}"
+                    reason = f"{exc.code().name}: {exc.details()}" + tls_hint(
+                        self.addr, exc.details() or "", client_tls=tls_enabled(self.tls),
+                        client_cert=bool(getattr(self.tls, "ssl_cert", "")))
             except BinlogError as exc:
                 fatal = exc
             if fatal is not None:

@@ -9,7 +9,9 @@ an identifier (letters, digits, ``_``, ``.``), the value is sent as an argument,
 an integer or decimal number as a number, anything else as a string (one pair of
 surrounding quotes is removed, so both ``time_zone = "+08:00"`` and TiDB-style
 ``time_zone = "'+08:00'"`` work).  The connection is opened lazily and reopened
-after :meth:`Downstream.reset`.
+after :meth:`Downstream.reset`.  TLS: ``DownstreamConfig.ssl`` is pymysql's ``ssl``
+argument made from ``[syncer.to.security]`` (:func:`tidb_binlog.security.mysql_ssl`);
+a failed connection names what to set when TLS may be the cause.
 
 **Errors** (:func:`translate_error`).  Every pymysql or socket error raised by a
 call is translated here, and only here, into the project's tree with the
@@ -62,6 +64,7 @@ from pymysql.constants import CLIENT
 
 from tidb_binlog.drainer.apply.sql import LiteralRenderer, Statement
 from tidb_binlog.errors import ConfigError, DownstreamError, TransientDownstreamError
+from tidb_binlog.security import mysql_ssl, mysql_tls_hint
 
 __all__ = [
     "DownstreamConfig",
@@ -174,9 +177,10 @@ class DownstreamConfig:
     write_timeout_s: float = 60.0
     connect_timeout_s: float = 10.0
     multi_statements: bool = True  # one round trip per transaction (execute_script)
-    # [syncer.to] emulated-tidb-registry: write through the emulated TiDB of the cluster
-    # whose registry this names ("" = a real MySQL/TiDB); see emulated.py
-    emulated_tidb_registry: str = ""
+    # TLS: pymysql's ``ssl`` dict (tidb_binlog.security.mysql_ssl), None = no TLS asked
+    # for; ``tls_section`` is the config section errors tell the user to set.
+    ssl: Mapping[str, str] | None = None
+    tls_section: str = "syncer.to.security"
 
     def __post_init__(self) -> None:
         for name in self.params:
@@ -193,7 +197,7 @@ class DownstreamConfig:
         return cls(host=to.host, port=to.port, user=to.user, password=to.password,
                    params=dict(to.params), sql_mode=cfg.syncer.sql_mode,
                    read_timeout_s=to.read_timeout_s,
-                   emulated_tidb_registry=to.emulated_tidb_registry)
+                   ssl=mysql_ssl(to.security))
 
     @property
     def address(self) -> str:
@@ -236,9 +240,11 @@ class Downstream:
                                    read_timeout=c.read_timeout_s,
                                    write_timeout=c.write_timeout_s,
                                    client_flag=CLIENT.MULTI_STATEMENTS
-                                   if c.multi_statements else 0)
+                                   if c.multi_statements else 0, ssl=c.ssl)
         except (pymysql.err.MySQLError, OSError) as exc:
-            raise translate_error(exc, None, where) from exc
+            code = _error_code(exc) if isinstance(exc, pymysql.err.MySQLError) else None
+            hint = mysql_tls_hint(c.address, code, str(exc), ssl=c.ssl, section=c.tls_section)
+            raise translate_error(exc, None, where + hint) from exc
         try:
             with conn.cursor() as cur:
                 for stmt in c.session_statements():
