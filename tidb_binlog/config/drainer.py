@@ -42,6 +42,7 @@ from tidb_binlog.config._kinds import (
 )
 from tidb_binlog.config._toml import _load, _to_toml
 from tidb_binlog.errors import ConfigError
+from tidb_binlog.filter.rules import config_problems
 
 __all__ = [
     "TableName",
@@ -274,6 +275,8 @@ def _resolve_syncer(cfg: DrainerConfig, source: str, env) -> SyncerConfig:
             if name not in s.binlog_filter_rule:
                 raise _fail(f"syncer.table-migrate-rule[{i}].binlog-filter-rule", source,
                             f"no [syncer.binlog-filter-rule.{name}] is defined")  # fmt: skip
+    for key, problem in config_problems(s)[:1]:  # patterns, regexes, event types
+        raise _fail(key, source, problem)
     if s.txn_atomic and db_type not in ("mysql", "tidb"):
         raise _fail("syncer.txn-atomic", source, f"applies to a mysql or tidb downstream only "
                     f"(db-type {db_type!r} writes whole transactions already); remove it")

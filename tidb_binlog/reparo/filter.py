@@ -1,110 +1,25 @@
-"""Which schemas and tables to keep: TiDB's do/ignore db/table rules as a small pure matcher.
+"""reparo's table filter: :class:`tidb_binlog.filter.tables.TableFilter` (TiDB's
+``replicate-do-db``, ``replicate-do-table``, ``replicate-ignore-db``,
+``replicate-ignore-table``; the rules are documented there), reading the object a DDL
+changes from its SQL.
 
-:class:`TableFilter` is TiDB Binlog's ``pkg/filter`` (what reparo's and the drainer's
-``replicate-do-db``, ``replicate-do-table``, ``replicate-ignore-db`` and
-``replicate-ignore-table`` mean), written so any part can use it:
-
-- a **pattern** starting with ``~`` is a regular expression searched in the name
-  (``~^log_`` = names starting with ``log_``; anchor it yourself); any other pattern is
-  the name itself, compared **exactly** (TiDB wraps it in ``^...$`` as a regex, so a
-  ``.`` there matches any character; we do not). Both are case-insensitive;
-- the **allow list** first: with no do-db and no do-table every table passes; otherwise
-  a table passes when a do-table rule matches both its schema and its name, or a do-db
-  rule matches its schema;
-- then the **block list**: a table that passed is dropped when an ignore-table rule
-  matches it or an ignore-db rule matches its schema.
-
-So ``replicate-do-db = ["shop"]`` with ``replicate-ignore-table = [shop.log]`` keeps every
-table of ``shop`` but ``log``. A DDL is matched by the object it changes (its schema,
-and ``""`` as the table for a database DDL: a do-table rule cannot pass ``CREATE
-DATABASE``, a do-db rule can; TiDB behaves the same), read from its SQL by
-:func:`~tidb_binlog.reparo.decode.ddl_target` (``use a; CREATE TABLE b.t`` changes ``b``).
-
-:meth:`TableFilter.filter_txn` applies the rules to a
-:class:`~tidb_binlog.drainer.apply.dml.Txn`: DMLs of skipped tables are dropped (the
-transaction keeps the rest, as TiDB's reparo does), a skipped DDL or a transaction
-left without DMLs gives None. A bad regular expression raises :class:`ValueError`
-naming the pattern (config loaders turn it into a ConfigError naming the key).
+A file record's DDL carries only its ``use`` database and the query, so the object is
+:func:`~tidb_binlog.reparo.decode.ddl_target` of the SQL (``use a; CREATE TABLE b.t``
+changes ``b``; a database DDL gives ``(db, "")``), as TiDB's reparo does.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-from dataclasses import dataclass
-
-from tidb_binlog.drainer.apply.dml import Txn
+from tidb_binlog.drainer.apply.dml import DDL
+from tidb_binlog.filter.tables import TableFilter as _SharedTableFilter
+from tidb_binlog.filter.tables import TableRule, compile_pattern
 from tidb_binlog.reparo.decode import ddl_target
 
 __all__ = ["TableFilter", "TableRule", "compile_pattern"]
 
 
-@dataclass(frozen=True)
-class TableRule:
-    """One ``[[...-table]]`` entry: a schema pattern and a table pattern."""
+class TableFilter(_SharedTableFilter):
+    """The shared do/ignore matcher; a DDL is matched by the object its SQL names."""
 
-    schema: str
-    table: str
-
-
-def compile_pattern(pattern: str):
-    """A matcher ``name -> bool`` for one pattern (``~regex`` or exact, case-insensitive)."""
-    if pattern.startswith("~"):
-        try:
-            regex = re.compile(pattern[1:], re.IGNORECASE)
-        except re.error as exc:
-            raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
-        return lambda name: regex.search(name) is not None
-    folded = pattern.casefold()
-    return lambda name: name.casefold() == folded
-
-
-class TableFilter:
-    """TiDB's do/ignore rules (see the module doc); an empty filter passes everything."""
-
-    def __init__(self, do_dbs: Iterable[str] = (), do_tables: Iterable[TableRule] = (),
-                 ignore_dbs: Iterable[str] = (), ignore_tables: Iterable[TableRule] = ()):
-        self._do_dbs = [compile_pattern(p) for p in do_dbs]
-        self._do_tables = [(compile_pattern(r.schema), compile_pattern(r.table))
-                           for r in do_tables]
-        self._ignore_dbs = [compile_pattern(p) for p in ignore_dbs]
-        self._ignore_tables = [(compile_pattern(r.schema), compile_pattern(r.table))
-                               for r in ignore_tables]
-        self._cache: dict[tuple[str, str], bool] = {}
-
-    @property
-    def empty(self) -> bool:
-        return not (self._do_dbs or self._do_tables or self._ignore_dbs or self._ignore_tables)
-
-    def skip(self, schema: str, table: str) -> bool:
-        """Whether changes to ``schema``.``table`` are dropped (``table`` may be "")."""
-        key = (schema, table)
-        hit = self._cache.get(key)
-        if hit is None:
-            hit = self._cache[key] = not self._allowed(schema, table) or self._blocked(
-                schema, table)
-            if len(self._cache) > 65536:
-                self._cache.clear()
-        return hit
-
-    def _allowed(self, schema: str, table: str) -> bool:
-        if not (self._do_dbs or self._do_tables):
-            return True
-        return (any(s(schema) and t(table) for s, t in self._do_tables)
-                or any(s(schema) for s in self._do_dbs))
-
-    def _blocked(self, schema: str, table: str) -> bool:
-        return (any(s(schema) and t(table) for s, t in self._ignore_tables)
-                or any(s(schema) for s in self._ignore_dbs))
-
-    def filter_txn(self, txn: Txn) -> Txn | None:
-        """``txn`` without the changes the rules drop; None when nothing is left."""
-        if self.empty:
-            return txn
-        if txn.ddl is not None:
-            schema, table = ddl_target(txn.ddl.sql, txn.ddl.database)
-            return None if self.skip(schema, table) else txn
-        kept = tuple(d for d in txn.dmls if not self.skip(d.database, d.table))
-        if not kept:
-            return None
-        return txn if len(kept) == len(txn.dmls) else Txn(txn.commit_ts, kept)
+    def ddl_object(self, ddl: DDL) -> tuple[str, str]:
+        return ddl_target(ddl.sql, ddl.database)

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
+from tidb_binlog.filter.rules import FilterSettings
 
 __all__ = ["TaskSettings", "SINKS"]
 
@@ -64,6 +65,9 @@ class TaskSettings:
     # find their peers by those names (names.py). "" = anonymous actors, handles passed.
     task: str = ""
     namespace: str = DEFAULT_NAMESPACE
+    # replicate-do-db/-table, ignore-table, table-migrate-rule + binlog-filter-rule as
+    # plain data; the keepers compile them (tidb_binlog.filter.rules.TxnFilter)
+    filters: FilterSettings = FilterSettings()
 
     def __post_init__(self) -> None:
         if self.sink not in SINKS:
@@ -81,6 +85,7 @@ class TaskSettings:
             initial_commit_ts=cfg.initial_commit_ts,
             ignore_schemas=tuple(x.lower() for x in s.ignore_schemas),
             ignore_txn_commit_ts=tuple(s.ignore_txn_commit_ts),
+            filters=FilterSettings.from_syncer(s),
             time_zone=str(s.to.params.get("time_zone", "+00:00")),
             downstream=DownstreamConfig.from_drainer_config(cfg),
             checkpoint_schema=s.to.checkpoint.schema or "tidb_binlog",

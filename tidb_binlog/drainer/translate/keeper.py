@@ -38,6 +38,7 @@ from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.translate.pb import PbTranslator
 from tidb_binlog.drainer.translate.schema import SchemaKeeper
 from tidb_binlog.drainer.translate.txn import Translator
+from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.packed import pack, unpack
 
 __all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S", "JOB_WAIT_WARN_S"]
@@ -66,6 +67,8 @@ class SchemaAt:
         self._clock = clock
         self._ignored_ts = frozenset(settings.ignore_txn_commit_ts)
         self._ignored_dbs = frozenset(s.lower() for s in settings.ignore_schemas)
+        # do/ignore tables, binlog-filter-rule, table-migrate-rule (tidb_binlog/filter)
+        self.filters = TxnFilter.of_settings(settings)
         self._rebuild(schema_version)
         self._placed = False
 
@@ -82,7 +85,7 @@ class SchemaAt:
         keeper = SchemaKeeper.from_history(self.meta.history_jobs(), schema_version)
         # ignore-schemas: the translator drops those databases' rows before decoding them
         self.translator = Translator(keeper, self._job, tz=self.settings.tzinfo(),
-                                     ignore_schemas=self._ignored_dbs)
+                                     ignore_schemas=self._ignored_dbs, filters=self.filters)
         return keeper.schema_version
 
     def _job(self, job_id: int, wait_s: float = JOB_WAIT_S):
@@ -161,6 +164,7 @@ class RowKeeper(SchemaAt):
         loopback-control / sync-ddl (:mod:`tidb_binlog.drainer.loopback`)."""
         if self._loopback is not None:
             txn = self._loopback.apply(txn)
+        txn = self.filters.apply(txn, rows_prefiltered=True)
         if txn is None or txn.ddl is None or not self._ignored_dbs:
             return txn
         return None if txn.ddl.database.lower() in self._ignored_dbs else txn

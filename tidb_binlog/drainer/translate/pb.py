@@ -189,6 +189,8 @@ class PbTranslator:
             return None
         if bl.is_ddl(binlog):
             txn = self.translator.translate(binlog)
+            if self.translator.filters is not None:  # tables, binlog-filter-rule, routes
+                txn = self.translator.filters.apply(txn)
             if txn is None or txn.ddl is None or txn.ddl.database.lower() in self.ignored:
                 return None
             return ddl_record(binlog.commit_ts, txn.ddl.database, txn.ddl.sql)
@@ -228,6 +230,10 @@ class PbTranslator:
         database, table = view.schema.database, view.info.name.O
         if database.lower() in self.ignored:
             return
+        filters = self.translator.filters  # tidb_binlog.filter.rules.TxnFilter or None
+        if filters is not None and filters.skip_table(database, table):
+            return
+        names = filters.route(database, table) if filters is not None else (database, table)
         cols, by_id = self._columns(view)
         old_info = self.keeper.table_at(mut.table_id, version) or view.info
         lists = {bl.MutationType.INSERT: mut.inserted_rows,
@@ -244,7 +250,9 @@ class PbTranslator:
                 raise SchemaError(f"mutation sequence of table id {mut.table_id} at commit_ts "
                                   f"{commit_ts} names more rows of type {tp} than it carries")
             cursors[tp] = i + 1
-            ev = events.add(schema_name=database, table_name=table)
+            if filters is not None and filters.skip_mutation(database, table, tp):
+                continue
+            ev = events.add(schema_name=names[0], table_name=names[1])
             if tp == bl.MutationType.INSERT:
                 ev.tp = pb.Insert
                 ev.row.extend(self._insert(view, cols, old_info, rows[i]))

@@ -137,12 +137,15 @@ class Translator:
     """
 
     def __init__(self, keeper: SchemaKeeper, job_of: Callable[[int], Job | None], *,
-                 tz: datetime.tzinfo = UTC, ignore_schemas: Iterable[str] = ()):
+                 tz: datetime.tzinfo = UTC, ignore_schemas: Iterable[str] = (),
+                 filters=None):
         self.keeper = keeper
         self.job_of = job_of
         self.tz = tz
         # ``ignore-schemas``: rows of these databases are dropped before they are decoded
         self.ignored_schemas = frozenset(s.lower() for s in ignore_schemas)
+        # tidb_binlog.filter.rules.TxnFilter (or None): rows of the tables it drops too
+        self.filters = filters
         self._views: dict[tuple[int, int], TableView] = {}
         # id(view) -> (view, _ViewCodec)
         self._formatters: dict[int, tuple[TableView, tuple]] = {}
@@ -240,7 +243,9 @@ class Translator:
         entry = None
         if not self.keeper.is_truncated(table_id):
             view = self.view(table_id)
-            if view.schema.database.lower() not in self.ignored_schemas:
+            if view.schema.database.lower() not in self.ignored_schemas and not (
+                    self.filters and self.filters.skip_table(view.schema.database,
+                                                             view.schema.table)):
                 old_info = self.keeper.table_at(table_id, version) or view.info
                 entry = (view, old_info, self._codec(view))
         if len(self._tables) >= 4096:
@@ -437,4 +442,3 @@ def _zero_value(ft):
     if ft.charset == m.BINARY_CHARSET:
         return b""
     return ""
-

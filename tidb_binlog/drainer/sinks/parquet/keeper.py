@@ -20,6 +20,7 @@ from tidb_binlog.drainer.apply.dml import DMLType, Txn
 from tidb_binlog.drainer.sinks.parquet.arrow import ColumnSpec, TableSpec
 from tidb_binlog.drainer.translate.keeper import SchemaAt
 from tidb_binlog.errors import SchemaError
+from tidb_binlog.filter.rules import TxnFilter
 
 __all__ = ["Changes", "ParquetKeeper", "OP_NAMES"]
 
@@ -39,6 +40,8 @@ class ParquetKeeper(SchemaAt):
     """Translates merged binlogs into :class:`Changes` (see the module doc)."""
 
     _specs: dict | None = None
+    # the task's filters (SchemaAt.__init__); an empty one for a keeper built without it
+    filters: TxnFilter = TxnFilter()
 
     def translate(self, items) -> list[tuple[int, Changes | None, int]]:
         out = []
@@ -52,12 +55,14 @@ class ParquetKeeper(SchemaAt):
         return out
 
     def _changes(self, txn: Txn | None) -> Changes | None:
+        txn = self.filters.filter(txn, rows_prefiltered=True)  # names routed below
         if txn is None:
             return None
         if txn.ddl is not None:
             if txn.ddl.database.lower() in self._ignored_dbs:
                 return None
-            return Changes(ddl=(txn.ddl.database, txn.ddl.table, txn.ddl.sql))
+            ddl = self.filters.router.route_ddl(txn.ddl)
+            return Changes(ddl=(ddl.database, ddl.table, ddl.sql))
         rows = []
         for dml in txn.dmls:
             spec = self._spec(dml.schema)
@@ -79,7 +84,7 @@ class ParquetKeeper(SchemaAt):
         for view in self.translator._views.values():  # the translator's view cache
             if view.schema is schema:
                 types = {c.name.O: c.type for c in view.writable}
-                spec = TableSpec(schema.database, schema.table,
+                spec = TableSpec(*self.filters.route(schema.database, schema.table),
                                  tuple(ColumnSpec.of(name, types[name])
                                        for name in schema.columns))
                 self._specs[key] = (schema, spec)
