@@ -109,10 +109,11 @@ def test_the_checkpoint_store_uses_its_own_security_section(tls_db):
         assert store.load().commit_ts == 42
     finally:
         store.close()
-    # the same account without the checkpoint section's certificate is refused
+    # the same account with no TLS anywhere is refused; the checkpoint is on the
+    # downstream's server, so the error names the section it would inherit TLS from
     bare = load_drainer_config(None, {
         "syncer.to.host": db.host, "syncer.to.port": db.port, "syncer.to.user": "root",
         "syncer.to.checkpoint.user": X509_USER}, env={})
     with pytest.raises(DownstreamError) as info:
         open_checkpoint_store(bare).load()
-    assert "[syncer.to.checkpoint.security] ssl-ca" in str(info.value)
+    assert "set [syncer.to.security] ssl-ca" in str(info.value)

@@ -71,6 +71,20 @@ def test_drainer_config_sections_reach_the_mysql_connections(pki):
     assert DownstreamConfig.from_drainer_config(plain).ssl is None
 
 
+def test_a_checkpoint_in_the_downstream_inherits_its_tls(pki):
+    """No [syncer.to.checkpoint.security] and the checkpoint on the downstream's server:
+    the downstream's TLS (TiDB Binlog: a checkpoint following the downstream uses its
+    TLS); on another server, none."""
+    same = load_drainer_config(None, {"syncer.to.host": "127.0.0.1", "syncer.to.port": 3306,
+                                      **pki.client.keys("syncer.to.security")}, env={})
+    cp_cfg = open_checkpoint_store(same)._ds.config
+    assert cp_cfg.ssl == mysql_ssl(pki.client) and cp_cfg.tls_section == "syncer.to.security"
+    other = load_drainer_config(None, {"syncer.to.host": "127.0.0.1", "syncer.to.port": 3306,
+                                       **pki.client.keys("syncer.to.security"),
+                                       "syncer.to.checkpoint.port": 3307}, env={})
+    assert open_checkpoint_store(other)._ds.config.ssl is None
+
+
 def test_the_downstream_password_never_shows_with_tls(pki):
     cfg = DownstreamConfig(password="hunter2", ssl=mysql_ssl(pki.client))
     assert "hunter2" not in repr(cfg)

@@ -326,10 +326,15 @@ def open_checkpoint_store(cfg) -> CheckpointStore:
     """The store a resolved :class:`~tidb_binlog.config.DrainerConfig` asks for."""
     cp = cfg.syncer.to.checkpoint
     if cp.type in ("mysql", "tidb"):
-        section = "syncer.to.checkpoint.security"
+        to = cfg.syncer.to
+        section, security = "syncer.to.checkpoint.security", cp.security
+        if not mysql_ssl(security, section) and (cp.host, cp.port) == (to.host, to.port):
+            # the checkpoint lives in the downstream itself: the same server wants the same
+            # TLS (TiDB Binlog uses [syncer.to]'s for a checkpoint that follows the downstream)
+            section, security = "syncer.to.security", to.security
         ds = DownstreamConfig(host=cp.host, port=cp.port, user=cp.user, password=cp.password,
-                              read_timeout_s=cfg.syncer.to.read_timeout_s,
-                              ssl=mysql_ssl(cp.security, section), tls_section=section)
+                              read_timeout_s=to.read_timeout_s,
+                              ssl=mysql_ssl(security, section), tls_section=section)
         return MySQLCheckpointStore(ds, cfg.cluster_id, schema=cp.schema or CHECKPOINT_SCHEMA,
                                     table=cp.table or CHECKPOINT_TABLE)
     return FileCheckpointStore(cfg.data_dir)
