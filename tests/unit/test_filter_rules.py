@@ -4,12 +4,16 @@ name reader and rewriter, and the config keys' validation."""
 from __future__ import annotations
 
 import pickle
+from types import SimpleNamespace
 
 import pytest
 
+from tidb_binlog.codec import mysql as T
+from tidb_binlog.codec.mysql import FieldType
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema, Txn
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.sinks.parquet.keeper import ParquetKeeper
 from tidb_binlog.errors import ConfigError, SchemaError, UnsupportedDDL
 from tidb_binlog.filter.ddl_names import parse_ddl
 from tidb_binlog.filter.events import EventFilter, EventRule, normalize_event
@@ -267,3 +271,24 @@ def test_bad_filter_config_is_a_config_error_naming_the_key(tmp_path, text, key,
     with pytest.raises(ConfigError, match=message) as info:
         load_drainer_config(path)
     assert info.value.key == key
+
+
+# -- the Parquet keeper ---------------------------------------------------------------
+def test_parquet_keeper_filters_then_routes_rows_and_ddls():
+    cols = [SimpleNamespace(name=SimpleNamespace(O=n), type=FieldType(tp=T.TYPE_LONG))
+            for n in ("id", "v")]
+    keeper = object.__new__(ParquetKeeper)
+    keeper.translator = SimpleNamespace(_views={1: SimpleNamespace(schema=SCHEMA,
+                                                                   writable=cols)})
+    keeper._ignored_dbs = frozenset()
+    keeper.filters = TxnFilter(FilterSettings(
+        event_rules=(EventRule("shop", "orders", ("delete", "drop table")),),
+        route_rules=tuple(ROUTER_RULES)))
+    changes = keeper._changes(Txn(5, (dml(), dml(tp=DMLType.DELETE))))
+    assert [(spec.database, spec.table, op) for spec, op, _, _ in changes.rows] == [
+        ("archive", "orders_v2", "insert")]
+    assert keeper._changes(Txn(6, (dml(tp=DMLType.DELETE),))) is None
+    assert keeper._changes(Txn(7, ddl=DDL("shop", "orders", "DROP TABLE orders", 7))) is None
+    assert keeper._changes(Txn(8, ddl=DDL("shop", "orders", "ALTER TABLE orders ADD c INT",
+                                          8))).ddl == (
+        "shop", "orders_v2", "ALTER TABLE `archive`.`orders_v2` ADD c INT")
