@@ -292,3 +292,11 @@ def test_parquet_keeper_filters_then_routes_rows_and_ddls():
     assert keeper._changes(Txn(8, ddl=DDL("shop", "orders", "ALTER TABLE orders ADD c INT",
                                           8))).ddl == (
         "shop", "orders_v2", "ALTER TABLE `archive`.`orders_v2` ADD c INT")
+
+
+def test_case_sensitive_source_patterns():
+    assert Selector([("Shop", "", 1)]).match("SHOP", "t") == (1,)
+    assert Selector([("Shop", "", 1)], case_sensitive=True).match("SHOP", "t") == ()
+    f = TxnFilter(FilterSettings(route_rules=(RouteRule("Shop", "", "x", "", 0),),
+                                 case_sensitive=True))
+    assert f.route("Shop", "t") == ("x", "t") and f.route("shop", "t") == ("shop", "t")

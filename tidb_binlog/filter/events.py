@@ -128,9 +128,10 @@ class _Compiled:
 class EventFilter:
     """The event rules of a task (see the module doc); an empty filter drops nothing."""
 
-    def __init__(self, rules: Iterable[EventRule] = ()):
+    def __init__(self, rules: Iterable[EventRule] = (), case_sensitive: bool = False):
         compiled = [_Compiled(r) for r in rules]
-        self._selector = Selector((c.rule.schema, c.rule.table, c) for c in compiled)
+        self._selector = Selector(((c.rule.schema, c.rule.table, c) for c in compiled),
+                                  case_sensitive)
         self._dml_cache: dict[tuple[str, str, str], bool] = {}
 
     def __bool__(self) -> bool:

@@ -62,8 +62,9 @@ def _quote(name: str) -> str:
 class Router:
     """Routes names, DMLs and DDLs (see the module doc); an empty router changes nothing."""
 
-    def __init__(self, rules: Iterable[RouteRule] = ()):
-        self._selector: Selector[RouteRule] = Selector((r.schema, r.table, r) for r in rules)
+    def __init__(self, rules: Iterable[RouteRule] = (), case_sensitive: bool = False):
+        self._selector: Selector[RouteRule] = Selector(
+            ((r.schema, r.table, r) for r in rules), case_sensitive)
         self._names: dict[tuple[str, str], tuple[str, str, RouteRule | None]] = {}
         self._schemas: dict[int, tuple[TableSchema, TableSchema]] = {}
 

@@ -52,6 +52,7 @@ class FilterSettings:
     ignore_tables: tuple[TableRule, ...] = ()
     event_rules: tuple[EventRule, ...] = ()
     route_rules: tuple[RouteRule, ...] = ()
+    case_sensitive: bool = False  # [syncer] case-sensitive: source patterns only
 
     @classmethod
     def from_syncer(cls, s) -> FilterSettings:
@@ -77,7 +78,8 @@ class FilterSettings:
                                    for t in s.replicate_do_table),
                    ignore_tables=tuple(TableRule(t.db_name, t.tbl_name)
                                        for t in s.ignore_table),
-                   event_rules=tuple(events), route_rules=tuple(routes))
+                   event_rules=tuple(events), route_rules=tuple(routes),
+                   case_sensitive=bool(s.case_sensitive))
 
     @property
     def empty(self) -> bool:
@@ -153,8 +155,8 @@ class TxnFilter:
         self._keep = frozenset((s.lower(), t.lower()) for s, t in always_keep)
         self.tables = TableFilter(settings.do_dbs, settings.do_tables, ignore_schemas,
                                   settings.ignore_tables)
-        self.events = EventFilter(settings.event_rules)
-        self.router = Router(settings.route_rules)
+        self.events = EventFilter(settings.event_rules, settings.case_sensitive)
+        self.router = Router(settings.route_rules, settings.case_sensitive)
         self.empty = self.tables.empty and not self.events and not self.router
 
     @classmethod

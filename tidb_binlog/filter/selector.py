@@ -3,7 +3,8 @@
 A rule's ``source`` is a schema pattern and an optional table pattern, with the
 wildcards of TiDB Binlog's table selector: ``*`` any run of characters, ``?`` exactly
 one, ``[a-z]`` / ``[!0-9]`` one character of (not of) a set; anything else is itself.
-Matching is case-insensitive (TiDB Binlog's default, ``case-sensitive = false``).
+Matching is case-insensitive unless ``[syncer] case-sensitive = true`` (TiDB Binlog's
+switch for these rules; the do/ignore table rules are always case-insensitive).
 
 - A rule **without a table pattern** is a *schema-level* rule: it covers every table of
   a matching schema and the schema itself (the object of ``CREATE DATABASE``, whose
@@ -27,25 +28,27 @@ __all__ = ["Selector", "compile_glob"]
 V = TypeVar("V")
 
 
-def compile_glob(pattern: str) -> re.Pattern:
-    """The regular expression of one wildcard pattern (whole name, case-insensitive)."""
+def compile_glob(pattern: str, case_sensitive: bool = False) -> re.Pattern:
+    """The regular expression of one wildcard pattern (the whole name)."""
     if pattern.count("[") != pattern.count("]"):
         raise ValueError(f"{pattern!r} has an unclosed [ ] character set")
-    return re.compile(fnmatch.translate(pattern), re.IGNORECASE | re.DOTALL)
+    flags = re.DOTALL if case_sensitive else re.IGNORECASE | re.DOTALL
+    return re.compile(fnmatch.translate(pattern), flags)
 
 
 class Selector(Generic[V]):
     """``(schema pattern, table pattern or "", value)`` rules → the values covering a
     table (see the module doc). Results are cached per name."""
 
-    def __init__(self, rules: Iterable[tuple[str, str, V]] = ()):
+    def __init__(self, rules: Iterable[tuple[str, str, V]] = (), case_sensitive: bool = False):
         self._schema_rules: list[tuple[re.Pattern, V]] = []
         self._table_rules: list[tuple[re.Pattern, re.Pattern, V]] = []
         for schema, table, value in rules:
+            s = compile_glob(schema, case_sensitive)
             if table:
-                self._table_rules.append((compile_glob(schema), compile_glob(table), value))
+                self._table_rules.append((s, compile_glob(table, case_sensitive), value))
             else:
-                self._schema_rules.append((compile_glob(schema), value))
+                self._schema_rules.append((s, value))
         self._cache: dict[tuple[str, str], tuple[tuple[V, ...], tuple[V, ...]]] = {}
 
     def __bool__(self) -> bool:
