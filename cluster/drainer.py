@@ -489,7 +489,7 @@ def _init_ray(address: str, why: str, namespace: str) -> None:
                 "~/.ray/auth_token), then start the drainer again") from exc
         if isinstance(exc, ConnectionError):
             raise UnavailableError(f"cannot join the Ray cluster at {address!r} ({why}): "
-                                   f"{_first_line(exc)}; {fix}") from exc
+                                   f"{_first_line(exc)}; {fix}{_token_hint()}") from exc
         raise
 
 
@@ -500,6 +500,20 @@ def _is_auth_failure(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return "unauthenticated" in text or "auth token" in text or "authentication" in text
+
+
+def _token_hint(env=None, home: str | None = None) -> str:
+    """What to add when a join failed and this process has no Ray token: a cluster with
+    token authentication refuses such a driver, and Ray 2.60's ConnectionError then says
+    only "Failed to connect to Ray cluster" (the refusal is in Ray's C++ log lines)."""
+    env = os.environ if env is None else env
+    token_file = os.path.join(home or os.path.expanduser("~"), ".ray", "auth_token")
+    if (env.get("RAY_AUTH_MODE", "").lower() == "token" or env.get("RAY_AUTH_TOKEN")
+            or env.get("RAY_AUTH_TOKEN_PATH") or os.path.exists(token_file)):
+        return ""
+    return ("; if the cluster uses token authentication, set RAY_AUTH_MODE=token and its "
+            "token in RAY_AUTH_TOKEN (or a file named by RAY_AUTH_TOKEN_PATH, or "
+            "~/.ray/auth_token)")
 
 
 def _first_line(exc: BaseException) -> str:
