@@ -17,7 +17,10 @@ class is usable (and testable) without Ray.
   (``tests/ray/test_multinode.py``).
 - Crashes: ``max_restarts`` (default -1, unlimited); Ray reruns ``__init__``
   with the same config, which reopens the same ``data_dir`` (the storage
-  recovers; the node id stays in ``data_dir/.node``). Calls are retried
+  recovers; the node id stays in ``data_dir/.node``). Those arguments (config,
+  registry client, upstream resolver) pickle to about 1 KiB, so Ray keeps them in the
+  actor's record, not in the object store: a restart needs nothing from the driver that
+  created the actor (gone, for a detached pump). Calls are retried
   ``max_task_retries`` times across a restart; ``pull`` is idempotent.
 - Threads: ``max_concurrency`` calls run at once, so a long-polling ``pull``
   does not block ``status``. The gRPC server (``grpc.aio``) runs on its own
