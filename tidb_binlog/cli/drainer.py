@@ -64,7 +64,12 @@ def register(sub) -> None:
     p.add_argument("--config", "-config",
                    help="drainer.toml; [syncer] db-type picks the sink: mysql, tidb, file (pb "
                         "binlog files) or parquet (a change-log lake); examples: "
-                        "config/drainer.toml, drainer-file.toml, drainer-parquet.toml")
+                        "config/drainer.toml, drainer-file.toml, drainer-parquet.toml; "
+                        "which tables replicate, events ignored and names routed: [syncer] "
+                        "replicate-do-db, [[syncer.replicate-do-table]], "
+                        "[[syncer.ignore-table]], ignore-schemas, "
+                        "[syncer.binlog-filter-rule.<name>], [[syncer.table-migrate-rule]] "
+                        "(commented examples in config/drainer.toml)")
     p.add_argument("--addr", help="Cistern gRPC listen address host:port (default "
                    "127.0.0.1:8249)")
     p.add_argument("--advertise-addr", help="address registered for pumps (default addr)")
