@@ -117,19 +117,26 @@ class Router:
         return txn if out is None else Txn.of_dmls(txn.commit_ts, tuple(out))
 
     def route_dml(self, dml: DML) -> DML:
-        s, t, rule = self._resolve(dml.database, dml.table)
-        if rule is None or (s, t) == (dml.database, dml.table):
-            return dml
         schema = dml.schema
-        if schema is not None:
-            hit = self._schemas.get(id(schema))
-            if hit is None or hit[0] is not schema:
-                if len(self._schemas) > 4096:
-                    self._schemas.clear()
-                hit = self._schemas[id(schema)] = (
-                    schema, TableSchema(s, t, schema.columns, schema.unique_keys))
-            schema = hit[1]
-        return _dml_unchecked(s, t, dml.tp, dml.values, dml.old_values, schema)
+        # the translator's DMLs share one TableSchema per table version: route it once
+        if schema is None:
+            s, t = self.route(dml.database, dml.table)
+            if (s, t) == (dml.database, dml.table):
+                return dml
+            return _dml_unchecked(s, t, dml.tp, dml.values, dml.old_values, None)
+        hit = self._schemas.get(id(schema))
+        if hit is None or hit[0] is not schema:
+            s, t = self.route(dml.database, dml.table)
+            routed = None if (s, t) == (dml.database, dml.table) else TableSchema(
+                s, t, schema.columns, schema.unique_keys)
+            if len(self._schemas) > 4096:
+                self._schemas.clear()
+            hit = self._schemas[id(schema)] = (schema, routed)
+        routed = hit[1]
+        if routed is None:
+            return dml
+        return _dml_unchecked(routed.database, routed.table, dml.tp, dml.values,
+                              dml.old_values, routed)
 
     # -- DDL ----------------------------------------------------------------------------
     def route_ddl(self, ddl: DDL) -> DDL:
