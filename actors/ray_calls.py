@@ -347,6 +347,7 @@ class PipelineCalls:
         self.sink = sink
         self.workers = list(workers)
         self.pull_calls = PumpPullCalls()
+        self._keeper_more = None  # the `more` ref of the last send_routed, until read
 
     # -- the pipeline -------------------------------------------------------------------------
     def reset(self, replay: bool):
@@ -360,10 +361,20 @@ class PipelineCalls:
         return self.sink.apply.remote(seq, translated)
 
     def send_routed(self, seq: int, items, worker_count: int):
-        refs = RayCalls.call_n(self.keeper, "translate_routed", worker_count + 1, items,
+        refs = RayCalls.call_n(self.keeper, "translate_routed", worker_count + 2, items,
                                worker_count)
+        self._keeper_more = refs[-1]  # the keeper holds more (a large transaction's chunks)
         # the payload refs nested in a list: Ray hands them on unresolved
-        return self.sink.apply_routed.remote(seq, refs[0], refs[1:])
+        return self.sink.apply_routed.remote(seq, refs[0], refs[1:-1])
+
+    def keeper_more(self) -> bool:
+        """Whether the keeper's last routed call left work in it (``more``); False while
+        that call runs (:meth:`wait_for_pulls` wakes up when it ends)."""
+        ref = self._keeper_more
+        if ref is None or not RayCalls.ready(ref):
+            return False
+        self._keeper_more = None
+        return bool(RayCalls.get(ref))
 
     def done(self, handle) -> bool:
         return RayCalls.ready(handle)
@@ -378,6 +389,8 @@ class PipelineCalls:
         return RayCalls.get(self.sink.close.remote())
 
     def wait_for_pulls(self, refs: list, timeout_s: float) -> None:
+        if self._keeper_more is not None:  # or the keeper's answer whether it holds more
+            refs = [*refs, self._keeper_more]
         RayCalls.wait_any(refs, timeout_s)
 
     # -- around it ----------------------------------------------------------------------------

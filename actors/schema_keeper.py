@@ -4,7 +4,8 @@ A shell around :class:`~tidb_binlog.drainer.translate.keeper.RowKeeper` (the sch
 the upstream's DDL history, rows decoded, filters; in exactly-once mode the rows routed
 over the workers with the flush points planned). Its result refs go straight to the
 coordinator (``translate``) or, routed, one object per worker plus the plan
-(``translate_routed``, called with ``num_returns = W + 1``).
+(``translate_routed``, called with ``num_returns = W + 2``: the last is ``more``, whether
+it holds a large transaction's next chunks; see ``RowKeeper.translate_routed``).
 """
 
 from __future__ import annotations

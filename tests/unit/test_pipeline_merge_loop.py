@@ -53,6 +53,14 @@ class Calls:
         self.sent.append((f"routed/{worker_count}", seq, len(unpack(items))))
         return seq
 
+    more = 0  # how many more times the keeper answers `more`
+
+    def keeper_more(self):
+        if self.more:
+            self.more -= 1
+            return True
+        return False
+
     def done(self, handle):
         return not self.busy
 
@@ -120,3 +128,17 @@ def test_batches_are_numbered_and_bounded_in_flight():
 def test_nothing_moving_idles_the_sink_and_waits_for_a_pull():
     loop, calls = run(TaskSettings(cluster_id=1), {"p": Feed([])}, steps=2)
     assert calls.sent == [] and calls.idles == 1 and calls.waits == 2
+
+
+def test_a_keeper_holding_a_large_transaction_is_called_again_without_items():
+    settings = TaskSettings(cluster_id=1, worker_count=2)
+    calls = Calls()
+    calls.more = 2  # the keeper answers `more` twice: two more chunks
+    merger = Merger(start_ts=0)
+    merger.add_source("p", start_after_ts=0)
+    loop = MergeLoop(settings, calls, merger)
+    feeds = {"p": Feed([([(1, b"big")], 1)])}
+    for _ in range(4):
+        loop.step(feeds)
+    assert calls.sent == [("routed/2", 0, 1), ("routed/2", 1, 0), ("routed/2", 2, 0)]
+    assert calls.idles == 1  # only once the keeper had nothing left

@@ -187,6 +187,8 @@ class SyncerConfig:
     exactly_once: bool | None = _opt("exactly-once", _BOOL, None)
     # ours: each upstream txn is one downstream txn (README "Transaction-atomic mode")
     txn_atomic: bool = _opt("txn-atomic", _BOOL, False)
+    # ours: a transaction with more row changes is applied in chunks (0: always whole)
+    txn_chunk_rows: int = _opt("txn-chunk-rows", _int_kind(0), 50_000)
     ignore_table: tuple[TableName, ...] = _section("ignore-table", TableName, shape="array")
     replicate_do_table: tuple[TableName, ...] = _section(
         "replicate-do-table", TableName, shape="array")

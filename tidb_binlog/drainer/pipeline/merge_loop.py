@@ -12,7 +12,9 @@
    routes the rows and returns one object per worker plus a plan, and only the plan
    goes to the coordinator) or ``translate`` → ``apply`` (the causality mode, the file
    sink). Either way the keeper's result refs go straight to the sink: translated rows
-   never pass through the merger;
+   never pass through the merger. Routed, the keeper hands a large transaction out one
+   chunk per call; while it answers ``more`` (:meth:`PipelineCalls.keeper_more`) and
+   nothing new is ready, the merger calls it again with no items;
 3. back-pressure: at most ``max_inflight`` batches outstanding; a finished one's result
    is collected (which raises the sink's error, or PipelineReset);
 4. when nothing moved: the sink's ``idle()`` (at most every :data:`IDLE_EVERY_S`, when
@@ -57,6 +59,11 @@ class PipelineCalls(Protocol):
 
     def send_routed(self, seq: int, items: bytes, worker_count: int) -> Any:
         """``keeper.translate_routed`` → ``sink.apply_routed(seq, plan, payloads)``."""
+        ...
+
+    def keeper_more(self) -> bool:
+        """Whether the keeper answered its last routed call with ``more``: it still holds
+        a large transaction's chunks (or items queued behind one). Read once."""
         ...
 
     def done(self, handle) -> bool: ...
@@ -123,6 +130,11 @@ class MergeLoop:
                 inflight.append(calls.send(self.seq, items))
             self.seq += 1
             self.merged += len(ready)
+            progressed = True
+        elif settings.routed and calls.keeper_more():
+            # a large transaction goes out one chunk per keeper call: ask for the next
+            inflight.append(calls.send_routed(self.seq, pack([]), settings.worker_count))
+            self.seq += 1
             progressed = True
         disorder = merger.counters["out_of_order"]
         if disorder > self._disorder:

@@ -47,6 +47,9 @@ class TaskSettings:
     checkpoint_table: str = "checkpoint"
     upstream_meta: dict = field(default_factory=dict)  # UpstreamMeta params
     max_inflight: int = 4
+    # [syncer] txn-chunk-rows: a transaction with more row changes is translated and
+    # applied in chunks of this many (0: whole; see RowKeeper.translate_routed)
+    txn_chunk_rows: int = 50_000
     merge_batch: int = 512
     pull_max_bytes: int = 4 << 20
     save_interval_s: float = 3.0
@@ -81,6 +84,7 @@ class TaskSettings:
         values = dict(
             cluster_id=cfg.cluster_id, worker_count=s.worker_count, txn_batch=s.txn_batch,
             exactly_once=exactly_once, txn_atomic=s.txn_atomic, safe_mode=s.safe_mode,
+            txn_chunk_rows=s.txn_chunk_rows,
             merge=s.to.merge,
             initial_commit_ts=cfg.initial_commit_ts,
             ignore_schemas=tuple(x.lower() for x in s.ignore_schemas),

@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from tidb_binlog import binlog as bl
-from tidb_binlog.drainer.apply.dml import Txn
-from tidb_binlog.drainer.apply.routing import BatchPlanner
+from tidb_binlog.drainer.apply.causality import row_keys, stable_hash
+from tidb_binlog.drainer.apply.dml import DML, Txn
+from tidb_binlog.drainer.apply.routing import FLUSH, ROWS, BatchPlanner, FlushStep, RowsStep
 from tidb_binlog.drainer.loopback import LoopbackFilter
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
@@ -41,7 +44,7 @@ from tidb_binlog.drainer.translate.txn import Translator
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.packed import pack, unpack
 
-__all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S", "JOB_WAIT_WARN_S"]
+__all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S", "JOB_WAIT_WARN_S", "PARTIAL"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,21 @@ log = logging.getLogger(__name__)
 # every JOB_WAIT_WARN_S.
 JOB_WAIT_S = 600.0
 JOB_WAIT_WARN_S = 30.0
+
+PARTIAL = True
+"""Third field of a worker part ``(commit_ts, dmls, PARTIAL)``: a chunk of a large
+transaction that continues in a later part (the worker runs it without COMMIT)."""
+
+
+@dataclass
+class _Chunked:
+    """A large transaction being handed out chunk by chunk (:meth:`RowKeeper.translate_routed`)."""
+
+    commit_ts: int
+    chunks: Iterator[tuple[tuple[DML, ...], bool]]
+    first: tuple[DML, ...] | None  # the first chunk, decoded to tell it was not the last
+    worker: int = -1  # the one worker of the whole transaction, from its first row
+    rows: int = 0
 
 
 class SchemaAt:
@@ -128,12 +146,28 @@ class RowKeeper(SchemaAt):
         super().__init__(settings, meta, schema_version, **kw)
         self._planner: BatchPlanner | None = None  # exactly-once routing and flush points
         self._loopback = LoopbackFilter.from_settings(settings)  # None: keeps everything
+        # large transactions in chunks (translate_routed): the items not translated yet
+        # and the transaction being handed out
+        self._queue: deque = deque()
+        self._chunked: _Chunked | None = None
 
     def reset(self, schema_version: int) -> int:
-        """:meth:`SchemaAt.reset`; the routing window starts empty (the sink was reset)."""
+        """:meth:`SchemaAt.reset`; the routing window starts empty (the sink was reset),
+        and a large transaction half handed out is dropped (the replay brings it again)."""
         version = super().reset(schema_version)
         self._planner = None
+        self._queue.clear()
+        self._chunked = None
         return version
+
+    def chunk_rows(self) -> int:
+        """Row changes per chunk of a large transaction; 0: every transaction whole.
+        Only the routed path chunks (exactly-once into MySQL), and not with loop control
+        (its mark row may sit in any chunk: the whole transaction must be seen first)."""
+        s = self.settings
+        if not s.routed or s.loopback_control:
+            return 0
+        return max(s.txn_chunk_rows, 0)
 
     def translate(self, items) -> list[tuple[int, Txn | None, int]]:
         """``(commit_ts, payload)`` in commit order (possibly packed) →
@@ -150,14 +184,113 @@ class RowKeeper(SchemaAt):
 
     def translate_routed(self, items, worker_count: int) -> tuple:
         """:meth:`translate`, routed over ``worker_count`` workers: ``(plan, payload_0,
-        ..., payload_{W-1})``, each packed."""
-        translated = self.translate(items)
+        ..., payload_{W-1}, more)``, the plan and payloads packed. ``more``: this keeper
+        still holds work (a large transaction's next chunks, or items queued behind
+        it): the merger calls again, with no new items if none are ready.
+
+        **Large transactions** (more than :meth:`chunk_rows` row changes): translated
+        and handed out one chunk per call (:meth:`Translator.translate_chunks
+        <tidb_binlog.drainer.translate.txn.Translator.translate_chunks>`), so neither
+        this keeper nor a worker ever holds the transaction decoded whole, and the
+        worker starts on the first chunk while the next one is decoded. Items arriving
+        meanwhile wait in this keeper's queue, undecoded. The plan of such a transaction:
+
+        - ``FLUSH`` first (every earlier transaction committed: the window is empty);
+        - the whole transaction on one worker (its first row's, a function of the
+          transaction alone, as exactly-once requires), each chunk but the last a part
+          ``(commit_ts, dmls, PARTIAL)`` that the worker runs without COMMIT, the last
+          one ``(commit_ts, dmls)``, committed with the worker's progress row: one
+          downstream transaction, so a crash anywhere before that COMMIT rolls all of it
+          back and the replay applies it once;
+        - each chunk but the last a ``ROWS`` step with ``end_ts = 0`` (nothing for the
+          checkpoint: it must not pass ``commit_ts`` before the COMMIT), the last one
+          with ``end_ts = commit_ts`` and the transaction's row count;
+        - ``FLUSH`` after it (its keys were never held in the window; later
+          transactions on other workers wait for its COMMIT instead).
+        """
         planner = self._planner
         if planner is None or planner.worker_count != worker_count:
             planner = self._planner = BatchPlanner(worker_count,
                                                    txn_atomic=self.settings.txn_atomic)
-        plan, payloads = planner.plan(translated)
-        return (pack(plan), *[pack(p) for p in payloads])
+        max_rows = self.chunk_rows()
+        if not max_rows:
+            plan, payloads = planner.plan(self.translate(items))
+            return (pack(plan), *[pack(p) for p in payloads], False)
+        if not self._placed:
+            raise PipelineReset("the schema keeper restarted: its schema must be rebuilt at "
+                                "the checkpoint before it translates")
+        self._queue.extend(unpack(items))
+        steps: list = []
+        payloads: list[list] = [[] for _ in range(worker_count)]
+        if self._chunked is None:
+            plan, routed = planner.plan(self._translate_queue(max_rows))
+            steps.extend(plan)
+            for out, parts in zip(payloads, routed, strict=True):
+                out.extend(parts)
+        if self._chunked is not None:
+            self._next_chunk(planner, steps, payloads)
+        more = self._chunked is not None or bool(self._queue)
+        return (pack(steps), *[pack(p) for p in payloads], more)
+
+    def _translate_queue(self, max_rows: int) -> list[tuple[int, Txn | None, int]]:
+        """:meth:`translate` of the queued items, up to the first large transaction
+        (then :attr:`_chunked` is set and the items after it stay queued)."""
+        out = []
+        queue, translator = self._queue, self.translator
+        while queue:
+            commit_ts, payload = queue.popleft()
+            if commit_ts in self._ignored_ts:
+                log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
+                            commit_ts)
+                out.append((commit_ts, None, 0))
+                continue
+            binlog = bl.decode(payload)
+            del payload
+            if translator.may_exceed(binlog, max_rows):
+                chunks = translator.translate_chunks(binlog, max_rows)
+                del binlog  # the chunks hold the decoded mutations only
+                dmls, last = next(chunks)
+                if not last:
+                    self._chunked = _Chunked(commit_ts, chunks, dmls)
+                    log.info("transaction at commit_ts %s has more than %d row changes: "
+                             "applying it in chunks", commit_ts, max_rows)
+                    break
+                txn = Txn.of_dmls(commit_ts, dmls)
+            else:
+                txn = translator.translate(binlog)
+            out.append((commit_ts, self._filter(txn), translator.keeper.schema_version))
+        return out
+
+    def _next_chunk(self, planner: BatchPlanner, steps: list, payloads: list[list]) -> None:
+        """Plan the large transaction's next chunk (see :meth:`translate_routed`)."""
+        c = self._chunked
+        if c.first is not None:
+            dmls, last, c.first = c.first, False, None
+        else:
+            dmls, last = next(c.chunks)
+        txn = self._filter(Txn.of_dmls(c.commit_ts, dmls))
+        dmls = txn.dmls if txn is not None else ()
+        del txn
+        workers = planner.worker_count
+        if c.worker < 0:  # the first chunk: every earlier transaction commits first
+            steps.append(FlushStep(FLUSH))
+            planner.reset()
+            c.worker = stable_hash(row_keys(dmls[0])[0]) % workers if dmls else 0
+        c.rows += len(dmls)
+        counts = [0] * workers
+        if last:  # always sent, even empty: its part commits the transaction
+            payloads[c.worker].append((c.commit_ts, dmls))
+            counts[c.worker] = 1
+        elif dmls:
+            payloads[c.worker].append((c.commit_ts, dmls, PARTIAL))
+            counts[c.worker] = 1
+        steps.append(RowsStep(ROWS, c.commit_ts if last else 0,
+                              self.translator.keeper.schema_version, tuple(counts),
+                              c.rows if last else 0))
+        if last:
+            steps.append(FlushStep(FLUSH))
+            planner.reset()
+            self._chunked = None
 
     def _filter(self, txn: Txn | None) -> Txn | None:
         """A DDL of an ignored database is dropped (its rows never left the translator);

@@ -38,7 +38,7 @@ from __future__ import annotations
 import base64
 import datetime
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import NamedTuple
@@ -167,11 +167,7 @@ class Translator:
             return self._ddl(binlog)
         pv = bl.decode_prewrite_value(binlog.prewrite_value)
         version = pv.schema_version
-        keeper = self.keeper
-        keeper.apply_until(version)
-        if keeper.schema_version != self._tables_version:
-            self._tables.clear()
-            self._tables_version = keeper.schema_version
+        self._schema_at(version)
         dmls: list[DML] = []
         for mut in pv.mutations:
             try:
@@ -182,6 +178,102 @@ class Translator:
                     f"commit_ts {binlog.commit_ts} (start_ts {binlog.start_ts}): {exc}",
                     offset=exc.offset, flag=exc.flag) from exc
         return Txn.of_dmls(commit_ts, tuple(dmls))
+
+    def _schema_at(self, version: int) -> None:
+        """Apply the queued DDL jobs up to ``version``; the table cache follows the keeper."""
+        keeper = self.keeper
+        keeper.apply_until(version)
+        if keeper.schema_version != self._tables_version:
+            self._tables.clear()
+            self._tables_version = keeper.schema_version
+
+    # -- large transactions, in chunks ------------------------------------------------------
+    @staticmethod
+    def may_exceed(binlog: bl.Binlog, max_rows: int) -> bool:
+        """Whether the DML binlog can hold more than ``max_rows`` row changes, judged from
+        its size alone (nothing decoded): every row costs at least 4 bytes of
+        ``prewrite_value`` (its bytes field's tag, length and a 2-byte handle, its
+        sequence entry), so a smaller one is translated whole by :meth:`translate`."""
+        return (max_rows > 0 and binlog.ddl_job_id <= 0 and binlog.start_ts != binlog.commit_ts
+                and len(binlog.prewrite_value) > 4 * max_rows)
+
+    def translate_chunks(self, binlog: bl.Binlog, max_rows: int
+                         ) -> Iterator[tuple[tuple[DML, ...], bool]]:
+        """The rows of one DML binlog as consecutive chunks ``(dmls, last)`` of at most
+        ``max_rows`` row changes, decoded lazily: the caller hands a chunk on and lets it
+        go before asking for the next, so the decoded transaction is never held whole
+        (a 1 GiB transaction decodes to several GiB of Python objects). The rows and
+        their order are exactly :meth:`translate`'s; a chunk boundary may fall inside a
+        mutation. Only the last chunk has ``last`` set, and only it may be empty (a
+        transaction whose rows were all dropped); a chunk is handed out once a row
+        after it was decoded, so the last one is never empty when the transaction
+        has rows. The schema must not change between the chunks (the keeper
+        translates nothing else meanwhile)."""
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        commit_ts, start_ts = binlog.commit_ts, binlog.start_ts
+        mutations = bl.decode_prewrite_value(binlog.prewrite_value)
+        del binlog  # its prewrite_value bytes: the caller lets go of the binlog too
+        version = mutations.schema_version
+        self._schema_at(version)
+        pending: list[DML] = []
+        for mut in mutations.mutations:
+            try:
+                for rows in self._mutation_slices(commit_ts, version, mut, max_rows):
+                    pending.extend(rows)
+                    while len(pending) > max_rows:
+                        chunk = tuple(pending[:max_rows])
+                        del pending[:max_rows]
+                        yield chunk, False
+            except CodecError as exc:
+                raise CodecError(
+                    f"cannot decode a row of table id {mut.table_id} in the transaction at "
+                    f"commit_ts {commit_ts} (start_ts {start_ts}): {exc}",
+                    offset=exc.offset, flag=exc.flag) from exc
+        yield tuple(pending), True
+
+    def _mutation_slices(self, commit_ts: int, version: int, mut, size: int
+                         ) -> Iterator[list[DML]]:
+        """:meth:`_mutation`'s rows in lists of at most ``size``, in the same order."""
+        entry = self._table(mut.table_id, version)
+        if entry is None:
+            return
+        view, old_info, codec = entry
+        seq = mut.sequence
+        inserted = mut.inserted_rows
+        n = len(seq)
+        if n == len(inserted) and all(tp == _INSERT for tp in seq):
+            insert = self._insert_row
+            for lo in range(0, n, size):
+                yield [insert(view, old_info, codec, row) for row in inserted[lo:lo + size]]
+            return
+        updated, deleted = mut.updated_rows, mut.deleted_rows
+        ii = ui = di = 0
+        out: list[DML] = []
+        for tp in seq:
+            if tp == _INSERT:
+                if ii >= len(inserted):
+                    self._overrun(commit_ts, mut.table_id, tp)
+                out.append(self._insert_row(view, old_info, codec, inserted[ii]))
+                ii += 1
+            elif tp == _UPDATE:
+                if ui >= len(updated):
+                    self._overrun(commit_ts, mut.table_id, tp)
+                out.append(self._update(view, old_info, version, updated[ui]))
+                ui += 1
+            elif tp == _DELETE_ROW:
+                if di >= len(deleted):
+                    self._overrun(commit_ts, mut.table_id, tp)
+                out.append(self._delete(view, deleted[di]))
+                di += 1
+            else:
+                raise SchemaError(f"unknown mutation type {tp} in the transaction at commit_ts "
+                                  f"{commit_ts}, table id {mut.table_id}")
+            if len(out) >= size:
+                yield out
+                out = []
+        if out:
+            yield out
 
     # -- DDL ------------------------------------------------------------------------------
     def _ddl(self, binlog: bl.Binlog) -> Txn | None:

@@ -207,8 +207,11 @@ class Coordinator:
                 if kind == ROWS:
                     _, end_ts, version, counts, rows = step
                     runs = [(w, n) for w, n in enumerate(counts) if n]
-                    # registered before any call: an ack may be collected at once
-                    advancer.register(end_ts, len(runs), schema_version=version, rows=rows)
+                    # registered before any call: an ack may be collected at once.
+                    # end_ts 0: a chunk of a large transaction that continues (the
+                    # keeper's translate_routed): nothing for the checkpoint yet
+                    if end_ts:
+                        advancer.register(end_ts, len(runs), schema_version=version, rows=rows)
                     for w, n in runs:
                         lo = cursor[w]
                         hi = cursor[w] = lo + n
@@ -327,7 +330,8 @@ class Coordinator:
                 call = self._outstanding.pop(handle)
                 ack = self.workers.result(handle)  # the worker's error, or PipelineReset
                 if call.sends is None:
-                    self.advancer.ack(call.end_ts)
+                    if call.end_ts:  # 0: a chunk that continues (see apply_routed)
+                        self.advancer.ack(call.end_ts)
                 else:
                     for send in call.sends:
                         self.dispatcher.acked(send)

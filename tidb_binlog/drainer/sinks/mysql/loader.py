@@ -67,6 +67,7 @@ from tidb_binlog.drainer.loopback import (
     mark_init_statement,
     mark_update_statement,
 )
+from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.sinks.mysql.downstream import (
     Downstream,
     RetryPolicy,
@@ -205,6 +206,8 @@ class Loader:
                                  safe_mode_until_ts=config.safe_mode_until_ts)
         self._progress_stale = config.exactly_once
         self._retrying = False  # the next transaction retries one that failed transiently
+        # commit_ts of a large transaction whose chunks ran without COMMIT (0: none open)
+        self._open_ts = 0
         self._marks_ready = not config.loopback_control  # mark table and row written
         self.retries = 0
 
@@ -270,9 +273,15 @@ class Loader:
                 self._with_retry(lambda u=unit: self._apply_ddl(u.ddl), "applying a DDL")
             else:
                 rows += self._with_retry(lambda u=unit: self._apply_rows(u), "applying rows")
+        if self._open_ts and any(not p.partial and p.commit_ts == self._open_ts
+                                 for p in parts[skipped:]):
+            # the last chunk of the open transaction had no rows left (filtered):
+            # commit the rows of its earlier chunks with the progress row
+            self._with_retry(lambda: self._run_transaction([], self._open_ts),
+                             "committing a large transaction")
         seconds = time.perf_counter() - start_s
         self.metrics.observe_execute(seconds)
-        max_ts = parts[-1].commit_ts if parts else 0
+        max_ts = next((p.commit_ts for p in reversed(parts) if not p.partial), 0)
         self.guard.committed(max_ts)
         return Ack(c.worker, max_ts, tuple(p.commit_ts for p in parts), len(parts), skipped,
                    rows, seconds, time.time())
@@ -289,6 +298,16 @@ class Loader:
             except TransientDownstreamError as exc:
                 self.downstream.rollback()
                 self.metrics.count_error("transient")
+                if self._open_ts:
+                    # the rollback took the earlier chunks of a large transaction with
+                    # it: only a replay from the checkpoint brings them back
+                    open_ts, self._open_ts = self._open_ts, 0
+                    self._progress_stale = self.config.exactly_once
+                    raise PipelineReset(
+                        f"worker {self.config.worker}: {what} failed ({exc.message}) while "
+                        f"the transaction at commit_ts {open_ts} was applied in chunks; "
+                        "its uncommitted chunks were rolled back and the pipeline replays "
+                        "it from the checkpoint") from exc
                 now = self._clock()
                 if first_failure_s is None:
                     first_failure_s = now
@@ -325,11 +344,18 @@ class Loader:
                                  rows_per_statement=c.rows_per_statement)
         max_ts = rows[-1][0]
         try:
-            self._run_transaction(statements, max_ts)
+            if unit.partial:  # a chunk of a large transaction: COMMIT comes with its last
+                self._execute_open(statements, max_ts)
+            else:
+                self._run_transaction(statements, max_ts)
         except TransientDownstreamError:
             raise
         except DownstreamError as exc:
             failed = self._failed_statement(exc, statements)
+            if self._open_ts or unit.partial:  # no row-by-row re-run: earlier chunks
+                self.downstream.rollback()     # of the transaction are gone with it
+                self._open_ts = 0
+                self._fail(exc, *failed)
             if all(lo == hi for _, lo, hi in statements) and not c.merge:
                 self._fail(exc, *failed)
             # Bulk statements cover several row changes: run the transaction again one
@@ -346,7 +372,8 @@ class Loader:
             except DownstreamError as exc2:
                 self._fail(exc2, *self._failed_statement(exc2, precise))
         self._retrying = False
-        self.guard.committed(max_ts)
+        if not unit.partial:
+            self.guard.committed(max_ts)
         counts = dict.fromkeys(_EVENT_KINDS, 0)
         for _, dml in rows:
             counts[dml.tp] += 1
@@ -368,6 +395,16 @@ class Loader:
         t0 = time.perf_counter()
         self.downstream.execute_script(script, commit=True)
         self.metrics.observe_query("exec", time.perf_counter() - t0)
+        self._open_ts = 0
+
+    def _execute_open(self, statements: list[tuple[Statement, int, int]], ts: int) -> None:
+        """A partial chunk's statements, without COMMIT: the downstream transaction stays
+        open until the transaction's last chunk commits it with the progress row, so a
+        crash before then rolls every chunk back (exactly-once holds)."""
+        t0 = time.perf_counter()
+        self.downstream.execute_script([stmt for stmt, _, _ in statements], commit=False)
+        self.metrics.observe_query("exec", time.perf_counter() - t0)
+        self._open_ts = ts
 
     def _failed_statement(self, exc: DownstreamError,
                           statements: list[tuple[Statement, int, int]]

@@ -38,6 +38,9 @@ class Part(NamedTuple):
     commit_ts: int
     dmls: tuple[DML, ...] = ()
     ddl: DDL | None = None
+    # a chunk of a large transaction that continues in a later part: run without COMMIT
+    # (the keeper's ``(commit_ts, dmls, PARTIAL)``, translate/keeper.py)
+    partial: bool = False
 
     @property
     def is_ddl(self) -> bool:
@@ -50,6 +53,7 @@ class Unit:
 
     rows: list[tuple[int, DML]] = field(default_factory=list)
     ddl: Part | None = None
+    partial: bool = False  # one partial part's rows: executed, not committed
 
     @property
     def commit_ts_range(self) -> tuple[int, int]:
@@ -64,7 +68,10 @@ def as_part(item) -> Part:
         dmls = item[1]
         # Part(...) without the NamedTuple's Python-level __new__ (one per row change of
         # a 1-row transaction, the common shape)
-        return _new_part(Part, (item[0], dmls if type(dmls) is tuple else tuple(dmls), None))
+        return _new_part(Part, (item[0], dmls if type(dmls) is tuple else tuple(dmls), None,
+                                False))
+    if type(item) is tuple and len(item) == 3 and type(item[0]) is int:  # a partial chunk
+        return Part(item[0], tuple(item[1]), None, bool(item[2]))
     if isinstance(item, Part):
         return item
     if isinstance(item, Txn):
@@ -103,6 +110,12 @@ def plan_units(parts: Sequence[Part], txn_batch: int, *, split_parts: bool) -> l
         dmls = part.dmls
         n = len(dmls)
         if not n:
+            continue
+        if getattr(part, "partial", False):  # alone: the loader runs it without COMMIT
+            if current.rows:
+                units.append(current)
+                current = Unit()
+            units.append(Unit([(part.commit_ts, dml) for dml in dmls], partial=True))
             continue
         if current.rows and len(current.rows) + n > txn_batch:
             units.append(current)

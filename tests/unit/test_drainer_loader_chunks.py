@@ -1,0 +1,125 @@
+"""The SQL worker's side of a large transaction applied in chunks: partial parts run
+without COMMIT; the last part commits every chunk with the progress row."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema
+from tidb_binlog.drainer.pipeline.gate import PipelineReset
+from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
+from tidb_binlog.drainer.sinks.mysql.loader import Loader, LoaderConfig
+from tidb_binlog.drainer.sinks.mysql.plan import as_part, plan_units
+from tidb_binlog.errors import DownstreamError, TransientDownstreamError
+
+T = TableSchema.build("d", "t", ["id", "v"], ["id"])
+
+
+def ins(k):
+    return DML("d", "t", DMLType.INSERT, {"id": k, "v": k}, None, T)
+
+
+class Downstream:
+    """Records what each COMMIT covered; fails the scripted statement numbers."""
+
+    config = DownstreamConfig(host="scripted", port=1)
+
+    def __init__(self, failures=None):
+        self.failures = dict(failures or {})
+        self.calls = 0
+        self.pending: list[str] = []
+        self.committed: list[list[str]] = []
+        self.rollbacks = 0
+
+    def execute(self, stmt):
+        self.calls += 1
+        exc = self.failures.pop(self.calls, None)
+        if exc is not None:
+            raise exc
+        self.pending.append(stmt.sql.split()[0] + (" progress" if "worker_progress" in
+                                                   stmt.sql else ""))
+        return 1
+
+    def execute_script(self, statements, commit=False):
+        for i, stmt in enumerate(statements):
+            try:
+                self.execute(stmt)
+            except DownstreamError as exc:
+                exc.statement_index = i
+                raise
+        if commit:
+            self.commit()
+
+    def query(self, stmt):
+        return []
+
+    def commit(self):
+        self.committed.append(self.pending)
+        self.pending = []
+
+    def rollback(self):
+        self.rollbacks += 1
+        self.pending = []
+
+    def close(self):
+        pass
+
+
+def loader(ds):
+    w = Loader(ds, LoaderConfig(exactly_once=True, merge=False, txn_batch=100),
+               sleep=lambda s: None)
+    failures, ds.failures = ds.failures, {}
+    w.load_progress()  # the progress table created and read: counted from here
+    ds.committed.clear()
+    ds.calls, ds.failures = 0, failures
+    return w
+
+
+def test_a_partial_part_is_a_unit_of_its_own():
+    parts = [as_part((5, (ins(1),))), as_part((9, (ins(2), ins(3)), True))]
+    units = plan_units(parts, 100, split_parts=False)
+    assert [(len(u.rows), u.partial) for u in units] == [(1, False), (2, True)]
+
+
+def test_chunks_commit_together_with_the_last_one():
+    ds = Downstream()
+    w = loader(ds)
+    w.execute_batch([(5, (ins(1),)), (9, (ins(2), ins(3)), True)])
+    assert ds.committed == [["INSERT", "INSERT progress"]]  # txn 5 only
+    assert ds.pending == ["INSERT"] and w.applied_ts == 5  # the chunk is open
+    w.execute_batch([(9, (ins(4),), True)])
+    assert len(ds.committed) == 1 and w.applied_ts == 5
+    w.execute_batch([(9, (ins(5),))])  # the last chunk commits all of them
+    assert ds.committed[1] == ["INSERT", "INSERT", "INSERT", "INSERT progress"]
+    assert w.applied_ts == 9
+
+
+def test_an_empty_last_chunk_still_commits():
+    ds = Downstream()
+    w = loader(ds)
+    w.execute_batch([(9, (ins(2),), True)])
+    w.execute_batch([(9, ())])
+    assert ds.committed == [["INSERT", "INSERT progress"]] and w.applied_ts == 9
+
+
+def test_a_lost_connection_while_chunks_are_open_replays_the_transaction():
+    ds = Downstream(failures={2: TransientDownstreamError("lost", code=2013)})
+    w = loader(ds)
+    w.execute_batch([(9, (ins(2),), True)])
+    with pytest.raises(PipelineReset, match="commit_ts 9 was applied in chunks"):
+        w.execute_batch([(9, (ins(3),))])
+    assert ds.committed == [] and ds.rollbacks == 1
+    # the replay: every chunk again, committed once
+    w.execute_batch([(9, (ins(2),), True)])
+    w.execute_batch([(9, (ins(3),))])  # (after re-reading the progress row)
+    assert ds.committed[-1] == ["INSERT", "INSERT", "INSERT progress"]
+    assert [c for c in ds.committed if c[0] == "INSERT"] == [ds.committed[-1]]
+
+
+def test_a_failing_chunk_is_not_re_run_row_by_row():
+    ds = Downstream(failures={2: DownstreamError("Duplicate entry", code=1062)})
+    w = loader(ds)
+    w.execute_batch([(9, (ins(2),), True)])
+    with pytest.raises(DownstreamError, match="commit_ts 9"):
+        w.execute_batch([(9, (ins(3),))])
+    assert ds.committed == [] and ds.rollbacks >= 1 and ds.pending == []
