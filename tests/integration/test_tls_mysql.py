@@ -4,6 +4,8 @@ real MariaDB that requires TLS (``require_secure_transport``) and an account cre
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tidb_binlog.config import load_drainer_config
@@ -12,7 +14,11 @@ from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore, open_checkpoint_store
 from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
 from tidb_binlog.errors import DownstreamError
+from tidb_binlog.security import mysql_ssl
 from tidb_binlog.testing.certs import make_pki
+from tidb_binlog.testing.collector import BinlogCollector
+from tidb_binlog.upstream import Upstream
+from tidb_binlog.upstream.meta import UpstreamMeta
 
 pytest.importorskip("cryptography")
 
@@ -117,3 +123,20 @@ def test_the_checkpoint_store_uses_its_own_security_section(tls_db):
     with pytest.raises(DownstreamError) as info:
         open_checkpoint_store(bare).load()
     assert "set [syncer.to.security] ssl-ca" in str(info.value)
+
+
+def test_upstream_connections_take_tls_in_their_params(tls_db):
+    """Upstream parameters are pymysql's keywords (the registry's upstream-meta JSON, a
+    LocalCluster's ``upstream_params``): ``ssl`` there reaches every upstream connection,
+    the emulated TiDB's and the meta reads (DDL history, missing-commit resolution)."""
+    db, pki = tls_db
+    params = {**db.params(), "user": X509_USER, "ssl": mysql_ssl(pki.client)}
+    ts = itertools.count(1000)
+    upstream = Upstream(params, BinlogCollector(), lambda: next(ts))
+    meta = UpstreamMeta(params, retry_s=0)
+    try:
+        upstream.ddl("CREATE DATABASE shop")
+        assert [j.query for j in meta.history_jobs()][-1:] == ["CREATE DATABASE shop"]
+    finally:
+        meta.close()
+        upstream.close()
