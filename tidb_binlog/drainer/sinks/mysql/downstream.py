@@ -177,6 +177,9 @@ class DownstreamConfig:
     write_timeout_s: float = 60.0
     connect_timeout_s: float = 10.0
     multi_statements: bool = True  # one round trip per transaction (execute_script)
+    # [syncer.to] emulated-tidb-registry: write through the emulated TiDB of the cluster
+    # whose registry this names ("" = a real MySQL/TiDB); see emulated.py
+    emulated_tidb_registry: str = ""
     # TLS: pymysql's ``ssl`` dict (tidb_binlog.security.mysql_ssl), None = no TLS asked
     # for; ``tls_section`` is the config section errors tell the user to set.
     ssl: Mapping[str, str] | None = None
@@ -197,7 +200,7 @@ class DownstreamConfig:
         return cls(host=to.host, port=to.port, user=to.user, password=to.password,
                    params=dict(to.params), sql_mode=cfg.syncer.sql_mode,
                    read_timeout_s=to.read_timeout_s,
-                   ssl=mysql_ssl(to.security))
+                   emulated_tidb_registry=to.emulated_tidb_registry, ssl=mysql_ssl(to.security))
 
     @property
     def address(self) -> str:
