@@ -19,11 +19,12 @@ schema-level route of its database. So ``CREATE``/``ALTER``/``DROP``/``TRUNCATE`
 ``RENAME TABLE``, ``CREATE``/``DROP INDEX`` (with ``LIKE``, ``REFERENCES``,
 ``RENAME TO`` and ``EXCHANGE PARTITION ... WITH TABLE`` names) and ``CREATE``/``DROP``/
 ``ALTER DATABASE`` are routed; a routed database DDL creates (drops, alters) the target
-schema. Any other statement touching a routed table (views, ``CREATE TABLE ...
-SELECT``, forms the reader does not know) raises
+schema. Any other statement whose own table or names are routed (a routed view,
+``CREATE TABLE ... SELECT``, forms the reader does not know) raises
 :class:`~tidb_binlog.errors.UnsupportedDDL` naming the DDL and the rule rather than
-running it against the wrong table. A target schema named only by table-level rules must
-exist downstream (create it, or route the schema with a schema-level rule too).
+running it against the wrong table. The body of a view is not read: a view that is not
+routed itself keeps naming the source tables. A target schema named only by table-level
+rules must exist downstream (create it, or route the schema with a schema-level rule).
 """
 
 from __future__ import annotations
