@@ -78,6 +78,11 @@ def test_event_filter_ddls_by_type_or_sql():
     assert not f.skip_ddl("shop", "t", "GRANT ALL ON x TO y")
 
 
+def test_ignore_sql_patterns_are_compiled_one_by_one():
+    f = EventFilter([EventRule("a", "", (), ("(?s)DROP.*x", "^truncate"))])
+    assert f.skip_ddl("a", "t", "drop\n table x") and f.skip_ddl("a", "t", "TRUNCATE t")
+
+
 def test_bad_ignore_sql_names_the_pattern():
     with pytest.raises(ValueError, match="ignore-sql '\\(' is not a valid regular"):
         EventFilter([EventRule("a", "", (), ("(",))])

@@ -92,16 +92,13 @@ class _Compiled:
     def __init__(self, rule: EventRule):
         self.rule = rule
         self.events = tuple(normalize_event(e) for e in rule.ignore_event)
-        self.sql = None
-        if rule.ignore_sql:
-            for pattern in rule.ignore_sql:
-                try:
-                    re.compile(pattern)
-                except re.error as exc:
-                    raise ValueError(f"ignore-sql {pattern!r} is not a valid regular "
-                                     f"expression: {exc}") from None
-            self.sql = re.compile("|".join(f"(?:{p})" for p in rule.ignore_sql),
-                                  re.IGNORECASE)
+        self.sql: list[re.Pattern] = []
+        for pattern in rule.ignore_sql:
+            try:
+                self.sql.append(re.compile(pattern, re.IGNORECASE))
+            except re.error as exc:
+                raise ValueError(f"ignore-sql {pattern!r} is not a valid regular "
+                                 f"expression: {exc}") from None
 
     def ignores_event(self, event: str) -> bool:
         dml = event in DML_EVENTS
@@ -158,6 +155,6 @@ class EventFilter:
         for c in rules:
             if event and c.ignores_event(event):
                 return True
-            if c.sql is not None and c.sql.search(sql):
+            if any(p.search(sql) for p in c.sql):
                 return True
         return False
