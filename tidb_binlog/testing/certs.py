@@ -64,14 +64,11 @@ class PKI:
 
 def make_pki(directory: str | Path, clients: tuple[str, ...] = ()) -> PKI:
     """Write a CA, a server certificate and client certificates into ``directory``."""
-    # optional dependency (the test extra): importing this module must not need it
-    from cryptography import x509
-    # optional dependency (the test extra), as above
-    from cryptography.hazmat.primitives import hashes, serialization
-    # optional dependency (the test extra), as above
-    from cryptography.hazmat.primitives.asymmetric import ec
-    # optional dependency (the test extra), as above
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    # Optional dependency (the test extra): importing this module must not need it.
+    from cryptography import x509  # optional dependency
+    from cryptography.hazmat.primitives import hashes, serialization  # optional dependency
+    from cryptography.hazmat.primitives.asymmetric import ec  # optional dependency
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # optional dependency
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
