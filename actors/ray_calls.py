@@ -31,7 +31,7 @@ from tidb_binlog.metrics_mirror import MetricsMirror
 from tidb_binlog.packed import unpack
 
 __all__ = ["RayCalls", "PipelineReset", "WorkerCalls", "PumpPullCalls", "PipelineCalls",
-           "GetTimeoutError", "RayError"]
+           "GetTimeoutError", "RayError", "RayTaskError", "RayActorError"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,10 @@ GetTimeoutError = ray.exceptions.GetTimeoutError
 RayError = ray.exceptions.RayError
 """Any error Ray raises (a dead actor, a timeout, a remote exception): for callers that
 report it as it is rather than translate it (:meth:`RayCalls.call_within`)."""
+RayTaskError = ray.exceptions.RayTaskError
+"""A remote method raised (its ``cause`` is the exception): the registry client re-raises
+a remote BinlogError as itself."""
+RayActorError = ray.exceptions.RayActorError
 _UNAVAILABLE = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
                 ray.exceptions.ObjectLostError)
 
@@ -219,6 +223,29 @@ class RayCalls:
     def kill(actor) -> None:
         ray.kill(actor, no_restart=True)
 
+    @staticmethod
+    def restart(actor) -> None:
+        """Kill the actor's process and let Ray restart it (a fault injected on purpose)."""
+        ray.kill(actor, no_restart=False)
+
+    @staticmethod
+    def get_actor(name: str, namespace: str):
+        """The named actor's handle; Ray's ValueError when there is none (for callers
+        that word that error themselves; :meth:`find_actor` returns None instead)."""
+        return ray.get_actor(name, namespace=namespace)
+
+    @staticmethod
+    def actor_process(actor) -> tuple[str, int | None]:
+        """The actor's state (``ALIVE``, ``RESTARTING``, ...) and current pid, from
+        Ray's control store (the actor itself is not asked: it may be busy or
+        restarting). A private Ray API: chaos only."""
+        info = ray._private.state.actors(actor._actor_id.hex())  # private: may move
+        return str(info.get("State")), (int(info["Pid"]) if info.get("Pid") else None)
+
+    @staticmethod
+    def actor_id(actor) -> str:
+        return actor._actor_id.hex()
+
     # -- the driver: joining a cluster --------------------------------------------------------
     @staticmethod
     def is_initialized() -> bool:
@@ -227,6 +254,15 @@ class RayCalls:
     @staticmethod
     def init(**options) -> None:
         ray.init(**options)
+
+    @staticmethod
+    def shutdown() -> None:
+        ray.shutdown()
+
+    @staticmethod
+    def session_dir() -> str:
+        """This Ray session's directory (its ``logs/``); a private Ray API."""
+        return ray._private.worker._global_node.get_session_dir_path()  # private: may move
 
     @staticmethod
     def gcs_address() -> str:
@@ -251,7 +287,8 @@ MIRROR_INTERVAL_S = 10.0
 
 def mirror_metrics(source: str, exposition: Callable[[], bytes],
                    interval_s: float = MIRROR_INTERVAL_S) -> MetricsMirror | None:
-    """Copy ``exposition()`` (Prometheus text) into ``ray.util.metrics`` gauges tagged
+    """Copy ``exposition()`` (Prometheus text) into ``ray.util.metrics`` gauges (and
+    histograms, same buckets: see :mod:`tidb_binlog.metrics_mirror`) tagged
     ``source`` every ``interval_s`` (first after 1 s), on a daemon thread of this actor,
     so the pump's and the drainer's metrics show in the Ray dashboard and Ray's
     Prometheus export. None (nothing started) outside Ray. A failing scrape is logged
@@ -262,7 +299,12 @@ def mirror_metrics(source: str, exposition: Callable[[], bytes],
     def make_gauge(name: str, description: str, tag_keys: tuple[str, ...]):
         return ray.util.metrics.Gauge(name, description=description[:200], tag_keys=tag_keys)
 
-    mirror = MetricsMirror(make_gauge, source)
+    def make_histogram(name: str, description: str, boundaries: tuple[float, ...],
+                       tag_keys: tuple[str, ...]):
+        return ray.util.metrics.Histogram(name, description=description[:200],
+                                          boundaries=list(boundaries), tag_keys=tag_keys)
+
+    mirror = MetricsMirror(make_gauge, source, make_histogram=make_histogram)
 
     def run() -> None:
         delay, failing = 1.0, False

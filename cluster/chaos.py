@@ -43,9 +43,15 @@ import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 
+from rich.table import Table
+
+from actors.ray_calls import RayCalls, RayError
 from cluster.demo import DATABASE as DEMO_DB
 from cluster.demo import WORKLOADS
+from cluster.drainer import Drainer
+from cluster.launch import LocalCluster
 from tidb_binlog.chaos import (
+    FAULT_KINDS,
     Fault,
     RecoveryRecord,
     Verdict,
@@ -57,6 +63,13 @@ from tidb_binlog.chaos import (
     result_line,
     schedule_to_json,
 )
+from tidb_binlog.cli.console import make_console
+from tidb_binlog.compare import compare_databases
+from tidb_binlog.config import load_drainer_config
+from tidb_binlog.errors import BinlogError, SchemaChanged, UpstreamError
+from tidb_binlog.testing.mariadb import MariaDBServer
+from tidb_binlog.tso import extract_physical
+from tidb_binlog.upstream import Upstream, workload
 
 __all__ = ["run_chaos", "BANK_DB", "ACCOUNTS", "INITIAL_BALANCE"]
 
@@ -100,15 +113,13 @@ class _Stack:
 def actor_pid(actor, timeout_s: float = 60.0) -> int:
     """The pid of an actor's current process, from Ray's control store (the actor
     itself is not asked: it may be busy or restarting)."""
-    import ray
-
     deadline = time.monotonic() + timeout_s
     while True:
-        info = ray._private.state.actors(actor._actor_id.hex())
-        if info.get("State") == "ALIVE" and info.get("Pid"):
-            return int(info["Pid"])
+        state, pid = RayCalls.actor_process(actor)
+        if state == "ALIVE" and pid:
+            return pid
         if time.monotonic() > deadline:
-            raise TimeoutError(f"actor {actor._actor_id.hex()} is not alive: {info.get('State')}")
+            raise TimeoutError(f"actor {RayCalls.actor_id(actor)} is not alive: {state}")
         time.sleep(0.2)
 
 
@@ -165,8 +176,6 @@ class Workloads:
         self.stop_event.wait(0.5)
 
     def _demo_loop(self, kind: str) -> None:
-        from tidb_binlog.upstream import workload
-
         for slice_no in itertools.count():
             if self.stop_event.is_set():
                 return
@@ -187,8 +196,6 @@ class Workloads:
                 self._failed("bank", exc)
 
     def _transfer(self, session, rng: random.Random) -> None:
-        from tidb_binlog.errors import SchemaChanged, UpstreamError
-
         a, b = rng.sample(range(1, ACCOUNTS + 1), 2)
         amount = rng.randint(1, 50)
         try:
@@ -260,8 +267,6 @@ def _sql(db, statements, database=None) -> list:
 # -- faults -------------------------------------------------------------------------------
 def inject(stack: _Stack, fault: Fault, note) -> None:
     """Inject ``fault``, hold it, end it. ``note(text)`` logs an event line."""
-    import ray
-
     kind, target = fault.kind, fault.target
     if kind.startswith("kill9-") and not kind.endswith("-db"):
         pid = actor_pid(stack.actor(target))
@@ -269,7 +274,7 @@ def inject(stack: _Stack, fault: Fault, note) -> None:
         os.kill(pid, signal.SIGKILL)
     elif kind == "restart-actor":
         note(f"ray.kill({target}, no_restart=False)")
-        ray.kill(stack.actor(target), no_restart=False)
+        RayCalls.restart(stack.actor(target))
     elif kind.endswith("-db"):
         db = stack.up_db if target == "upstream" else stack.down_db
         note(f"SIGKILL {target} MariaDB")
@@ -292,16 +297,17 @@ def inject(stack: _Stack, fault: Fault, note) -> None:
         note(f"SIGCONT {target}")
     elif kind == "disk-full-pump":
         actor = stack.actor(target)
-        old = ray.get(actor.__ray_call__.remote(_set_disk_limit, 1 << 62), timeout=60)
+        old = RayCalls.call_within(actor, "__ray_call__", _set_disk_limit, 1 << 62,
+                                   timeout_s=60)
         note(f"{target}: stop-write-at-available-space raised from {old} bytes (disk 'full')")
         try:
             time.sleep(fault.hold_s)
         finally:
-            ray.get(actor.__ray_call__.remote(_set_disk_limit, old), timeout=60)
+            RayCalls.call_within(actor, "__ray_call__", _set_disk_limit, old, timeout_s=60)
         note(f"{target}: space 'freed' (threshold back to {old} bytes)")
     elif kind == "pause-pump":
         actor = stack.actor(target)
-        addr = ray.get(actor.status_address.remote(), timeout=60)
+        addr = RayCalls.call_within(actor, "status_address", timeout_s=60)
         url = f"http://{addr}/state/{target}/pause"
         req = urllib.request.Request(url, method="PUT")
         with urllib.request.urlopen(req, timeout=30) as resp:
@@ -309,7 +315,7 @@ def inject(stack: _Stack, fault: Fault, note) -> None:
         time.sleep(fault.hold_s)
         # A paused pump comes back the way TiDB Binlog brings one back: started again
         # (the restarted actor registers online from paused).
-        ray.kill(actor, no_restart=False)
+        RayCalls.restart(actor)
         note(f"{target} restarted to resume it")
     else:  # pragma: no cover - parse_kinds refuses unknown kinds
         raise ValueError(kind)
@@ -326,14 +332,9 @@ def _set_disk_limit(pump_actor, limit: int) -> int:
 def _lag_s(stack: _Stack, after_ts: int) -> tuple[float | None, str]:
     """The drainer's lag (seconds), or None while its actors restart or while the
     checkpoint is still below ``after_ts``; and its state."""
-    import ray
-
-    from tidb_binlog.errors import BinlogError
-    from tidb_binlog.tso import extract_physical
-
     try:
         st = stack.drainer.status()
-    except (ray.exceptions.RayError, TimeoutError, BinlogError) as exc:
+    except (RayError, TimeoutError, BinlogError) as exc:
         # A restarting actor answers with a Ray error or, through the merger, with
         # PipelineReset / UnavailableError: recovering, not failed (a failed task
         # says so in its status).
@@ -383,16 +384,6 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
               recovered_lag_s: float = 1.0, fault_timeout_s: float = FAULT_TIMEOUT_S,
               console=None) -> int:
     """Run the soak; return the exit code (0: every check passed)."""
-    import ray
-
-    from cluster.drainer import Drainer
-    from cluster.launch import LocalCluster
-    from tidb_binlog.chaos import FAULT_KINDS
-    from tidb_binlog.cli.console import make_console
-    from tidb_binlog.config import load_drainer_config
-    from tidb_binlog.testing.mariadb import MariaDBServer
-    from tidb_binlog.upstream import Upstream
-
     console = console or make_console()
     run_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tidb-binlog-chaos-"))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -416,8 +407,8 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
 
     console.print(f"[bold]tidb-binlog chaos[/bold] seed {seed}, {duration_s:g} s; run directory "
                   f"{run_dir}\nreplay: {replay}")
-    ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
-             ignore_reinit_error=True)
+    RayCalls.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
+                  ignore_reinit_error=True)
     up_db = MariaDBServer(run_dir, name="upstream")
     down_db = MariaDBServer(run_dir, name="downstream")
     cluster = upstream = drainer = stack = loads = None
@@ -519,7 +510,7 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
         for db in (down_db, up_db):
             with contextlib.suppress(Exception):
                 db.close()
-        ray.shutdown()
+        RayCalls.shutdown()
         logging.getLogger().removeHandler(file_log)
         file_log.close()
         events.close()
@@ -545,8 +536,6 @@ def _check_bank_upstream(up_db, verdict: Verdict, note) -> None:
 
 
 def _final_checks(stack: _Stack, verdict: Verdict, note) -> None:
-    from tidb_binlog.compare import compare_databases
-
     with stack.up_db.connect() as up, stack.down_db.connect() as down:
         cmp = compare_databases(up, down, [DEMO_DB, BANK_DB])
     verdict.diff = len(cmp.diffs)
@@ -570,8 +559,6 @@ def _final_checks(stack: _Stack, verdict: Verdict, note) -> None:
 
 def _report(console, verdict: Verdict, records, loads, run_dir: Path, seed: int,
             duration_s: float, replay: str, note) -> None:
-    from rich.table import Table
-
     table = Table(title=f"faults (seed {seed})")
     for col in ("kind", "count", "not recovered", "recovery p50 s", "recovery p99 s"):
         table.add_column(col, justify="left" if col == "kind" else "right")
@@ -602,9 +589,7 @@ def _save_logs(run_dir: Path, *servers) -> None:
         with contextlib.suppress(Exception):
             shutil.copy(db.error_log, run_dir / "logs" / f"mariadb-{db.name}-error.log")
     try:
-        import ray
-
-        session = Path(ray._private.worker._global_node.get_session_dir_path())
+        session = Path(RayCalls.session_dir())
         shutil.copytree(session / "logs", run_dir / "logs" / "ray", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("*.sock"))
     except Exception as exc:  # the run's own files are still there

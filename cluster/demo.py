@@ -35,6 +35,19 @@ import threading
 import time
 from pathlib import Path
 
+from rich.live import Live
+
+from actors.ray_calls import RayCalls
+from cluster.drainer import Drainer
+from cluster.launch import LocalCluster
+from tidb_binlog.cli.console import make_console
+from tidb_binlog.compare import compare_databases
+from tidb_binlog.config import load_drainer_config
+from tidb_binlog.errors import BinlogError, ConfigError, UnavailableError
+from tidb_binlog.testing.mariadb import MariaDBServer
+from tidb_binlog.tso import extract_physical
+from tidb_binlog.upstream import Upstream, workload
+
 __all__ = ["run_demo", "WorkloadFailed", "WORKLOADS", "DATABASE"]
 
 log = logging.getLogger(__name__)
@@ -62,31 +75,17 @@ class WorkloadFailed(Exception):
 def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None = None,
              keep: bool = False, console=None, upstream_faults: dict | None = None) -> int:
     """Run the demo; return the process exit code (0 when up- and downstream match)."""
-    from tidb_binlog.errors import ConfigError
-
     if not duration_s > 0:  # the CLI refuses these first; this guards API callers
         raise ConfigError(f"duration must be more than 0 seconds, got {duration_s}",
                           key="duration")
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, got {workers}", key="workers")
-    import ray
-
-    from cluster.drainer import Drainer
-    from cluster.launch import LocalCluster
-    from tidb_binlog.cli.console import make_console
-    from tidb_binlog.compare import compare_databases
-    from tidb_binlog.config import load_drainer_config
-    from tidb_binlog.errors import BinlogError
-    from tidb_binlog.testing.mariadb import MariaDBServer
-    from tidb_binlog.tso import extract_physical
-    from tidb_binlog.upstream import Upstream
-
     console = console or make_console()
     base = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tidb-binlog-demo-"))
     base.mkdir(parents=True, exist_ok=True)
     console.print(f"[bold]tidb-binlog demo[/bold]: working in {base}")
-    ray.init(namespace="tidb-binlog-demo", include_dashboard=False, log_to_driver=False,
-             ignore_reinit_error=True)
+    RayCalls.init(namespace="tidb-binlog-demo", include_dashboard=False, log_to_driver=False,
+                  ignore_reinit_error=True)
     up_db = MariaDBServer(base, name="upstream")
     down_db = MariaDBServer(base, name="downstream")
     cluster = upstream = drainer = None
@@ -168,15 +167,13 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
             cluster.stop()
         down_db.close()
         up_db.close()
-        ray.shutdown()
+        RayCalls.shutdown()
         if not keep and not work_dir:
             shutil.rmtree(base, ignore_errors=True)
 
 
 def _run_workloads(upstream, duration_s: float, database: str):
     """Start every workload on its own thread; return (stats by kind, errors, threads)."""
-    from tidb_binlog.upstream import workload
-
     stats, errors = {}, []
 
     def one(kind: str):
@@ -207,10 +204,6 @@ def _follow(drainer, console, threads, stats, errors, extract_physical):
 
     Raises :class:`WorkloadFailed` as soon as a workload thread records an error (and
     after the last one ends, for an error recorded at the very end)."""
-    from rich.live import Live
-
-    from tidb_binlog.errors import UnavailableError
-
     lags_ms: list[float] = []
     peak = 0.0
     last_rows, last_t = 0, time.monotonic()

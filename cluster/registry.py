@@ -1,8 +1,9 @@
 """The registry and TSO as a named, detached Ray actor (PD's role), and its client.
 
 :class:`RegistryActor` is a plain async class that owns a
-:class:`tidb_binlog.registry.RegistryState`; :func:`_actor_class` is the one place
-that makes it remote (detached, ``max_restarts=-1``, retried calls, no CPU).
+:class:`tidb_binlog.registry.RegistryState`; :data:`_ACTOR_OPTIONS` are its Ray
+options (detached, ``max_restarts=-1``, retried calls, no CPU). Every Ray call goes
+through :mod:`actors.ray_calls`.
 Ray restarts a crashed actor with the same ``data_dir``, so it reloads every
 record, the revision, the cluster id and the TSO high-water mark.
 
@@ -11,7 +12,7 @@ that every change notifies: clients learn of changes without polling, and many
 watchers cost one coroutine each.
 
 :class:`RayRegistryClient` implements :class:`tidb_binlog.node.RegistryClient`
-and is the only code that calls Ray for the registry: it pickles (an actor
+and is the only code that calls the registry actor: it pickles (an actor
 handle and a timeout), so it can be handed to other actors, and it turns Ray's
 failures into :class:`~tidb_binlog.errors.UnavailableError`.
 
@@ -28,9 +29,7 @@ import asyncio
 import os
 import socket
 
-import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
-
+from actors.ray_calls import GetTimeoutError, RayActorError, RayCalls, RayError, RayTaskError
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
 from tidb_binlog.errors import BinlogError, UnavailableError
 from tidb_binlog.node import NodeStatus
@@ -116,14 +115,15 @@ class RegistryActor:
         return "ok"
 
 
-def _actor_class():
-    """The only place RegistryActor becomes a Ray actor class."""
-    return ray.remote(
-        num_cpus=0,
-        max_restarts=-1,
-        max_task_retries=-1,
-        max_concurrency=1000,  # every watcher holds a slot while it waits
-    )(RegistryActor)
+_ACTOR_OPTIONS = dict(
+    num_cpus=0,
+    max_restarts=-1,
+    max_task_retries=-1,
+    max_concurrency=1000,  # every watcher holds a slot while it waits
+    lifetime="detached",
+    get_if_exists=True,  # a running registry is reused (it keeps its own data_dir)
+)
+"""The registry actor's Ray options (name, namespace and resources added per start)."""
 
 
 class RayRegistryClient:
@@ -143,8 +143,8 @@ class RayRegistryClient:
 
     def _call(self, method: str, *args, extra_timeout_s: float = 0.0):
         try:
-            ref = getattr(self.actor, method).remote(*args)
-            return ray.get(ref, timeout=self._call_timeout_s + extra_timeout_s)
+            return RayCalls.call_within(self.actor, method, *args,
+                                        timeout_s=self._call_timeout_s + extra_timeout_s)
         except RayTaskError as exc:
             if isinstance(exc.cause, BinlogError):
                 raise exc.cause from exc  # the registry refused (StateError, TSOError, ...)
@@ -196,10 +196,8 @@ def get_or_create_registry(data_dir: str | os.PathLike, *, namespace: str = DEFA
     """
     data_dir = os.path.abspath(os.fspath(data_dir))
     try:
-        actor = _actor_class().options(
-            name=name, namespace=namespace, lifetime="detached", get_if_exists=True,
-            resources=resources,
-        ).remote(data_dir, alive_timeout_s)
+        actor = RayCalls.start_actor(RegistryActor, data_dir, alive_timeout_s, options={
+            **_ACTOR_OPTIONS, "name": name, "namespace": namespace, "resources": resources})
     except RayError as exc:
         raise UnavailableError(f"cannot start the registry actor {namespace}/{name}: {exc}") from exc
     client = RayRegistryClient(actor, namespace=namespace)
@@ -211,7 +209,7 @@ def connect_registry(*, namespace: str = DEFAULT_NAMESPACE,
                      name: str = REGISTRY_NAME) -> RayRegistryClient:
     """The client of a running registry actor; UnavailableError if there is none."""
     try:
-        actor = ray.get_actor(name, namespace=namespace)
+        actor = RayCalls.get_actor(name, namespace)
     except ValueError as exc:
         raise UnavailableError(
             f"no registry actor {name!r} in Ray namespace {namespace!r}; start one with "
@@ -226,7 +224,7 @@ def join_registry(namespace: str = DEFAULT_NAMESPACE, name: str = REGISTRY_NAME,
     For plain processes (the standalone pump, binlogctl) that follow a registry
     actor started elsewhere; keeps the ``ray`` import out of the pure core.
     """
-    if not ray.is_initialized():
+    if not RayCalls.is_initialized():
         reason = _nothing_answers(address)
         if reason is not None:  # ray.init would retry such an address for minutes
             raise UnavailableError(
@@ -234,7 +232,7 @@ def join_registry(namespace: str = DEFAULT_NAMESPACE, name: str = REGISTRY_NAME,
                 "address (--ray-address host:port or $RAY_ADDRESS, as `ray start --head` "
                 "prints it)")
         try:
-            ray.init(address=address, namespace=namespace, log_to_driver=False)
+            RayCalls.init(address=address, namespace=namespace, log_to_driver=False)
         except ConnectionError as exc:
             where = "on this host" if address == "auto" else f"at {address}"
             raise UnavailableError(

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tidb_binlog.binlogctl import report
 from tidb_binlog.binlogctl.encrypt import encrypt
@@ -94,8 +95,6 @@ def savepoint_text(commit_ts: int, time_zone: str = "") -> str:
     lines, which a TOML reader refuses; comments keep the file loadable)."""
     text = f"commitTS = {commit_ts}\n"
     if time_zone:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
         try:
             zone = ZoneInfo(time_zone)
         except (ZoneInfoNotFoundError, ValueError):

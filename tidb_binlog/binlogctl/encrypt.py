@@ -57,7 +57,7 @@ def secret_key(env: Mapping[str, str] | None = None) -> bytes:
 
 
 def _cipher(key: bytes, iv: bytes):
-    try:
+    try:  # an optional dependency: only encrypted passwords need it (ConfigError if missing)
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
     except ImportError as exc:  # pragma: no cover - installed with ray[default]
         raise ConfigError("encrypted passwords need the `cryptography` package; "

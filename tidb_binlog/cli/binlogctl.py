@@ -22,14 +22,17 @@ import os
 import ssl
 import sys
 
+from tidb_binlog.binlogctl.commands import Binlogctl
+from tidb_binlog.binlogctl.flags import add_arguments, options_from_args
+from tidb_binlog.config import DEFAULT_REGISTRY_NAME, split_registry
+from tidb_binlog.errors import ConfigError
+
 __all__ = ["register", "run"]
 
 log = logging.getLogger("tidb_binlog.binlogctl")
 
 
 def register(sub) -> None:
-    from tidb_binlog.binlogctl.flags import add_arguments
-
     p = sub.add_parser("binlogctl", help="list pumps/drainers and their lag, pause or offline "
                        "them, update states, generate_meta, encrypt passwords",
                        description=__doc__.split("\n\n", 2)[2])
@@ -40,8 +43,6 @@ def register(sub) -> None:
 def _ssl_context(args) -> ssl.SSLContext | None:
     if not (args.ssl_ca or args.ssl_cert):
         return None
-    from tidb_binlog.errors import ConfigError
-
     try:
         ctx = ssl.create_default_context(cafile=args.ssl_ca or None)
         if args.ssl_cert:
@@ -55,9 +56,6 @@ def _ssl_context(args) -> ssl.SSLContext | None:
 def _registry_factory(args):
     """A callable joining Ray and returning the registry client (called only when a
     command needs the registry)."""
-    from tidb_binlog.config import DEFAULT_REGISTRY_NAME, split_registry
-    from tidb_binlog.errors import ConfigError
-
     namespace, name = args.namespace or "tidb-binlog", DEFAULT_REGISTRY_NAME
     if args.registry:
         try:
@@ -68,6 +66,8 @@ def _registry_factory(args):
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or "auto"
 
     def connect():
+        # cluster/ imports ray: not at module level, the pure core (tidb_binlog/) must
+        # import without ray (tests/unit/test_pure_core.py) and --help stay fast
         from cluster.registry import join_registry
 
         return join_registry(namespace=namespace, name=name, address=address)
@@ -76,9 +76,6 @@ def _registry_factory(args):
 
 
 def run(args) -> int:
-    from tidb_binlog.binlogctl.commands import Binlogctl
-    from tidb_binlog.binlogctl.flags import options_from_args
-
     if args.pd_urls:
         print("binlogctl: note: -pd-urls is ignored; the registry actor on Ray is used "
               "(--ray-address, --namespace, --registry)", file=sys.stderr)

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import argparse
 
+from tidb_binlog.chaos import FAULT_KINDS, parse_kinds
 from tidb_binlog.cli.demo import positive_int, positive_seconds
 
 
 def fault_kinds(text: str) -> tuple[str, ...]:
-    from tidb_binlog.chaos import parse_kinds
-
     try:
         return parse_kinds(text)
     except ValueError as exc:
@@ -19,8 +18,6 @@ def fault_kinds(text: str) -> tuple[str, ...]:
 
 
 def register(sub) -> None:
-    from tidb_binlog.chaos import FAULT_KINDS
-
     p = sub.add_parser(
         "chaos",
         help="soak the demo's pipeline under seeded faults and check nothing is lost",
@@ -49,6 +46,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    # cluster/ imports ray: not at module level, the pure core (tidb_binlog/) must
+    # import without ray (tests/unit/test_pure_core.py) and --help stay fast
     from cluster.chaos import run_chaos
 
     return run_chaos(args.duration, args.seed, workers=args.workers, kinds=args.faults,

@@ -37,6 +37,8 @@ def positive_int(text: str) -> int:
 
 def fault_knob(text: str) -> tuple[str, int]:
     """argparse type: ``KNOB=COUNT`` for :class:`tidb_binlog.upstream.faults.Faults`."""
+    # start-up time: the tidb_binlog.upstream package (pymysql, grpc) adds ~0.2 s to
+    # every `tidb-binlog` command; only a demo given --upstream-fault needs it
     from tidb_binlog.upstream.faults import KNOBS
 
     knob, sep, count = text.partition("=")
@@ -75,6 +77,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    # cluster/ imports ray: not at module level, the pure core (tidb_binlog/) must
+    # import without ray (tests/unit/test_pure_core.py) and --help stay fast
     from cluster.demo import run_demo
 
     return run_demo(args.duration, workers=args.workers, work_dir=args.work_dir, keep=args.keep,

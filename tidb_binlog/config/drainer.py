@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tidb_binlog.binlogctl.encrypt import decrypt, secret_key
 from tidb_binlog.config._common import (
     SUPPORTED_DB_TYPES,
     SecurityConfig,
@@ -307,8 +308,6 @@ def _decrypted(sec, key: str, source: str, env) -> str:
     from ``env``, else TiDB's default), so a value TiDB's binlogctl made works here."""
     if not sec.encrypted_password:
         return sec.password
-    from tidb_binlog.binlogctl.encrypt import decrypt, secret_key
-
     where = f"{key}.encrypted_password"
     try:
         return decrypt(sec.encrypted_password, key=secret_key(env), where=where)
