@@ -16,6 +16,7 @@ from spark_on_ray.errors import SparkJobError
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.config.spark import DiffConfig, SparkJobConfig
 from tidb_binlog.upstream import workload
+from tidb_binlog.upstream.txn import Raw
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -63,13 +64,34 @@ def test_diff_at_checkpoint_under_running_replication(spark_handle, stack, tmp_p
         drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=240)
         jcfg = _cfg(up_db, down_db, tmp_path)
 
+        # A lag the first pass is sure to see: a downstream transaction holds the row the
+        # upstream changes next, so the drainer cannot apply that change until the diff
+        # starts re-checking (then the lock goes). Without the re-check, the row differs.
+        lock = down_db.connect()
+        with lock.cursor() as cur:
+            cur.execute("SELECT MIN(id) FROM shop.sbtest")
+            (row_id,), = cur.fetchall()
+            cur.execute("BEGIN")
+            cur.execute("SELECT * FROM shop.sbtest WHERE id = %s FOR UPDATE", (row_id,))
+        with upstream.session("shop") as s, s.begin() as t:
+            t.update("sbtest", {"k": Raw("k + 1")}, "id = %s", (row_id,))
+        upstream.flush()
+        stages = []
+
+        def progress(stage, done, total):
+            stages.append(stage)
+            if stage.startswith("re-check") and lock.open:
+                lock.rollback()
+
         join = _writing(upstream, seed=3)
         try:
-            result = diff.run(jcfg, handle=spark_handle)
+            result = diff.run(jcfg, handle=spark_handle, progress=progress)
         finally:
             join()
+            lock.close()
         assert result.equal, [(t.name, t.diffs) for t in result.tables if not t.equal]
-        assert result.unsettled == 0
+        assert result.unsettled == 0 and result.recheck_rounds >= 1
+        assert "re-check at checkpoint 1" in stages
         assert {t.name for t in result.tables} == {"shop.sbtest", "shop.all_types"}
 
         # Differences injected downstream, in a table the workload keeps writing and in
