@@ -4,8 +4,11 @@ every downstream transaction of a SQL worker carries."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
+from tidb_binlog.cli import drainer as drainer_cli
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema, Txn
 from tidb_binlog.drainer.loopback import (
@@ -17,7 +20,15 @@ from tidb_binlog.drainer.loopback import (
     mark_update_statement,
 )
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
+from tidb_binlog.drainer.sinks.mysql.emulated import EmulatedTidbDownstream, _schema_of
 from tidb_binlog.drainer.sinks.mysql.loader import Loader, LoaderConfig
+from tidb_binlog.errors import (
+    DownstreamError,
+    TransientDownstreamError,
+    TxnConflict,
+    UpstreamError,
+)
 
 MARK = TableSchema.build("retl", "_drainer_repl_mark", ["id", "channel_id", "val",
                                                         "channel_info"], ["id", "channel_id"])
@@ -168,3 +179,39 @@ def test_no_mark_without_loopback_control():
     loader = Loader(ds, LoaderConfig(exactly_once=False, merge=False, safe_mode_window_s=0))
     loader.execute_batch([Txn(10, (row(1),))])
     assert not any("retl" in sql for t in ds.txns for sql, _ in t)
+
+
+def test_drainer_flags_set_the_loop_control_keys():
+    parser = argparse.ArgumentParser()
+    drainer_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["drainer", "--loopback-control", "--channel-id", "4",
+                              "--no-sync-ddl"])
+    cfg = drainer_cli.load_config(args)
+    assert (cfg.syncer.loopback_control, cfg.syncer.channel_id, cfg.syncer.sync_ddl) == (
+        True, 4, False)
+    cfg = drainer_cli.load_config(parser.parse_args(["drainer"]))
+    assert (cfg.syncer.loopback_control, cfg.syncer.channel_id, cfg.syncer.sync_ddl) == (
+        False, 0, True)
+    help_text = parser._subparsers._group_actions[0].choices["drainer"].format_help()
+    assert "--loopback-control" in help_text and "same N" in help_text
+
+
+def test_emulated_downstream_classifies_statements():
+    assert _schema_of("INSERT INTO `tidb_binlog`.`worker_progress` (a) VALUES (%s)",
+                      None) == "tidb_binlog"
+    assert _schema_of("CREATE SCHEMA IF NOT EXISTS `tidb_binlog`", None) == "tidb_binlog"
+    assert _schema_of("CREATE TABLE IF NOT EXISTS `tidb_binlog`.`p` (x INT)", "shop") \
+        == "tidb_binlog"
+    assert _schema_of("UPDATE `retl`.`_drainer_repl_mark` SET `val` = `val` + 1", None) \
+        == "retl"
+    assert _schema_of("DELETE FROM t WHERE id = 1", "Shop") == "shop"
+    assert _schema_of("ALTER TABLE t ADD c INT", None) is None
+
+
+def test_emulated_downstream_maps_emulator_errors():
+    ds = EmulatedTidbDownstream(DownstreamConfig(host="b", port=1), lambda: None)
+    conflict = ds._error(TxnConflict("deadlock", code=1213), "UPDATE t")
+    assert isinstance(conflict, TransientDownstreamError) and conflict.code == 1213
+    exists = ds._error(UpstreamError("table exists", code=1050), "CREATE TABLE t (x INT)")
+    assert type(exists) is DownstreamError and exists.code == 1050
+    assert "emulated TiDB on b:1" in str(exists)

@@ -53,6 +53,9 @@ _FLAG_KEYS = {
     "txn_batch": "syncer.txn-batch",
     "safe_mode": "syncer.safe-mode",
     "txn_atomic": "syncer.txn-atomic",
+    "loopback_control": "syncer.loopback-control",
+    "channel_id": "syncer.channel-id",
+    "sync_ddl": "syncer.sync-ddl",
     "relay_log_dir": "syncer.relay.log-dir",
     "relay_max_file_size": "syncer.relay.max-file-size",
 }
@@ -94,6 +97,18 @@ def register(sub) -> None:
                    "the downstream is always at a transaction-consistent state (syncer."
                    "txn-atomic; default off: a transaction's rows are spread over the "
                    "workers, which is faster; cost: bench/drainer.py --txn-atomic)")
+    p.add_argument("--loopback-control", action="store_const", const=True, default=None,
+                   help="bidirectional replication (syncer.loopback-control): every "
+                   "downstream transaction also updates this channel's row of "
+                   "retl._drainer_repl_mark, and transactions that carry the channel's mark "
+                   "(written by the other direction's drainer) are not replicated back")
+    p.add_argument("--channel-id", type=int, metavar="N",
+                   help="the loop-control channel (syncer.channel-id, default 0): give both "
+                   "drainers of one bidirectional pair the same N")
+    p.add_argument("--no-sync-ddl", dest="sync_ddl", action="store_const", const=False,
+                   default=None, help="do not apply DDL downstream (syncer.sync-ddl = "
+                   "false); set on the direction towards the side where DDL is run, so a "
+                   "DDL does not come back")
     p.add_argument("--relay-log-dir", metavar="DIR",
                    help="relay log directory ([syncer.relay] log-dir; default off): every "
                    "transaction is written there before it is applied; when the checkpoint "
