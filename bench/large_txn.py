@@ -36,6 +36,7 @@ Prints, last::
 
     .venv/bin/python bench/large_txn.py --rows 1000000            # ~200 MB of row data
     .venv/bin/python bench/large_txn.py --rows 2000000 --workers 2
+    .venv/bin/python bench/large_txn.py --rows 1000000 --txn-chunk-rows 0   # unchunked
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ def main(argv=None) -> int:
                    help="data bytes per row (c is sized to fit; at least ~80)")
     p.add_argument("--workers", type=int, default=2, help="syncer.worker-count")
     p.add_argument("--txn-batch", type=int, default=1000, help="syncer.txn-batch")
+    p.add_argument("--txn-chunk-rows", type=int, default=50_000,
+                   help="syncer.txn-chunk-rows (0: the transaction decoded and applied whole)")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--no-drainer", action="store_true",
                    help="only upstream and pumps (no drainer task; apply is not timed)")
@@ -142,7 +145,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING)
 
     base = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-large-txn-"))
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
              namespace="bench-large-txn", object_store_memory=300 << 20)
     up_db = MariaDBServer(base, name="lt-up").start()
     down_db = MariaDBServer(base, name="lt-down").start()
@@ -162,7 +165,7 @@ def main(argv=None) -> int:
                 "syncer.to.host": down_db.host, "syncer.to.port": down_db.port,
                 "syncer.to.user": down_db.user, "syncer.to.password": down_db.password,
                 "syncer.worker-count": args.workers, "syncer.txn-batch": args.txn_batch,
-                "initial-commit-ts": 0, "addr": "127.0.0.1:0"}), registry=cluster.registry)
+                "syncer.txn-chunk-rows": args.txn_chunk_rows, "initial-commit-ts": 0, "addr": "127.0.0.1:0"}), registry=cluster.registry)
             ddl_ts = cluster.get_ts()
             while True:  # the task runs and has applied the DDL: its actors are settled
                 st = drainer.status()

@@ -76,18 +76,18 @@ def loader(ds):
 
 
 def test_a_partial_part_is_a_unit_of_its_own():
-    parts = [as_part((5, (ins(1),))), as_part((9, (ins(2), ins(3)), True))]
+    parts = [as_part((5, (ins(1),))), as_part((9, (ins(2), ins(3)), 1))]
     units = plan_units(parts, 100, split_parts=False)
-    assert [(len(u.rows), u.partial) for u in units] == [(1, False), (2, True)]
+    assert [(len(u.rows), u.partial) for u in units] == [(1, 0), (2, 1)]
 
 
 def test_chunks_commit_together_with_the_last_one():
     ds = Downstream()
     w = loader(ds)
-    w.execute_batch([(5, (ins(1),)), (9, (ins(2), ins(3)), True)])
+    w.execute_batch([(5, (ins(1),)), (9, (ins(2), ins(3)), 1)])
     assert ds.committed == [["INSERT", "INSERT progress"]]  # txn 5 only
     assert ds.pending == ["INSERT"] and w.applied_ts == 5  # the chunk is open
-    w.execute_batch([(9, (ins(4),), True)])
+    w.execute_batch([(9, (ins(4),), 2)])
     assert len(ds.committed) == 1 and w.applied_ts == 5
     w.execute_batch([(9, (ins(5),))])  # the last chunk commits all of them
     assert ds.committed[1] == ["INSERT", "INSERT", "INSERT", "INSERT progress"]
@@ -97,7 +97,7 @@ def test_chunks_commit_together_with_the_last_one():
 def test_an_empty_last_chunk_still_commits():
     ds = Downstream()
     w = loader(ds)
-    w.execute_batch([(9, (ins(2),), True)])
+    w.execute_batch([(9, (ins(2),), 1)])
     w.execute_batch([(9, ())])
     assert ds.committed == [["INSERT", "INSERT progress"]] and w.applied_ts == 9
 
@@ -105,12 +105,12 @@ def test_an_empty_last_chunk_still_commits():
 def test_a_lost_connection_while_chunks_are_open_replays_the_transaction():
     ds = Downstream(failures={2: TransientDownstreamError("lost", code=2013)})
     w = loader(ds)
-    w.execute_batch([(9, (ins(2),), True)])
+    w.execute_batch([(9, (ins(2),), 1)])
     with pytest.raises(PipelineReset, match="commit_ts 9 was applied in chunks"):
         w.execute_batch([(9, (ins(3),))])
     assert ds.committed == [] and ds.rollbacks == 1
     # the replay: every chunk again, committed once
-    w.execute_batch([(9, (ins(2),), True)])
+    w.execute_batch([(9, (ins(2),), 1)])
     w.execute_batch([(9, (ins(3),))])  # (after re-reading the progress row)
     assert ds.committed[-1] == ["INSERT", "INSERT", "INSERT progress"]
     assert [c for c in ds.committed if c[0] == "INSERT"] == [ds.committed[-1]]
@@ -119,7 +119,29 @@ def test_a_lost_connection_while_chunks_are_open_replays_the_transaction():
 def test_a_failing_chunk_is_not_re_run_row_by_row():
     ds = Downstream(failures={2: DownstreamError("Duplicate entry", code=1062)})
     w = loader(ds)
-    w.execute_batch([(9, (ins(2),), True)])
+    w.execute_batch([(9, (ins(2),), 1)])
     with pytest.raises(DownstreamError, match="commit_ts 9"):
         w.execute_batch([(9, (ins(3),))])
     assert ds.committed == [] and ds.rollbacks >= 1 and ds.pending == []
+
+
+def test_a_replay_while_chunks_are_open_rolls_them_back_first():
+    """The pipeline reset for another actor's failure: this worker still holds chunks
+    1..2 open when the replay sends chunk 1 again; they are rolled back, not doubled."""
+    ds = Downstream()
+    w = loader(ds)
+    w.execute_batch([(9, (ins(2),), 1)])
+    w.execute_batch([(9, (ins(3),), 2)])
+    w.execute_batch([(9, (ins(2),), 1)])  # the replay
+    assert ds.rollbacks == 1 and ds.pending == ["INSERT"]
+    w.execute_batch([(9, (ins(3),), 2)])
+    w.execute_batch([(9, (ins(4),))])
+    assert ds.committed == [["INSERT", "INSERT", "INSERT", "INSERT progress"]]
+
+
+def test_a_replay_of_an_earlier_transaction_also_rolls_open_chunks_back():
+    ds = Downstream()
+    w = loader(ds)
+    w.execute_batch([(9, (ins(2),), 1)])
+    w.execute_batch([(7, (ins(1),))])  # the replay starts before the transaction
+    assert ds.rollbacks == 1 and ds.committed == [["INSERT", "INSERT progress"]]

@@ -197,11 +197,11 @@ def test_keeper_hands_a_large_transaction_out_one_chunk_per_call():
     assert plan1[0].end_ts == 50 and plan1[2].end_ts == 0 and plan1[2].rows == 0
     worker = plan1[2].counts.index(1)
     parts = [p for w in pay1 for p in w if p[0] == 60]
-    assert len(parts) == 1 and parts[0][2] is True and len(parts[0][1]) == 4
+    assert len(parts) == 1 and parts[0][2] == 1 and len(parts[0][1]) == 4
     assert pay1[worker][-1] is parts[0]
     # call 2: the second chunk, partial, on the same worker
     assert [s[0] for s in plan2] == [ROWS] and plan2[0].end_ts == 0
-    assert pay2[worker] == [(60, pay2[worker][0][1], True)]
+    assert pay2[worker] == [(60, pay2[worker][0][1], 2)]
     # call 3: the last chunk, committed: the checkpoint may pass 60, then FLUSH
     assert [s[0] for s in plan3] == [ROWS, FLUSH]
     assert plan3[0].end_ts == 60 and plan3[0].rows == 10 and plan3[0].counts[worker] == 1

@@ -44,7 +44,7 @@ from tidb_binlog.drainer.translate.txn import Translator
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.packed import pack, unpack
 
-__all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S", "JOB_WAIT_WARN_S", "PARTIAL"]
+__all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S", "JOB_WAIT_WARN_S"]
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,6 @@ log = logging.getLogger(__name__)
 JOB_WAIT_S = 600.0
 JOB_WAIT_WARN_S = 30.0
 
-PARTIAL = True
-"""Third field of a worker part ``(commit_ts, dmls, PARTIAL)``: a chunk of a large
-transaction that continues in a later part (the worker runs it without COMMIT)."""
-
-
 @dataclass
 class _Chunked:
     """A large transaction being handed out chunk by chunk (:meth:`RowKeeper.translate_routed`)."""
@@ -69,6 +64,7 @@ class _Chunked:
     first: tuple[DML, ...] | None  # the first chunk, decoded to tell it was not the last
     worker: int = -1  # the one worker of the whole transaction, from its first row
     rows: int = 0
+    chunk: int = 0  # chunks handed out
 
 
 class SchemaAt:
@@ -198,7 +194,9 @@ class RowKeeper(SchemaAt):
         - ``FLUSH`` first (every earlier transaction committed: the window is empty);
         - the whole transaction on one worker (its first row's, a function of the
           transaction alone, as exactly-once requires), each chunk but the last a part
-          ``(commit_ts, dmls, PARTIAL)`` that the worker runs without COMMIT, the last
+          ``(commit_ts, dmls, chunk)`` (chunk 1, 2, ...) that the worker runs without
+          COMMIT (a chunk 1 it meets with another chunk open: a replay, it rolls that
+          one back first), the last
           one ``(commit_ts, dmls)``, committed with the worker's progress row: one
           downstream transaction, so a crash anywhere before that COMMIT rolls all of it
           back and the replay applies it once;
@@ -282,7 +280,8 @@ class RowKeeper(SchemaAt):
             payloads[c.worker].append((c.commit_ts, dmls))
             counts[c.worker] = 1
         elif dmls:
-            payloads[c.worker].append((c.commit_ts, dmls, PARTIAL))
+            c.chunk += 1
+            payloads[c.worker].append((c.commit_ts, dmls, c.chunk))
             counts[c.worker] = 1
         steps.append(RowsStep(ROWS, c.commit_ts if last else 0,
                               self.translator.keeper.schema_version, tuple(counts),

@@ -208,6 +208,7 @@ class Loader:
         self._retrying = False  # the next transaction retries one that failed transiently
         # commit_ts of a large transaction whose chunks ran without COMMIT (0: none open)
         self._open_ts = 0
+        self._open_chunk = 0  # the number of its last chunk run
         self._marks_ready = not config.loopback_control  # mark table and row written
         self.retries = 0
 
@@ -257,6 +258,14 @@ class Loader:
         start_s = time.perf_counter()
         parts = [as_part(item) for item in batch]
         check_batch(parts, c.worker)
+        if self._open_ts and parts and not self._continues(parts[0]):
+            # the pipeline was reset while this worker held chunks of a large transaction
+            # open: the replay brings them again from chunk 1, so drop the open ones
+            log.warning("worker %d: rolling back the open chunks 1..%d of the transaction at "
+                        "commit_ts %d (the pipeline replays it)", c.worker, self._open_chunk,
+                        self._open_ts)
+            self.downstream.rollback()
+            self._open_ts = self._open_chunk = 0
         if self._progress_stale:
             self._with_retry(self.load_progress, "reading worker progress", reload=False)
         if not self._marks_ready:
@@ -345,7 +354,7 @@ class Loader:
         max_ts = rows[-1][0]
         try:
             if unit.partial:  # a chunk of a large transaction: COMMIT comes with its last
-                self._execute_open(statements, max_ts)
+                self._execute_open(statements, max_ts, unit.partial)
             else:
                 self._run_transaction(statements, max_ts)
         except TransientDownstreamError:
@@ -397,14 +406,21 @@ class Loader:
         self.metrics.observe_query("exec", time.perf_counter() - t0)
         self._open_ts = 0
 
-    def _execute_open(self, statements: list[tuple[Statement, int, int]], ts: int) -> None:
+    def _continues(self, part) -> bool:
+        """Whether ``part`` is the next chunk (or the last part) of the open transaction."""
+        if part.commit_ts != self._open_ts or part.ddl is not None:
+            return False
+        return not part.partial or part.partial == self._open_chunk + 1
+
+    def _execute_open(self, statements: list[tuple[Statement, int, int]], ts: int,
+                      chunk: int) -> None:
         """A partial chunk's statements, without COMMIT: the downstream transaction stays
         open until the transaction's last chunk commits it with the progress row, so a
         crash before then rolls every chunk back (exactly-once holds)."""
         t0 = time.perf_counter()
         self.downstream.execute_script([stmt for stmt, _, _ in statements], commit=False)
         self.metrics.observe_query("exec", time.perf_counter() - t0)
-        self._open_ts = ts
+        self._open_ts, self._open_chunk = ts, chunk
 
     def _failed_statement(self, exc: DownstreamError,
                           statements: list[tuple[Statement, int, int]]

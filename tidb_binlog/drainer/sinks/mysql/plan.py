@@ -38,9 +38,9 @@ class Part(NamedTuple):
     commit_ts: int
     dmls: tuple[DML, ...] = ()
     ddl: DDL | None = None
-    # a chunk of a large transaction that continues in a later part: run without COMMIT
-    # (the keeper's ``(commit_ts, dmls, PARTIAL)``, translate/keeper.py)
-    partial: bool = False
+    # a chunk of a large transaction that continues in a later part, run without COMMIT:
+    # its number (1, 2, ...; the keeper's ``(commit_ts, dmls, chunk)``); 0: a whole part
+    partial: int = 0
 
     @property
     def is_ddl(self) -> bool:
@@ -53,7 +53,7 @@ class Unit:
 
     rows: list[tuple[int, DML]] = field(default_factory=list)
     ddl: Part | None = None
-    partial: bool = False  # one partial part's rows: executed, not committed
+    partial: int = 0  # one partial part's rows (its chunk number): executed, not committed
 
     @property
     def commit_ts_range(self) -> tuple[int, int]:
@@ -69,9 +69,9 @@ def as_part(item) -> Part:
         # Part(...) without the NamedTuple's Python-level __new__ (one per row change of
         # a 1-row transaction, the common shape)
         return _new_part(Part, (item[0], dmls if type(dmls) is tuple else tuple(dmls), None,
-                                False))
+                                0))
     if type(item) is tuple and len(item) == 3 and type(item[0]) is int:  # a partial chunk
-        return Part(item[0], tuple(item[1]), None, bool(item[2]))
+        return Part(item[0], tuple(item[1]), None, int(item[2]))
     if isinstance(item, Part):
         return item
     if isinstance(item, Txn):
@@ -115,7 +115,7 @@ def plan_units(parts: Sequence[Part], txn_batch: int, *, split_parts: bool) -> l
             if current.rows:
                 units.append(current)
                 current = Unit()
-            units.append(Unit([(part.commit_ts, dml) for dml in dmls], partial=True))
+            units.append(Unit([(part.commit_ts, dml) for dml in dmls], partial=part.partial))
             continue
         if current.rows and len(current.rows) + n > txn_batch:
             units.append(current)
