@@ -1,11 +1,15 @@
-"""The change-log jobs over a file-sink directory: ``snapshot-at`` and ``stats``.
+"""The change-log jobs over the drainer's change log: ``snapshot-at`` and ``stats``.
 
     from spark_on_ray import lake
     snap = lake.snapshot_at(cfg, at_ts=ts)   # Parquet image of each table as of ts
     st = lake.stats(cfg)                     # changes per minute, hottest keys
 
-Both read the pb binlog records of ``[lake] data-dir`` (the drainer's file sink) on the
-driver (``tidb_binlog.reparo.source`` / ``decode``), turn each row change into **events**
+``[lake] data-dir`` is the Parquet sink's lake (``db-type = "parquet"``; told by its
+``_manifest.json``), the main input: only the files its manifest lists are read, in commit
+order (``tidb_binlog/drainer/sinks/parquet/README.md``), and a ts beyond the manifest's
+commit_ts is refused (the lake says nothing about it yet). Without a manifest, it is a file
+sink's directory of pb binlog records (``tidb_binlog.reparo.source`` / ``decode``), the
+fallback. Either is read on the driver, and each row change is turned into **events**
 (``spark_on_ray.lake_plan.row_events``: puts and dels per row key, in commit order),
 write them as one Parquet file per table under ``[spark] work-dir`` (the hand-off: data
 moves to Spark as Parquet, never through ``ray.data.from_spark``), and let Spark reduce
@@ -40,11 +44,19 @@ from pyspark.sql import functions as F
 
 from spark_on_ray.diff import introspect, literal, open_checked
 from spark_on_ray.errors import SparkJobError
-from spark_on_ray.lake_plan import META, EventTypeError, events_table, row_events
+from spark_on_ray.lake_plan import (
+    META,
+    EventTypeError,
+    change_txns,
+    events_table,
+    lake_files,
+    row_events,
+)
 from spark_on_ray.session import start_spark
 from spark_on_ray.sql_task import run_query
 from tidb_binlog.binlogfile import WalkStats
 from tidb_binlog.config.spark import SparkJobConfig
+from tidb_binlog.drainer.sinks.parquet.manifest import read_manifest
 from tidb_binlog.reparo.decode import binlog_to_txn
 from tidb_binlog.reparo.source import read_records, select_segments
 
@@ -57,9 +69,10 @@ log = logging.getLogger("spark_on_ray.lake")
 class SnapshotResult:
     at_ts: int                  # the image is as of this commit_ts (the last record read)
     out_dir: str = ""
+    source: str = ""            # "parquet" (the Parquet sink's lake) or "pb" (a file sink)
     rows: dict[str, int] = field(default_factory=dict)     # "db.table" -> rows in the image
     paths: dict[str, str] = field(default_factory=dict)    # "db.table" -> its Parquet folder
-    records: int = 0
+    records: int = 0            # pb: binlog records read; parquet: row changes read
     files: list[str] = field(default_factory=list)
     seconds: float = 0.0
     spark_start_s: float = 0.0
@@ -81,6 +94,7 @@ class StatsResult:
     start_ts: int
     stop_ts: int
     out_dir: str = ""
+    source: str = ""            # "parquet" or "pb", as SnapshotResult
     tables: list[TableStats] = field(default_factory=list)
     per_minute: list[tuple[str, int, int, int, int]] = field(default_factory=list)
     records: int = 0
@@ -117,10 +131,19 @@ def _keys(cfg: SparkJobConfig, tables) -> dict[tuple[str, str], tuple[str, ...]]
 
 
 def _events(cfg, data_dir, start, stop, keys, result):
+    """``(events per table, commit_ts the input ends at)`` from ``data-dir``: the Parquet
+    sink's lake when it holds a manifest, else a file sink's pb binlogs."""
     data_dir = data_dir or cfg.lake.data_dir
     if not data_dir:
-        raise SparkJobError("no file-sink directory: set [lake] data-dir (the drainer's "
-                            "[syncer.to] dir) or pass --data-dir")
+        raise SparkJobError("no change-log directory: set [lake] data-dir (the drainer's "
+                            "[syncer.to] dir, Parquet or file sink) or pass --data-dir")
+    try:
+        manifest = read_manifest(data_dir)
+    except ValueError as exc:  # names the file and what to do
+        raise SparkJobError(str(exc), where=data_dir) from exc
+    if manifest is not None:
+        return _lake_events(data_dir, manifest, start, stop, keys, result)
+    result.source = "pb"
     picked = select_segments(data_dir, start, stop)
     result.files = [p.name for _, p in picked]
     last = [0]
@@ -132,6 +155,30 @@ def _events(cfg, data_dir, start, stop, keys, result):
             yield binlog_to_txn(b)
 
     return row_events(txns(), keys), last[0]
+
+
+def _lake_events(data_dir, manifest, start, stop, keys, result):
+    """Events from the Parquet sink's committed files (only those the manifest lists, in
+    commit order). The lake holds every change up to the manifest's commit_ts and
+    nothing can be said beyond it: a ``stop`` above it is refused."""
+    result.source = "parquet"
+    if stop and stop > manifest.commit_ts:
+        raise SparkJobError(f"the Parquet lake {data_dir} holds the changes up to commit_ts "
+                            f"{manifest.commit_ts} (its manifest); {stop} lies beyond: wait "
+                            "for the drainer to pass it, or choose an earlier ts",
+                            where=data_dir)  # fmt: skip
+    files = lake_files(manifest.files, keys, start, stop)
+    result.files = [f["path"] for f in files]
+    root = os.path.abspath(data_dir)
+
+    def txns():
+        for f in files:
+            rows = pq.ParquetFile(os.path.join(root, f["path"])).read().to_pylist()
+            for txn in change_txns(rows, f["database"], f["table"], start, stop):
+                result.records += 1
+                yield txn
+
+    return row_events(txns(), keys), stop or manifest.commit_ts
 
 
 def _write_events(work: str, events) -> dict[tuple[str, str], str]:

@@ -1,5 +1,10 @@
 """The pure half of the change-log jobs (``snapshot-at``, ``stats``): row changes → events.
 
+Two inputs give the same row changes: the Parquet sink's lake (:func:`lake_files` picks
+the manifest's committed files, :func:`change_txns` turns their rows into transactions,
+values rendered as the file sink's by :func:`text_value`) and, as the fallback, a file
+sink's pb binlogs (decoded by ``tidb_binlog.reparo.decode``).
+
 No Ray, Spark or driver here (``spark_on_ray.lake`` runs it). A decoded file-sink
 transaction (:class:`~tidb_binlog.drainer.apply.dml.Txn`) becomes **events**, one dict per
 effect on one row of one table, ready to be written as Parquet and reduced by Spark:
@@ -24,16 +29,18 @@ those events carry ``_delta`` (+1 / -1) and the image is each distinct row repea
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 
-from tidb_binlog.drainer.apply.dml import DMLType, Txn
+from tidb_binlog.drainer.apply.dml import DML, DMLType, Txn
 from tidb_binlog.tso import extract_physical
 
-__all__ = ["META", "row_events", "minute_of", "events_table", "EventTypeError"]
+__all__ = ["META", "row_events", "minute_of", "events_table", "EventTypeError", "lake_files",
+           "text_value", "change_txns"]
 
 META = ("_key", "_seq", "_op", "_delta", "_type", "_ts", "_minute", "_count")
 """The event columns that are not the row's own."""
@@ -117,3 +124,61 @@ def events_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
         arrays.append(arr)
         fields.append(pa.field(name, arr.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+# ------------------------------------------------------------------ the Parquet sink's lake
+
+_OPS = {"insert": DMLType.INSERT, "update": DMLType.UPDATE, "delete": DMLType.DELETE}
+
+
+def lake_files(files: Sequence[Mapping[str, Any]], tables: Iterable[tuple[str, str]],
+               start: int, stop: int) -> list[Mapping[str, Any]]:
+    """The manifest's ``files`` entries of ``tables`` that may hold a change with
+    ``start <= commit_ts <= stop`` (``stop`` 0: no end), in the manifest's (commit) order."""
+    wanted = set(tables)
+    return [f for f in files if (f["database"], f["table"]) in wanted
+            and int(f["max_commit_ts"]) >= start
+            and (not stop or int(f["min_commit_ts"]) <= stop)]
+
+
+def text_value(v: Any) -> Any:
+    """A Parquet change value for the events: DECIMAL, DATE, DATETIME / TIMESTAMP and
+    TIME as their MySQL text (as the file sink stores them), the rest as it is. Text keeps
+    the image's column types what they were with the pb input, and Spark reads no Arrow
+    type it lacks (TIME is a duration in the lake)."""
+    if isinstance(v, Decimal):
+        return str(v)
+    if isinstance(v, datetime.datetime):
+        return v.isoformat(sep=" ")
+    if isinstance(v, datetime.date):
+        return v.isoformat()
+    if isinstance(v, datetime.timedelta):
+        us = v // datetime.timedelta(microseconds=1)
+        sign, us = ("-" if us < 0 else ""), abs(us)
+        secs, frac = divmod(us, 1_000_000)
+        text = f"{sign}{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+        return text + (f".{frac:06d}" if frac else "")
+    return v
+
+
+def _image(struct: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: text_value(v) for k, v in (struct or {}).items()}
+
+
+def change_txns(rows: Iterable[Mapping[str, Any]], database: str, table: str, start: int,
+                stop: int) -> Iterable[Txn]:
+    """Rows of one Parquet change file (``commit_ts``, ``op``, ``before``, ``after``, in
+    the file's order) → one :class:`Txn` per row change in ``[start, stop]`` (``stop``
+    0: no end), for :func:`row_events`."""
+    for r in rows:
+        ts = int(r["commit_ts"])
+        if ts < start or (stop and ts > stop):
+            continue
+        tp = _OPS[r["op"]]
+        if tp is DMLType.INSERT:
+            dml = DML(database, table, tp, _image(r["after"]))
+        elif tp is DMLType.UPDATE:
+            dml = DML(database, table, tp, _image(r["after"]), _image(r["before"]))
+        else:
+            dml = DML(database, table, tp, _image(r["before"]))
+        yield Txn(ts, (dml,))

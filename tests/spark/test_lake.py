@@ -14,7 +14,7 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
-from spark_helpers import db_config
+from spark_helpers import db_config, image_rows, table_rows
 
 from cluster.drainer import Drainer
 from cluster.launch import LocalCluster
@@ -28,17 +28,6 @@ from tidb_binlog.reparo.source import read_records
 from tidb_binlog.upstream import Upstream, workload
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def _norm(v):
-    return None if v is None else str(v).rstrip(" ")
-
-
-def _rows(conn, db, table):
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT * FROM `{db}`.`{table}`")
-        cols = [d[0] for d in cur.description]
-        return cols, Counter(tuple(_norm(v) for v in r) for r in cur.fetchall())
 
 
 def test_snapshot_at_equals_downstream_at_ts_and_stats_count(spark_handle, mariadb_factory,
@@ -80,9 +69,9 @@ def test_snapshot_at_equals_downstream_at_ts_and_stats_count(spark_handle, maria
     try:
         for name, path in snap.paths.items():
             db, table = name.split(".")
-            cols, want = _rows(conn, db, table)
+            cols, want = table_rows(conn, db, table)
             image = pq.read_table(path).to_pylist()
-            got = Counter(tuple(_norm(r.get(c)) for c in cols) for r in image)
+            got = image_rows(image, cols)
             assert got == want, (name, got - want, want - got)
             assert snap.rows[name] == sum(want.values()) > 0
     finally:

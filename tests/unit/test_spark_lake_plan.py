@@ -4,11 +4,21 @@ per row change. Reducing the events (last per key) gives the table's image."""
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
+from decimal import Decimal
 
 import pytest
 
-from spark_on_ray.lake_plan import EventTypeError, events_table, minute_of, row_events
+from spark_on_ray.lake_plan import (
+    EventTypeError,
+    change_txns,
+    events_table,
+    lake_files,
+    minute_of,
+    row_events,
+    text_value,
+)
 from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, Txn
 from tidb_binlog.tso import compose
 
@@ -76,3 +86,31 @@ def test_events_table_types_big_unsigned_nulls_and_mixed():
     assert tbl.column("v").to_pylist() == ["a", None, "b"]
     with pytest.raises(EventTypeError, match=r"column 'x': values of mixed kinds"):
         events_table([{"x": 1}, {"x": "one"}])
+
+
+def test_parquet_lake_rows_become_the_same_events():
+    """The Parquet sink's rows (before/after structs) → transactions → events, only in
+    [start, stop]; files picked by table and commit_ts range, in manifest order."""
+    files = [{"database": "db", "table": "t", "min_commit_ts": 10, "max_commit_ts": 20},
+             {"database": "db", "table": "u", "min_commit_ts": 15, "max_commit_ts": 25},
+             {"database": "db", "table": "t", "min_commit_ts": 30, "max_commit_ts": 40}]
+    assert lake_files(files, [("db", "t")], 0, 0) == [files[0], files[2]]
+    assert lake_files(files, [("db", "t")], 21, 35) == [files[2]]
+    assert lake_files(files, [("db", "t"), ("db", "u")], 0, 12) == [files[0]]
+    rows = [{"commit_ts": 10, "op": "insert", "before": None, "after": {"id": 1, "v": "a"}},
+            {"commit_ts": 11, "op": "update", "before": {"id": 1, "v": "a"},
+             "after": {"id": 2, "v": "a"}},
+            {"commit_ts": 12, "op": "insert", "before": None, "after": {"id": 3, "v": "c"}},
+            {"commit_ts": 13, "op": "delete", "before": {"id": 3, "v": "c"}, "after": None},
+            {"commit_ts": 99, "op": "insert", "before": None, "after": {"id": 9, "v": "z"}}]
+    txns = list(change_txns(rows, "db", "t", 0, 50))
+    assert [t.commit_ts for t in txns] == [10, 11, 12, 13]
+    events = row_events(txns, {("db", "t"): ("id",)})[("db", "t")]
+    assert image(events) == [(("id", 2), ("v", "a"))]
+    assert [t.commit_ts for t in change_txns(rows, "db", "t", 11, 12)] == [11, 12]
+    assert text_value(Decimal("1.50")) == "1.50"
+    assert text_value(datetime.date(2024, 5, 1)) == "2024-05-01"
+    assert text_value(datetime.datetime(2024, 5, 1, 8, 0, 1, 500)) == \
+        "2024-05-01 08:00:01.000500"
+    assert text_value(-datetime.timedelta(hours=26, seconds=5)) == "-26:00:05"
+    assert text_value(b"\x01") == b"\x01" and text_value(7) == 7

@@ -79,7 +79,8 @@ def _common(p) -> None:
 
 
 def _lake_args(p) -> None:
-    p.add_argument("--data-dir", help="the file sink's directory (default: [lake] data-dir)")
+    p.add_argument("--data-dir", help="the Parquet sink's lake, else a file sink's directory "
+                   "(default: [lake] data-dir)")
     p.add_argument("--tables", nargs="+", help='"db" or "db.table" (default: [lake] tables)')
     p.add_argument("--out-dir", help="where the Parquet goes (default: [lake] out-dir)")
 
@@ -253,9 +254,16 @@ def run_snapshot_at(args) -> int:
         table.add_row(name, str(rows), result.paths.get(name, "-"))
     console.print(table)
     console.print(f"{sum(result.rows.values())} rows, {len(result.rows)} table(s) from "
-                  f"{result.records} record(s) in {len(result.files)} file(s); "
+                  f"{result.records} {_unit(result.source)} in {len(result.files)} "
+                  f"{result.source} file(s); "
                   f"{time.monotonic() - t0:.1f} s (Spark start {result.spark_start_s:.1f} s)")
     return 0
+
+
+def _unit(source: str) -> str:
+    """What a lake job's ``records`` counts: row changes of the Parquet lake, binlog
+    records of a file sink."""
+    return "row change(s)" if source == "parquet" else "record(s)"
 
 
 def run_stats(args) -> int:
@@ -283,7 +291,8 @@ def run_stats(args) -> int:
         table.add_row(t.name, str(t.inserts), str(t.updates), str(t.deletes), str(t.minutes),
                       str(t.peak_per_minute), hot or "-")
     console.print(table)
-    console.print(f"{result.records} record(s) in {len(result.files)} file(s); per-minute "
+    console.print(f"{result.records} {_unit(result.source)} in {len(result.files)} "
+                  f"{result.source} file(s); per-minute "
                   f"rows in {result.out_dir}/per_minute, hottest keys in "
                   f"{result.out_dir}/hot_keys; {time.monotonic() - t0:.1f} s (Spark start "
                   f"{result.spark_start_s:.1f} s)")

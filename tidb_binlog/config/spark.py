@@ -149,15 +149,18 @@ class RestoreConfig:
 
 @dataclass(frozen=True)
 class LakeConfig:
-    """``[lake]``: the change-log jobs ``snapshot-at`` and ``stats`` over a file-sink
-    directory; table keys are read from ``[downstream]``."""
+    """``[lake]``: the change-log jobs ``snapshot-at`` and ``stats`` over the drainer's
+    change log; table keys are read from ``[downstream]``."""
 
+    # The Parquet sink's lake (its [syncer.to] dir, holding _manifest.json), else a file
+    # sink's directory of pb binlogs.
     data_dir: str = _opt("data-dir", _STR, "")
     # "db" (every table of it that the downstream has) or "db.table".
     tables: tuple[str, ...] = _opt("tables", _list_kind(_STR, "an array of strings"), ())
     # Where the Parquet output goes (one folder per table under it).
     out_dir: str = _opt("out-dir", _STR, "data.lake")
-    # snapshot-at: the commit_ts of the image (0: the last record in the files).
+    # snapshot-at: the commit_ts of the image (0: the end of the files; for the Parquet
+    # lake its manifest's commit_ts).
     at_tso: int = _opt("at-tso", _int_kind(0), 0)
     # stats: records with start-tso <= commit_ts <= stop-tso (0: no bound).
     start_tso: int = _opt("start-tso", _int_kind(0), 0)
