@@ -131,8 +131,11 @@ def test_a_large_transaction_arrives_whole_and_the_checkpoint_waits_for_it(
     assert final.get("consistent") is True, final
 
 
-def test_a_sql_worker_killed_mid_transaction_converges_without_loss_or_doubles(
-        ray_local, stack):
+@pytest.mark.parametrize("kill", ["workers", "keeper"])
+def test_a_kill_mid_transaction_converges_without_loss_or_doubles(ray_local, stack, kill):
+    """``workers``: every SQL worker (the one holding the open chunks among them) killed;
+    ``keeper``: the schema keeper, so the workers live on through the pipeline reset and
+    the one holding chunks open meets the replay's first chunk (it rolls them back)."""
     up_db, down_db, cluster, upstream, started = stack
     drainer = start(stack, exactly_once=True)
     write_small(upstream, 1_000_000, 5)
@@ -146,18 +149,22 @@ def test_a_sql_worker_killed_mid_transaction_converges_without_loss_or_doubles(
 
     wait_until(open_chunks, timeout_s=120, what="the large transaction's open chunks")
     assert drainer.status()["checkpoint_commit_ts"] < big_ts
-    pids = [ray_local.get(w.pid.remote(), timeout=60) for w in drainer.workers]
-    for worker in drainer.workers:  # the one holding the chunks among them
-        ray_local.kill(worker, no_restart=False)
+    if kill == "keeper":
+        ray_local.kill(drainer.keeper, no_restart=False)
+    else:
+        pids = [ray_local.get(w.pid.remote(), timeout=60) for w in drainer.workers]
+        for worker in drainer.workers:  # the one holding the chunks among them
+            ray_local.kill(worker, no_restart=False)
 
-    def restarted():
-        try:
-            now = [ray_local.get(w.pid.remote(), timeout=10) for w in drainer.workers]
-        except (ray_local.exceptions.RayActorError, ray_local.exceptions.ActorUnavailableError):
-            return False
-        return all(a != b for a, b in zip(now, pids, strict=True))
+        def restarted():
+            try:
+                now = [ray_local.get(w.pid.remote(), timeout=10) for w in drainer.workers]
+            except (ray_local.exceptions.RayActorError,
+                    ray_local.exceptions.ActorUnavailableError):
+                return False
+            return all(a != b for a, b in zip(now, pids, strict=True))
 
-    wait_until(restarted, timeout_s=120, what="the SQL workers' restart")
+        wait_until(restarted, timeout_s=120, what="the SQL workers' restart")
     write_small(upstream, 2_000_000, 5)
     drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=240)
     st = drainer.status()
