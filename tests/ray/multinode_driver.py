@@ -5,13 +5,16 @@ head and worker nodes, each a raylet of its own), which cannot share a process w
 session's local Ray. Reads ``{"work_dir", "upstream", "downstream"}`` (JSON) on stdin,
 prints progress lines and, last, ``RESULT <json>``; any failed check raises (exit 1).
 
-The cluster: the head offers ``drainer`` (the registry, pinned there, and the task's
-actors), worker nodes offer ``pump-a`` / ``pump-b`` (one pump each). Under a steady
+The cluster: the head holds the registry (pinned there) and the task's merger (pinned
+to the submitting driver's node), a worker node offers ``drainer`` (the task's keeper,
+coordinator and SQL workers, placed by ``submit(resources=...)``), others offer
+``pump-a`` / ``pump-b`` (one pump each). Under a steady
 write load through the pump client it kills pump-a's node (SIGKILL, no graceful stop),
 checks that Ray keeps the pump's restart pending rather than failing it, brings a node
 with ``pump-a`` back (the same machine, so the same data dir), checks the pump reopened
 its data, then adds a node with ``pump-c`` and a third pump, and waits until the task
-has everything. The test process compares upstream and downstream.
+has everything; a pause and resume places the task's actors the same way again. The
+test process compares upstream and downstream.
 """
 
 from __future__ import annotations
@@ -76,6 +79,13 @@ def answers(actor, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def check_task_placement(head: str, drainer_node: str) -> None:
+    assert node_of(ray.get_actor(f"{TASK}-merger", namespace=NAMESPACE)) == head
+    for role in ("keeper", "coordinator", "worker-0", "worker-1"):
+        actor = ray.get_actor(f"{TASK}-{role}", namespace=NAMESPACE)
+        assert node_of(actor) == drainer_node, f"{TASK}-{role} is not on the drainer node"
+
+
 class Load:
     """One session inserting a row per transaction until stopped; retryable upstream
     errors (a pump outage during the Prewrite) are retried, any other one is kept and
@@ -125,12 +135,12 @@ def main() -> None:
     up, down = args["upstream"], args["downstream"]
     store = 80 * MB
     rc = RayCluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"drainer": 1}, "include_dashboard": False,
+        "num_cpus": 1, "include_dashboard": False,
         "object_store_memory": store, "_system_config": SYSTEM_CONFIG})
     upstream = load = client = None
     try:
         nodes = {r: rc.add_node(num_cpus=1, resources={r: 1}, object_store_memory=store)
-                 for r in ("pump-a", "pump-b")}
+                 for r in ("drainer", "pump-a", "pump-b")}
         ray.init(address=rc.address, namespace=NAMESPACE, log_to_driver=False)
         head = ray.get_runtime_context().get_node_id()
         registry = get_or_create_registry(os.path.join(work, "registry"), namespace=NAMESPACE,
@@ -152,10 +162,8 @@ def main() -> None:
         task = api.submit(TASK, to=down, worker_count=2, initial_commit_ts=0,
                           resources={"drainer": 0.01},
                           overrides={"addr": "127.0.0.1:0", "detect-interval": 30})
-        for role in ("merger", "keeper", "coordinator", "worker-0", "worker-1"):
-            actor = ray.get_actor(f"{TASK}-{role}", namespace=NAMESPACE)
-            assert node_of(actor) == head, f"{TASK}-{role} is not on the head node"
-        say("task submitted, its actors on the head node")
+        check_task_placement(head, nodes["drainer"].node_id)
+        say("task submitted: its merger on the head, the other actors on the drainer node")
 
         load = Load(upstream)
         wait_for(lambda: load.committed >= 30 or load.error, "the load to commit")
@@ -202,6 +210,11 @@ def main() -> None:
         assert st.state == "running" and st.error is None, st
         assert set(st.pumps) == {"pump-0", "pump-1", "pump-2"}, st.pumps
         say("synced with pumps", st.pumps)
+        task.pause()
+        task.resume()
+        check_task_placement(head, nodes["drainer"].node_id)
+        task.wait_synced(timeout=120)
+        say("paused and resumed: placed as submitted")
         print("RESULT " + json.dumps({"committed": load.committed, "retries": load.retries,
                                       "committed_before_comeback": committed_while_down,
                                       "pumps": list(st.pumps)}), flush=True)

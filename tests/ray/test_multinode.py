@@ -1,5 +1,6 @@
 """A multi-node Ray cluster on this machine (``ray.cluster_utils.Cluster``): pumps
-placed one per worker node by a custom resource, the task's actors on the head; under
+placed one per worker node by a custom resource, the task's actors on another (its
+merger on the head); under
 a write load one pump's node is killed and comes back (the pump restarts there on the
 same data dir, nothing is lost), then a new node with a new pump joins and is merged.
 Upstream and downstream end equal.
