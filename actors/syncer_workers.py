@@ -75,6 +75,8 @@ class SqlWorkerActor:
             # Read the row now, so a restarted worker knows what it committed; retried
             # on transient errors like any downstream call.
             self.loader.reload_progress()
+        if load_progress and config.loopback_control:
+            self.loader.reload_marks()  # the mark table and this worker's row, at start
         tune_gc()
 
     def execute(self, batch) -> Ack:

@@ -215,3 +215,24 @@ def test_emulated_downstream_maps_emulator_errors():
     exists = ds._error(UpstreamError("table exists", code=1050), "CREATE TABLE t (x INT)")
     assert type(exists) is DownstreamError and exists.code == 1050
     assert "emulated TiDB on b:1" in str(exists)
+
+
+def test_worker_start_writes_the_mark_row_retrying_transient_errors():
+    class FlakyRecorder(Recorder):
+        failures = 1
+
+        def execute(self, stmt):
+            if self.failures:
+                self.failures -= 1
+                raise TransientDownstreamError("lost", code=2013)
+            return super().execute(stmt)
+
+    ds = FlakyRecorder()
+    sleeps = []
+    loader = Loader(ds, LoaderConfig(worker=3, exactly_once=False, loopback_control=True,
+                                     channel_id=9), sleep=sleeps.append)
+    loader.reload_marks()  # what SqlWorkerActor.__init__ runs with loopback-control
+    assert len(sleeps) == 1 and loader.retries == 1
+    assert ds.txns[-1][-1] == (mark_init_statement(3, 9).sql, (3, 9, 1, ""))
+    loader.execute_batch([Txn(10, (row(1),))])  # not written again
+    assert sum(sql.startswith("REPLACE INTO `retl`") for t in ds.txns for sql, _ in t) == 1

@@ -243,6 +243,12 @@ class Loader:
         ds.execute_script([mark_init_statement(c.worker, c.channel_id)], commit=True)
         self._marks_ready = True
 
+    def reload_marks(self) -> None:
+        """:meth:`prepare_marks`, retried on transient errors like any downstream call: the
+        worker's start step with loopback-control, so the mark table exists downstream
+        from the start, before any transaction."""
+        self._with_retry(self.prepare_marks, "writing the loopback mark row", reload=False)
+
     @property
     def applied_ts(self) -> int:
         return self.guard.applied_ts
