@@ -40,6 +40,7 @@ def test_pump_node_dies_comes_back_and_a_new_pump_joins_under_load(mariadb_facto
     if proc.returncode != 0:  # pytest.fail: an assert's message would be cut short
         pytest.fail(f"the multi-node driver failed (exit {proc.returncode})\n--- stdout\n"
                     f"{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-8000:]}")
+    print(proc.stdout)  # the driver's timed steps (pytest -s shows them)
     result = json.loads(proc.stdout.rsplit("RESULT ", 1)[1].splitlines()[0])
     assert sorted(result["pumps"]) == ["pump-0", "pump-1", "pump-2"]
     assert result["committed"] > result["committed_before_comeback"] > 0
