@@ -34,8 +34,8 @@ both after a restart and after an ambiguous failure (the connection lost during
 COMMIT: the progress row is re-read before the retry).
 
 **Loop control** (``loopback-control``, :mod:`tidb_binlog.drainer.loopback`): the
-worker creates the mark table and writes its own mark row once (at its first batch or
-progress read), and every DML transaction also updates that row (after its statements,
+worker creates the mark table and writes its own mark row once (when it starts,
+:meth:`Loader.reload_marks`, else before its first batch), and every DML transaction also updates that row (after its statements,
 before the progress upsert), so the downstream cluster's binlog of the transaction
 carries this channel's mark.
 
