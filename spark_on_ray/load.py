@@ -54,6 +54,7 @@ class LoadResult:
     seconds: float = 0.0
     copy_s: float = 0.0                      # the slowest task's copy time
     stage_s: float = 0.0                     # the Spark stage: task start-up + copy
+    setup_s: float = 0.0                     # the slowest task's connects, freeze, syncs
     spark_start_s: float = 0.0
     drainer_command: str = ""
 
@@ -113,7 +114,7 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
         report("plan", 0, 1)
         units, ddl = _plan(up, down, _tables(up, entries, up_where), cfg, up_where, down_where)
         if own:
-            handle = start_spark(cfg.spark, ray_address=ray_address)
+            handle = start_spark(cfg.spark, ray_address=ray_address, warm=True)
         for name, sql in ddl:
             db = name.split(".", 1)[0]
             run_query(down, f"CREATE DATABASE IF NOT EXISTS {dplan.quote_ident(db)}")
@@ -137,6 +138,7 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
         report("copy", len(units), len(units))
         result = LoadResult(ts=answers[0]["ts"], units=len(units), tasks=tasks,
                             copy_s=max(a["copy_s"] for a in answers),
+                            setup_s=max(a["setup_s"] for a in answers),
                             stage_s=time.monotonic() - t_stage)
         for info in units:
             result.rows.setdefault(f"{info.database}.{info.table}", 0)

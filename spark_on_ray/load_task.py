@@ -44,7 +44,10 @@ SNAPSHOT_TS_SQL = f"SELECT COALESCE(MAX(commit_ts), 0) FROM {CATALOG_DB}.txn_sta
 
 def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: DatabaseConfig,
               batch_size: int, sync: Callable[[str], list[str]], literal) -> dict:
-    """Copy ``units`` from the shared snapshot; returns ``{"ts", "rows": {table: n}}``."""
+    """Copy ``units`` from the shared snapshot; returns ``{"ts", "rows": {table: n},
+    "copy_s", "setup_s"}`` (``setup_s``: from the task's start to its first row: connects,
+    the freeze and both barrier syncs; what the stage costs beyond it is Spark's)."""
+    entered = time.monotonic()
     up_conn = connect(up, raw=True)
     lock_conn = connect(up) if index == 0 else None
     down_conn = None
@@ -79,7 +82,8 @@ def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: Datab
                     dst.executemany(sql, batch)
                     rows[name] = rows.get(name, 0) + len(batch)
             down_conn.commit()
-        return {"ts": ts, "rows": rows, "copy_s": time.monotonic() - started}
+        return {"ts": ts, "rows": rows, "copy_s": time.monotonic() - started,
+                "setup_s": started - entered}
     finally:
         for conn in (lock_conn, up_conn, down_conn):
             if conn is not None:

@@ -213,8 +213,15 @@ def _barrier_partition(fn, items):
         yield index, fn(index, payload, ctx.allGather)
 
 
-def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None) -> SparkHandle:
+def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None,
+                warm: bool = False) -> SparkHandle:
     """Start Spark on the current Ray (``ray.init`` first when needed) and return its handle.
+
+    ``warm``: start the executors' Python workers now (:meth:`SparkHandle.warm_up`), for a
+    job with a *barrier* stage (the load), whose tasks would otherwise wait for the
+    slowest worker's start at the barrier. Other jobs skip it: the diff's first stage
+    starts its workers in parallel anyway, and the lake jobs run in the JVM only (a
+    warm-up would start Python workers they never use).
 
     Errors (:class:`SparkSetupError`) name what is missing and what to do: no Java, an
     unsupported Java, no JDBC jar, a size that takes every CPU of the Ray cluster.
@@ -272,11 +279,12 @@ def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None) -> Sp
                               f"{type(exc).__name__}: {str(exc)[:500]}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     handle = SparkHandle(spark, spark_cfg, jar, 0.0)
-    try:
-        handle.warm_up()
-    except BaseException:
-        handle.stop()
-        raise
+    if warm:
+        try:
+            handle.warm_up()
+        except BaseException:
+            handle.stop()
+            raise
     took = time.monotonic() - t0
     log.info("Spark %s started on Ray in %.1f s (%d x %d cores)", spark_cfg.app_name, took,
              spark_cfg.num_executors, spark_cfg.executor_cores)

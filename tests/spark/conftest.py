@@ -20,7 +20,7 @@ def spark_handle(ray_local, tmp_path_factory):
 
     cfg = SparkConfig(app_name="tidb-binlog-test-spark", executor_memory_bytes=768 << 20,
                       work_dir=str(tmp_path_factory.mktemp("spark-work")))
-    handle = start_spark(cfg)
+    handle = start_spark(cfg, warm=True)  # the load's barrier stage needs warm workers
     yield handle
     handle.stop()
 
