@@ -31,7 +31,7 @@ its status names the error.
 
 from __future__ import annotations
 
-from actors.process import tune_gc
+from actors.process import setup_actor_logging, tune_gc
 from actors.ray_calls import RayCalls, WorkerCalls
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.checkpoint.store import CheckpointStore, MySQLCheckpointStore
@@ -59,6 +59,7 @@ class CoordinatorActor:
         """``workers``: the SQL worker handles, or None for a named task
         (``settings.task``): then they are looked up as ``<task>-worker-<i>``, so a
         restarted coordinator needs nothing its creator held."""
+        setup_actor_logging()  # node_id on every log line (actors/process.py)
         if workers is None:
             workers = lookup_workers(settings)
         if store is None:  # no downstream call here: a constructor that raises is final

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from actors.process import tune_gc
+from actors.process import setup_actor_logging, tune_gc
 from actors.ray_calls import RayCalls
 from tidb_binlog.binlogfile import SEGMENT_SIZE_BYTES
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
@@ -45,6 +45,7 @@ class PbKeeperActor:
     """Translates merged binlogs into pb records with the right schema version."""
 
     def __init__(self, settings: TaskSettings, schema_version: int = 0, meta=None):
+        setup_actor_logging()  # node_id on every log line (actors/process.py)
         self.keeper = PbKeeper(settings, meta if meta is not None
                                else UpstreamMeta(settings.upstream_meta), schema_version)
         tune_gc()
@@ -95,6 +96,7 @@ class FileSinkActor(SinkShell):
 
     def __init__(self, settings: TaskSettings, cfg, *, store=None,
                  max_file_size_bytes: int | None = None):
+        setup_actor_logging()  # node_id on every log line (actors/process.py)
         to = cfg.syncer.to
         self.sink = BinlogFileSink(FileSink(
             to.dir, store if store is not None else open_checkpoint_store(cfg),

@@ -16,6 +16,7 @@ The merge runs on a thread started by the constructor; the actor's other methods
 from __future__ import annotations
 
 from actors.coordinator import lookup_workers
+from actors.process import setup_actor_logging
 from actors.ray_calls import PipelineCalls, RayCalls, mirror_metrics
 from tidb_binlog.drainer.pipeline.driver import TaskDriver
 from tidb_binlog.drainer.pipeline.names import sink_role, task_actor_name
@@ -42,6 +43,7 @@ class MergerActor:
         ``<task>-coordinator`` or ``<task>-file-sink``, ``<task>-worker-<i>``), so a
         restart needs only the settings. ``registry`` is a client of the detached,
         named registry actor (it pickles as that actor's id)."""
+        setup_actor_logging()  # node_id on every log line (actors/process.py)
         if settings.task:
             ns = settings.namespace
             if keeper is None:

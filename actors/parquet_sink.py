@@ -20,7 +20,7 @@ not list and replays after its commit_ts: no change lost, none twice.
 from __future__ import annotations
 
 from actors.file_sink import SinkShell, absolute_dirs
-from actors.process import tune_gc
+from actors.process import setup_actor_logging, tune_gc
 from actors.ray_calls import RayCalls
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.sinks.parquet.keeper import ParquetKeeper
@@ -34,6 +34,7 @@ class ParquetKeeperActor:
     """Translates merged binlogs into row changes with their column types."""
 
     def __init__(self, settings: TaskSettings, schema_version: int = 0, meta=None):
+        setup_actor_logging()  # node_id on every log line (actors/process.py)
         self.keeper = ParquetKeeper(settings, meta if meta is not None
                                     else UpstreamMeta(settings.upstream_meta), schema_version)
         tune_gc()
@@ -52,6 +53,7 @@ class ParquetSinkActor(SinkShell):
     """Writes the change files and the manifest (the checkpoint)."""
 
     def __init__(self, settings: TaskSettings, cfg):
+        setup_actor_logging()  # node_id on every log line (actors/process.py)
         pq = cfg.syncer.to.parquet
         self.sink = ParquetSink(ParquetLake(
             cfg.syncer.to.dir, flush_rows=pq.flush_rows, flush_bytes=pq.flush_bytes,

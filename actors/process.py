@@ -9,6 +9,9 @@ holds after start-up (imports, Ray's own state) out of the collector's sight cut
 the keeper's CPU per row by ~6 % in ``bench/drainer_kernels.py``-shaped runs.
 Cycles are still collected, just less often; set ``TIDB_BINLOG_GC_TUNING=0`` to
 keep CPython's defaults.
+
+:func:`setup_actor_logging`: the actor's log lines (info and up) on its stderr, which
+Ray keeps as the worker's log, each stamped with the actor's name as its node id.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from __future__ import annotations
 import gc
 import os
 
-__all__ = ["tune_gc", "GC_THRESHOLDS"]
+from actors.ray_calls import RayCalls
+from tidb_binlog.logs import setup_logging
+
+__all__ = ["tune_gc", "GC_THRESHOLDS", "setup_actor_logging"]
 
 GC_THRESHOLDS = (20_000, 50, 100)
 
@@ -31,4 +37,17 @@ def tune_gc() -> bool:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    return True
+
+
+def setup_actor_logging() -> bool:
+    """Log this actor process's records (info and up) to its stderr, which Ray keeps in
+    the session's ``logs/worker-*.err``, each stamped with the actor's name as
+    ``node_id``: ``pump-<node>`` for a pump, ``<task>-<role>`` for a replication task's
+    actors (:mod:`tidb_binlog.logs`; ``$TIDB_BINLOG_LOG_FORMAT=json`` for JSON lines).
+    Without it Ray's workers drop everything below WARNING and name no node. Only in a
+    Ray worker process (as :func:`tune_gc`); returns whether it did."""
+    if not os.environ.get("RAY_RAYLET_PID"):
+        return False
+    setup_logging(RayCalls.current_actor_name)
     return True

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import os
 
+from actors.process import setup_actor_logging
 from actors.ray_calls import RayCalls, mirror_metrics
 from tidb_binlog.drainer.pipeline.names import pump_actor_name
 from tidb_binlog.node import NodeStatus
@@ -63,6 +64,7 @@ class PumpActor:
     """A running pump (storage, node, gRPC and HTTP servers) for one data dir."""
 
     def __init__(self, config, *, registry=None, resolver=None, storage_factory=None):
+        setup_actor_logging()  # node_id on every log line (actors/process.py)
         storage = storage_factory(config) if storage_factory is not None else None
         self._proc = open_pump(config, registry=registry, resolver=resolver, storage=storage)
         self._mirror = mirror_metrics(pump_actor_name(self._proc.node.node_id),

@@ -181,6 +181,14 @@ class RayCalls:
         return ray.get_runtime_context().get_node_id()
 
     @staticmethod
+    def current_actor_name() -> str:
+        """This actor's name (``pump-0``, ``orders-merger``), "" outside a named actor."""
+        try:
+            return ray.get_runtime_context().get_actor_name() or ""
+        except Exception:  # not in an actor (a driver, a unit test)
+            return ""
+
+    @staticmethod
     def find_actor(name: str, namespace: str):
         """The named actor's handle, or None."""
         try:

@@ -10,7 +10,7 @@ it holds a large transaction's next chunks; see ``RowKeeper.translate_routed``).
 
 from __future__ import annotations
 
-from actors.process import tune_gc
+from actors.process import setup_actor_logging, tune_gc
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.translate.keeper import RowKeeper
 from tidb_binlog.upstream.meta import UpstreamMeta
@@ -22,6 +22,7 @@ class SchemaKeeperActor:
     """Decodes merged binlogs into :class:`Txn` lists with the right schema version."""
 
     def __init__(self, settings: TaskSettings, schema_version: int = 0, meta=None):
+        setup_actor_logging()  # node_id on every log line (actors/process.py)
         self.keeper = RowKeeper(settings, meta if meta is not None
                                 else UpstreamMeta(settings.upstream_meta), schema_version)
         tune_gc()

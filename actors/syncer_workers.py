@@ -38,7 +38,7 @@ import os
 import threading
 
 from actors.emulated_tidb import open_downstream
-from actors.process import tune_gc
+from actors.process import setup_actor_logging, tune_gc
 from actors.ray_calls import RayCalls
 from tidb_binlog.drainer.pipeline.names import worker_actor_name
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
@@ -68,6 +68,7 @@ class SqlWorkerActor:
 
     def __init__(self, downstream: DownstreamConfig, config: LoaderConfig, *,
                  load_progress: bool = True):
+        setup_actor_logging()  # node_id on every log line (actors/process.py)
         self.config = config
         # a real MySQL/TiDB, or an emulated TiDB ([syncer.to] emulated-tidb-registry)
         self.loader = Loader(open_downstream(downstream), config, metrics=process_metrics())

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 
 from tidb_binlog import __version__
 from tidb_binlog.errors import BinlogError
+from tidb_binlog.logs import FORMAT_ENV, LOG_FORMATS, setup_logging
 
 # Subcommand modules, in the order `--help` lists them. A module that does not
 # exist yet is skipped, so the command grows as the parts land.
@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tidb-binlog-ray {__version__}")
     parser.add_argument("-L", "--log-level", default="info",
                         choices=["debug", "info", "warn", "error"], help="log level (default info)")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default=None,
+                        help=f"log lines as text (default) or one JSON object each; default "
+                             f"${FORMAT_ENV}, else text")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         try:
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = {"warn": "WARNING"}.get(args.log_level, args.log_level.upper())
-    logging.basicConfig(level=level, format="[%(asctime)s] [%(levelname)s] [%(name)s] %(message)s")
+    setup_logging("", fmt=args.log_format, level=level)  # the pump stamps its node id
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tidb_binlog.config import load_pump_config, split_registry
 from tidb_binlog.errors import ConfigError
+from tidb_binlog.logs import stamp_node
 
 __all__ = ["register", "run", "load_config"]
 
@@ -116,7 +117,7 @@ def setup_logging(cfg, cli_level: str | None = None) -> None:
                           "fix its directory's permissions or choose another log-file",
                           key="log-file") from exc
     formatter = next((h.formatter for h in root.handlers if h.formatter), None)
-    handler.setFormatter(formatter or logging.Formatter(_FORMAT))
+    handler.setFormatter(formatter or logging.Formatter(_FORMAT))  # text or json, as chosen
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
@@ -129,7 +130,10 @@ def run(args) -> int:
 
     cfg = load_config(args)
     setup_logging(cfg, getattr(args, "log_level", None))
+    node = {"id": cfg.node_id or ""}  # the chosen id (data-dir/.node, ...) once open
+    stamp_node(lambda: node["id"])
     proc = open_pump(cfg, registry=_registry(cfg), status_addr=args.status_addr or "")
+    node["id"] = proc.node.node_id
     log.info("pump %s serving gRPC on %s, HTTP status on %s%s", proc.node.node_id, proc.addr,
              proc.status_addr, f", unix socket {proc.grpc_server.socket_path}"
              if proc.grpc_server.socket_path else "")

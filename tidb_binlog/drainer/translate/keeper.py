@@ -42,6 +42,7 @@ from tidb_binlog.drainer.translate.pb import PbTranslator
 from tidb_binlog.drainer.translate.schema import SchemaKeeper
 from tidb_binlog.drainer.translate.txn import Translator
 from tidb_binlog.filter.rules import TxnFilter
+from tidb_binlog.logs import txn as txn_fields
 from tidb_binlog.packed import pack, unpack
 
 __all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S", "JOB_WAIT_WARN_S"]
@@ -129,7 +130,7 @@ class SchemaAt:
         for commit_ts, payload in unpack(items):
             if commit_ts in self._ignored_ts:
                 log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
-                            commit_ts)
+                            commit_ts, extra=txn_fields(commit_ts))
                 yield commit_ts, None
                 continue
             yield commit_ts, bl.decode(payload)
@@ -239,7 +240,7 @@ class RowKeeper(SchemaAt):
             commit_ts, payload = queue.popleft()
             if commit_ts in self._ignored_ts:
                 log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
-                            commit_ts)
+                            commit_ts, extra=txn_fields(commit_ts))
                 out.append((commit_ts, None, 0))
                 continue
             binlog = bl.decode(payload)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import UnavailableError, UpstreamUnreachable
+from tidb_binlog.logs import txn
 from tidb_binlog.node import TxnStatus
 from tidb_binlog.tso import extract_physical
 
@@ -105,7 +106,7 @@ class MissingCommits:
             status = self._resolver.txn_status(p.start_ts, key)
             if status.state == TxnStatus.COMMITTED:
                 log.info("prewrite %d: commit binlog missing, upstream says committed at %d; "
-                         "writing it", p.start_ts, status.commit_ts)
+                         "writing it", p.start_ts, status.commit_ts, extra=txn(status.commit_ts))
                 self._write_binlog(bl.commit(p.start_ts, status.commit_ts))
                 self._resolving.add(p.start_ts)  # matched once the indexer feeds it
                 settled += 1

@@ -51,6 +51,7 @@ from google.protobuf.message import DecodeError
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.errors import CorruptRecord, DamagedBinlog
+from tidb_binlog.logs import txn
 from tidb_binlog.pump.storage.index import LOST
 from tidb_binlog.pump.storage.protowire import BINLOG_WIRE_TYPES, fields, varint
 
@@ -293,7 +294,8 @@ class CommitReader:
             reported.clear()
         reported.add(start_ts)
         log.error("commit binlog at commit_ts %d: its prewrite (start_ts %d) is not on this "
-                  "pump (never written here, or purged by GC); skipped", commit_ts, start_ts)
+                  "pump (never written here, or purged by GC); skipped", commit_ts, start_ts,
+                  extra=txn(commit_ts))
         self._metrics.error_count.labels("feed_pre_write_value").inc()
 
     def get_binlog(self, ts: int) -> bl.Binlog | None:

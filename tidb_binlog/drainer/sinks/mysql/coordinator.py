@@ -60,6 +60,7 @@ from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
 from tidb_binlog.drainer.relay.log import RelayLog
 from tidb_binlog.errors import ConfigError, TransientDownstreamError
+from tidb_binlog.logs import txn
 from tidb_binlog.packed import unpack
 
 __all__ = ["Coordinator", "WorkerCalls", "APPLY_SAMPLES"]
@@ -360,7 +361,8 @@ class Coordinator:
             try:
                 self.store.save(cp)
             except TransientDownstreamError as exc:
-                log.warning("checkpoint %d not saved yet: %s", cp.commit_ts, exc.message)
+                log.warning("checkpoint %d not saved yet: %s", cp.commit_ts, exc.message,
+                            extra=txn(cp.commit_ts))
                 return
             self.advancer.saved(cp, now)
             self._relay_gc(cp)

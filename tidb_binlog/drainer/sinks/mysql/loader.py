@@ -92,6 +92,7 @@ from tidb_binlog.drainer.sinks.mysql.progress import (
     progress_upsert_statement,
 )
 from tidb_binlog.errors import DownstreamError, TransientDownstreamError
+from tidb_binlog.logs import txn
 
 __all__ = [
     "LoaderConfig",
@@ -466,7 +467,7 @@ class Loader:
                 if exc.code in IGNORABLE_DDL_CODES:
                     log.warning("worker %d: ignoring DDL error %s at commit_ts %d (%s): %s",
                                 c.worker, exc.code, part.commit_ts, shorten_sql(ddl.sql),
-                                exc.message)
+                                exc.message, extra=txn(part.commit_ts))
                     self.metrics.count_error("ddl_ignored")
                     break
                 self.downstream.rollback()
@@ -487,6 +488,8 @@ class Loader:
         self._retrying = False
         self.guard.committed(part.commit_ts)
         self.metrics.count_event("DDL")
+        log.info("worker %d: DDL applied at commit_ts %d: %s", c.worker, part.commit_ts,
+                 shorten_sql(ddl.sql), extra=txn(part.commit_ts))
 
     def close(self) -> None:
         self.downstream.close()
