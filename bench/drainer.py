@@ -15,7 +15,10 @@ downstream), the registry and two PumpActors (:class:`cluster.launch.LocalCluste
     reaches the TSO taken after the workload; rows/s = the workload's row changes /
     that time. The task is stopped (final checkpoint) before the next phase.
     ``insert_txn100`` inserts the same number of rows 100 per upstream txn: the
-    apply path without the per-transaction cost;
+    apply path without the per-transaction cost; ``bank`` (not run by default) creates
+    ``BANK_ACCOUNTS`` accounts, then ``--rows / 3`` transfers (read both accounts FOR
+    UPDATE, update both, log the transfer: 3 row changes per txn, ``--sessions``
+    threads), multi-row transactions that share keys;
 (c) **lag**: a drainer task runs while the upstream inserts ``--lag-rows-per-s``
     rows/s (``--lag-rows-per-txn`` rows per txn, ``--lag-sessions`` threads, paced)
     for ``--lag-s`` seconds, the pumps writing a fake binlog every
@@ -25,18 +28,28 @@ downstream), the registry and two PumpActors (:class:`cluster.launch.LocalCluste
     samples of the paced window. The rate the upstream actually reached is printed
     beside the figures.
 
+With ``--txn-atomic`` every phase of (b) is timed twice on the same stored binlogs:
+the default, then ``[syncer] txn-atomic = true`` into a second downstream server (its
+own checkpoint, so both tasks start each phase where their previous phase ended), and
+each phase prints a second line, ``RESULT drainer_<phase>_txn_atomic``, with the ratio
+to the default as ``vs_default`` (and to the ceiling). The lag phase runs in the
+default mode only.
+
 Prints, last::
 
     RESULT drainer_insert value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
     RESULT drainer_update_index value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
     RESULT drainer_mixed value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
     RESULT drainer_insert_txn100 value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
+    RESULT drainer_bank value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>   (when named)
+    RESULT drainer_<phase>_txn_atomic value=<rows/s> ... vs_default=<r>   (--txn-atomic)
     RESULT drainer_lag_p50_ms value=<ms> unit=ms upstream_rows_per_s=<r>
     RESULT drainer_lag_p99_ms value=<ms> unit=ms upstream_rows_per_s=<r>
 
 Goals: ratio >= 0.8 for inserts and >= 0.5 for mixed; lag p99 < 1000 ms.
 
     .venv/bin/python bench/drainer.py --rows 30000 --workers 4 --txn-batch 200
+    .venv/bin/python bench/drainer.py --txn-atomic --phases insert,insert_txn100,bank
 """
 
 from __future__ import annotations
@@ -55,6 +68,10 @@ __all__ = ["main"]
 DB = "sb"
 CEILING_ROWS_PER_STATEMENT = 1000
 CEILING_ROUNDS = 3
+BANK_ACCOUNTS = 1000
+BANK_DDL = ("CREATE TABLE bank_accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL)",
+            "CREATE TABLE bank_transfers (id BIGINT PRIMARY KEY, src INT NOT NULL, "
+            "dst INT NOT NULL, amount INT NOT NULL)")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -63,15 +80,66 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def drainer_config(down_db, args):
+def drainer_config(down_db, args, txn_atomic: bool = False):
     from tidb_binlog.config import load_drainer_config
 
     return load_drainer_config(None, {
         "syncer.to.host": down_db.host, "syncer.to.port": down_db.port,
         "syncer.to.user": down_db.user, "syncer.to.password": down_db.password,
         "syncer.worker-count": args.workers, "syncer.txn-batch": args.txn_batch,
-        "syncer.to.merge": not args.no_merge, "initial-commit-ts": 0,
-        "addr": "127.0.0.1:0"})
+        "syncer.to.merge": not args.no_merge, "syncer.txn-atomic": txn_atomic,
+        "initial-commit-ts": 0, "addr": "127.0.0.1:0"})
+
+
+def bank(upstream, transfers: int, sessions: int):
+    """The ``bank`` phase's upstream: accounts, then ``transfers`` 3-row transfers."""
+    from tidb_binlog.errors import UpstreamError
+    from tidb_binlog.upstream.workload import WorkloadStats
+
+    for ddl in BANK_DDL:
+        upstream.ddl(ddl, DB)
+    start = time.perf_counter()
+    with upstream.session(DB) as s, s.begin() as t:
+        t.insert("bank_accounts", [{"id": i, "balance": 1000}
+                                   for i in range(1, BANK_ACCOUNTS + 1)])
+    stats = WorkloadStats(txns=1, rows=BANK_ACCOUNTS)
+    lock = threading.Lock()
+
+    def run(no: int, count: int):
+        rng = random.Random(no)
+        with upstream.session(DB) as s:
+            done = 0
+            while done < count:
+                a, b = rng.sample(range(1, BANK_ACCOUNTS + 1), 2)
+                try:
+                    with s.begin() as t:
+                        got = dict(t.query("SELECT id, balance FROM bank_accounts WHERE id IN "
+                                           "(%s, %s) FOR UPDATE", (a, b)))
+                        amount = min(rng.randint(1, 50), got[a])
+                        t.update("bank_accounts", {"balance": got[a] - amount}, "id = %s", (a,))
+                        t.update("bank_accounts", {"balance": got[b] + amount}, "id = %s", (b,))
+                        t.insert("bank_transfers", [{"id": no * 10_000_000 + done, "src": a,
+                                                     "dst": b, "amount": amount}])
+                except UpstreamError as exc:
+                    if exc.code in (1213, 1205):  # lock conflict between sessions: retry
+                        with lock:
+                            stats.retries += 1
+                        continue
+                    raise
+                done += 1
+                with lock:
+                    stats.txns += 1
+                    stats.rows += 3
+
+    share = [transfers // sessions + (i < transfers % sessions) for i in range(sessions)]
+    threads = [threading.Thread(target=run, args=(i, n)) for i, n in enumerate(share) if n]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    upstream.flush()
+    stats.elapsed_s = time.perf_counter() - start
+    return stats
 
 
 def task_overrides(args) -> dict:
@@ -249,7 +317,7 @@ def window_phases(samples: list[tuple[int, float]], start_s: float, end_s: float
 
 
 def time_drainer(cluster, down_db, args, target_ts: int, rows: int,
-                 label: str = "drainer") -> tuple[float, dict]:
+                 label: str = "drainer", txn_atomic: bool = False) -> tuple[float, dict]:
     """Start a task, time it from "running" to checkpoint >= target_ts, stop it; the
     status gets ``cpu_split``: CPU per row of each process kind over that window, and
     ``phases``: how the window splits into before the first downstream commit, between
@@ -259,8 +327,8 @@ def time_drainer(cluster, down_db, args, target_ts: int, rows: int,
 
     from cluster.drainer import Drainer
 
-    drainer = Drainer.start(drainer_config(down_db, args), registry=cluster.registry,
-                            **task_overrides(args))
+    drainer = Drainer.start(drainer_config(down_db, args, txn_atomic),
+                            registry=cluster.registry, **task_overrides(args))
     profiler = None
     try:
         start = None
@@ -371,6 +439,9 @@ def main(argv=None) -> int:
     p.add_argument("--merge-batch", type=int, default=512, help="merger batch (items)")
     p.add_argument("--max-inflight", type=int, default=4, help="merged batches in flight")
     p.add_argument("--no-merge", action="store_true", help="syncer.to.merge = false")
+    p.add_argument("--txn-atomic", action="store_true",
+                   help="also time every drainer phase with syncer.txn-atomic = true (into a "
+                        "second downstream server) and print RESULT drainer_<phase>_txn_atomic")
     p.add_argument("--lag-rows-per-s", type=float, default=5000.0)
     p.add_argument("--lag-rows-per-txn", type=int, default=50)
     p.add_argument("--lag-sessions", type=int, default=8, help="upstream threads for (c)")
@@ -380,7 +451,7 @@ def main(argv=None) -> int:
     p.add_argument("--lag-only", action="store_true", help="skip (a) and (b)")
     p.add_argument("--phases", default="insert,update_index,mixed,insert_txn100,lag",
                    help="comma-separated subset of the phases to run (the ceiling runs "
-                        "with insert)")
+                        "with insert; bank, 3-row transfer txns, runs only when named)")
     p.add_argument("--repeat", type=int, default=1,
                    help="run the drainer on each phase's stored binlogs this many times "
                         "(downstream emptied in between; the median counts); only with a "
@@ -393,15 +464,18 @@ def main(argv=None) -> int:
                         "go to DIR, the top functions per actor kind are printed")
     args = p.parse_args(argv)
     if args.repeat > 1 and len([x for x in args.phases.split(",") if x != "lag"]) != 1:
-        p.error("--repeat needs exactly one of insert, update_index, mixed, insert_txn100 "
-                "in --phases")
+        p.error("--repeat needs exactly one of insert, update_index, mixed, insert_txn100, "
+                "bank in --phases")
     logging.basicConfig(level=logging.WARNING)
 
     base = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-drainer-"))
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+    # address="local": a Ray of our own even when a cluster is recorded on the host
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
              namespace="bench-drainer", object_store_memory=300 << 20)
     up_db = MariaDBServer(base, name="bench-up").start()
     down_db = MariaDBServer(base, name="bench-down").start()
+    down_atomic = (MariaDBServer(base, name="bench-down-atomic").start()
+                   if args.txn_atomic else None)
     cluster = LocalCluster(base / "cluster", pumps=2, upstream_params=up_db.params(),
                            namespace="bench-drainer", pump_options=PumpOptions(
                                gen_binlog_interval_s=args.fake_binlog_interval_s)).start()
@@ -413,13 +487,16 @@ def main(argv=None) -> int:
         upstream.ddl(workload.SBTEST_DDL, DB)
         wanted = set(args.phases.split(","))
         kinds = () if args.lag_only else tuple(
-            k for k in ("insert", "update_index", "mixed", "insert_txn100") if k in wanted)
+            k for k in ("insert", "update_index", "mixed", "insert_txn100", "bank")
+            if k in wanted)
         ceiling_rate = 0.0
         for kind in kinds:
             t0 = time.perf_counter()
             if kind == "insert_txn100":  # the same rows, 100 per upstream txn
                 stats = workload.run(upstream, "large", ops=args.rows // 100, rows_per_txn=100,
                                      database=DB, seed=4)
+            elif kind == "bank":
+                stats = bank(upstream, args.rows // 3, args.sessions)
             else:
                 stats = workload.run(upstream, kind, sessions=args.sessions, ops=args.rows,
                                      database=DB, seed=3)
@@ -427,17 +504,22 @@ def main(argv=None) -> int:
             print(f"upstream {kind}: {stats.txns} txns, {stats.rows} rows in "
                   f"{time.perf_counter() - t0:.1f} s ({stats.rows_per_s:.0f} rows/s)",
                   flush=True)
-            runs = []
-            for r in range(args.repeat):
-                if r:  # the same stored binlogs again, into an empty downstream
-                    reset_downstream(down_db)
-                seconds, st = time_drainer(cluster, down_db, args, target, stats.rows, kind)
-                runs.append(seconds)
-                print(f"drainer {kind}: {stats.rows} rows in {seconds:.2f} s "
-                      f"({stats.rows / seconds:.0f} rows/s; flushes {st['flushes']}, "
-                      f"{st['merged'] / max(st['routed_batches'], 1):.0f} items per batch); "
-                      + st["cpu_split"] + "; " + st["phases"], flush=True)
-            phases[kind] = (stats.rows, statistics.median(runs))
+            modes = [(kind, down_db, False)]
+            if down_atomic is not None:  # same binlogs, the other downstream and checkpoint
+                modes.append((f"{kind}_txn_atomic", down_atomic, True))
+            for label, down, atomic in modes:
+                runs = []
+                for r in range(args.repeat):
+                    if r:  # the same stored binlogs again, into an empty downstream
+                        reset_downstream(down)
+                    seconds, st = time_drainer(cluster, down, args, target, stats.rows, label,
+                                               txn_atomic=atomic)
+                    runs.append(seconds)
+                    print(f"drainer {label}: {stats.rows} rows in {seconds:.2f} s "
+                          f"({stats.rows / seconds:.0f} rows/s; flushes {st['flushes']}, "
+                          f"{st['merged'] / max(st['routed_batches'], 1):.0f} items per "
+                          "batch); " + st["cpu_split"] + "; " + st["phases"], flush=True)
+                phases[label] = (stats.rows, statistics.median(runs))
             if kind == "insert":
                 c_rows, c_seconds = ceiling(up_db, down_db)
                 ceiling_rate = c_rows / c_seconds
@@ -446,8 +528,13 @@ def main(argv=None) -> int:
         for kind, (rows, seconds) in phases.items():
             value = rows / seconds
             ratio = value / ceiling_rate if ceiling_rate else 0.0
-            results.append(f"RESULT drainer_{kind} value={value:.0f} unit=rows/s "
-                           f"ceiling={ceiling_rate:.0f} ratio={ratio:.2f}")
+            line = (f"RESULT drainer_{kind} value={value:.0f} unit=rows/s "
+                    f"ceiling={ceiling_rate:.0f} ratio={ratio:.2f}")
+            base_kind = kind.removesuffix("_txn_atomic")
+            if base_kind != kind:
+                default_rows, default_s = phases[base_kind]
+                line += f" vs_default={value / (default_rows / default_s):.2f}"
+            results.append(line)
         if "lag" in wanted or args.lag_only:
             lags, rate = lag(cluster, upstream, down_db, args)
             print(f"lag: {len(lags)} samples at {rate:.0f} upstream rows/s", flush=True)
@@ -458,6 +545,8 @@ def main(argv=None) -> int:
         upstream.close()
         cluster.stop()
         down_db.close()
+        if down_atomic is not None:
+            down_atomic.close()
         up_db.close()
         ray.shutdown()
     for line in results:
