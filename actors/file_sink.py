@@ -1,7 +1,7 @@
 """The file sink's Ray actors (``db-type = "file"``): pb keeper and file-sink actor.
 
 They take the schema keeper's and the coordinator's places in the pipeline (see
-:mod:`actors.coordinator`); the merger drives them with the same calls::
+:mod:`actors.drainer`); the merger drives them with the same calls::
 
     PumpActor ×N ──pull──▶ MergerActor ──items──▶ PbKeeperActor ──records──▶ FileSinkActor
                                                                               │ append

@@ -24,7 +24,7 @@ downstream), the registry and two PumpActors (:class:`cluster.launch.LocalCluste
     for ``--lag-s`` seconds, the pumps writing a fake binlog every
     ``--fake-binlog-interval-s`` (0.1 s) when idle; each
     part a SQL worker commits gives a sample ``committed_at - physical(commit_ts)``
-    (:meth:`actors.coordinator.CoordinatorActor.apply_samples`); p50/p99 over the
+    (:meth:`actors.drainer.CoordinatorActor.apply_samples`); p50/p99 over the
     samples of the paced window. The rate the upstream actually reached is printed
     beside the figures.
 

@@ -72,12 +72,10 @@ import os
 import socket
 import time
 
-from actors.coordinator import CoordinatorActor
+from actors.drainer import CoordinatorActor, MergerActor, SchemaKeeperActor
 from actors.file_sink import start_file_sink_actors
-from actors.merger import MergerActor
 from actors.parquet_sink import start_parquet_sink_actors
 from actors.ray_calls import GetTimeoutError, RayCalls
-from actors.schema_keeper import SchemaKeeperActor
 from actors.syncer_workers import start_sql_workers
 from cluster.registry import REGISTRY_NAME, connect_registry
 from tidb_binlog.config import DrainerConfig, split_registry

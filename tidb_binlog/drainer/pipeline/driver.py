@@ -1,6 +1,6 @@
 """TaskDriver: the replication task's main loop and its life cycle, without Ray.
 
-The :class:`~actors.merger.MergerActor` is a shell around one TaskDriver; everything it
+The :class:`~actors.drainer.MergerActor` is a shell around one TaskDriver; everything it
 needs from Ray is one :class:`DriverCalls` object (``actors.ray_calls.PipelineCalls``).
 
 - **Run loop and reset policy** (:meth:`TaskDriver.run`): reset the sink (it loads the

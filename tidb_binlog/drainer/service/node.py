@@ -1,7 +1,7 @@
 """The drainer as a node: registry presence, Cistern gRPC, HTTP status and metrics.
 
 The task's driver (:class:`~tidb_binlog.drainer.pipeline.driver.TaskDriver`, in the
-:class:`~actors.merger.MergerActor`) owns one :class:`DrainerNode`; it runs in the
+:class:`~actors.drainer.MergerActor`) owns one :class:`DrainerNode`; it runs in the
 merger's process (pinned to the node whose ``addr`` it binds), next to the collector
 that ``Cistern.Notify`` must reach. Nothing here calls Ray: the driver passes plain
 callables.
