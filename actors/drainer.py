@@ -62,7 +62,7 @@ from tidb_binlog.drainer.translate.keeper import RowKeeper
 from tidb_binlog.node import PAUSED
 from tidb_binlog.upstream.meta import UpstreamMeta
 
-__all__ = ["CoordinatorActor", "MergerActor", "SchemaKeeperActor", "lookup_workers"]
+__all__ = ["CoordinatorActor", "KeeperShell", "MergerActor", "SchemaKeeperActor", "lookup_workers"]
 
 
 def lookup_workers(settings: TaskSettings) -> list:
@@ -121,13 +121,19 @@ class CoordinatorActor:
         return self.sink.apply_samples()
 
 
-class SchemaKeeperActor:
-    """Decodes merged binlogs into :class:`Txn` lists with the right schema version."""
+class KeeperShell:
+    """A keeper actor: one plain keeper (``keeper_class``, built from the settings, the
+    upstream's DDL history and a schema version) answering reset/translate/schema_version.
+    The MySQL sink's keeper adds ``translate_routed``; the file and Parquet sinks' keepers
+    (``actors.file_sink``, ``actors.parquet_sink``) are this shell with their own class."""
+
+    keeper_class: type = RowKeeper
 
     def __init__(self, settings: TaskSettings, schema_version: int = 0, meta=None):
         setup_actor_logging()  # node_id on every log line (actors/process.py)
-        self.keeper = RowKeeper(settings, meta if meta is not None
-                                else UpstreamMeta(settings.upstream_meta), schema_version)
+        self.keeper = self.keeper_class(
+            settings, meta if meta is not None else UpstreamMeta(settings.upstream_meta),
+            schema_version)
         tune_gc()
 
     def reset(self, schema_version: int) -> int:
@@ -136,11 +142,17 @@ class SchemaKeeperActor:
     def translate(self, items) -> list:
         return self.keeper.translate(items)
 
-    def translate_routed(self, items, worker_count: int) -> tuple:
-        return self.keeper.translate_routed(items, worker_count)
-
     def schema_version(self) -> int:
         return self.keeper.schema_version()
+
+
+class SchemaKeeperActor(KeeperShell):
+    """Decodes merged binlogs into :class:`Txn` lists with the right schema version."""
+
+    keeper_class = RowKeeper
+
+    def translate_routed(self, items, worker_count: int) -> tuple:
+        return self.keeper.translate_routed(items, worker_count)
 
 
 class MergerActor:

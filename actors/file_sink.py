@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from actors.process import setup_actor_logging, tune_gc
+from actors.drainer import KeeperShell
+from actors.process import setup_actor_logging
 from actors.ray_calls import RayCalls
 from tidb_binlog.binlogfile import SEGMENT_SIZE_BYTES
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
@@ -36,28 +37,14 @@ from tidb_binlog.drainer.checkpoint.store import open_checkpoint_store
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.sinks.file.sink import BinlogFileSink, FileSink
 from tidb_binlog.drainer.translate.keeper import PbKeeper
-from tidb_binlog.upstream.meta import UpstreamMeta
 
 __all__ = ["PbKeeperActor", "FileSinkActor", "start_file_sink_actors", "absolute_dirs"]
 
 
-class PbKeeperActor:
+class PbKeeperActor(KeeperShell):
     """Translates merged binlogs into pb records with the right schema version."""
 
-    def __init__(self, settings: TaskSettings, schema_version: int = 0, meta=None):
-        setup_actor_logging()  # node_id on every log line (actors/process.py)
-        self.keeper = PbKeeper(settings, meta if meta is not None
-                               else UpstreamMeta(settings.upstream_meta), schema_version)
-        tune_gc()
-
-    def reset(self, schema_version: int) -> int:
-        return self.keeper.reset(schema_version)
-
-    def translate(self, items) -> list:
-        return self.keeper.translate(items)
-
-    def schema_version(self) -> int:
-        return self.keeper.schema_version()
+    keeper_class = PbKeeper
 
 
 class SinkShell:

@@ -19,34 +19,21 @@ not list and replays after its commit_ts: no change lost, none twice.
 
 from __future__ import annotations
 
+from actors.drainer import KeeperShell
 from actors.file_sink import SinkShell, absolute_dirs
-from actors.process import setup_actor_logging, tune_gc
+from actors.process import setup_actor_logging
 from actors.ray_calls import RayCalls
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.sinks.parquet.keeper import ParquetKeeper
 from tidb_binlog.drainer.sinks.parquet.sink import ParquetLake, ParquetSink
-from tidb_binlog.upstream.meta import UpstreamMeta
 
 __all__ = ["ParquetKeeperActor", "ParquetSinkActor", "start_parquet_sink_actors"]
 
 
-class ParquetKeeperActor:
+class ParquetKeeperActor(KeeperShell):
     """Translates merged binlogs into row changes with their column types."""
 
-    def __init__(self, settings: TaskSettings, schema_version: int = 0, meta=None):
-        setup_actor_logging()  # node_id on every log line (actors/process.py)
-        self.keeper = ParquetKeeper(settings, meta if meta is not None
-                                    else UpstreamMeta(settings.upstream_meta), schema_version)
-        tune_gc()
-
-    def reset(self, schema_version: int) -> int:
-        return self.keeper.reset(schema_version)
-
-    def translate(self, items) -> list:
-        return self.keeper.translate(items)
-
-    def schema_version(self) -> int:
-        return self.keeper.schema_version()
+    keeper_class = ParquetKeeper
 
 
 class ParquetSinkActor(SinkShell):
