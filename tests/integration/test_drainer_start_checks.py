@@ -45,7 +45,11 @@ def closed_port() -> int:
 
 def refusal(port: int) -> str:
     return (rf"cannot start: the downstream 127\.0\.0\.1:{port} refused the drainer: "
-            rf"connecting to the downstream 127\.0\.0\.1:{port} as 'root': error 1045: "
+            rf"connecting to the downstream 127\.0\.0\.1:{port} as 'root'; "
+            # MariaDB answers 1045 to a REQUIRE SSL/X509 account reached without TLS too
+            rf"if 127\.0\.0\.1:{port} requires TLS \(require_secure_transport, or an "
+            r"account created REQUIRE SSL/X509\), set \[syncer\.to\.security\] ssl-ca "
+            r"\(and ssl-cert/ssl-key for REQUIRE X509\): error 1045: "
             r"Access denied for user 'root'@'[^']+' \(using password: YES\); check "
             r"\[syncer\.to\] user and password \(empty ones come from \$MYSQL_USER / "
             r"\$MYSQL_PSWD\)")

