@@ -1,14 +1,16 @@
 """End to end over TLS: the upstream writes through a TLS pump client into a standalone
 pump serving mutual TLS, a drainer pulls from it over TLS (``[security]``) and applies
 into a MariaDB that requires TLS, as an account created ``REQUIRE X509``
-(``[syncer.to.security]``). Certificates are made at test time."""
+(``[syncer.to.security]``). The drainer is a task submitted through the Python API
+(``Cluster.submit`` -> ``Drainer.start`` -> the merger's gRPC pull): the task's
+``[security]`` must reach the pull. Certificates are made at test time."""
 
 from __future__ import annotations
 
 import pytest
 from drainer_helpers import drainer_config, query, rows, write
 
-from cluster.drainer import Drainer
+from cluster.api import Cluster
 from cluster.launch import LocalCluster
 from tidb_binlog.node import PUMP
 from tidb_binlog.pump.server import open_pump
@@ -31,7 +33,7 @@ def test_a_drainer_pulls_from_a_tls_pump_into_a_tls_only_downstream(
     query(down_db, f"GRANT ALL ON *.* TO '{X509_USER}'@'127.0.0.1'")
     cluster = LocalCluster(tmp_path / "cluster", pumps=0,
                            upstream_params=up_db.params()).start()
-    pump = drainer = upstream = None
+    pump = task = upstream = None
     try:
         # a pump outside Ray (no PumpActor of its name): the drainer pulls it over gRPC
         pump = open_pump(cluster.pump_config("tls-pump", pki.server.keys()),
@@ -45,17 +47,16 @@ def test_a_drainer_pulls_from_a_tls_pump_into_a_tls_only_downstream(
         write(upstream, 0, 20)
         cfg = drainer_config(down_db, **{"syncer.to.user": X509_USER, **pki.server.keys(),
                                          **pki.client.keys("syncer.to.security")})
-        drainer = Drainer.start(cfg, registry=cluster.registry)
-        drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
-        assert drainer.status()["pumps"] == ["tls-pump"]
+        task = Cluster(cluster.registry, cluster.namespace).submit("tls", config=cfg)
+        assert task.wait_synced(timeout=120).pumps == ("tls-pump",)
         assert len(rows(down_db, "shop.t")) == 20
         assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
         # the rows and the checkpoint went in over TLS as the certificate's account
         saved = query(down_db, "SELECT COUNT(*) FROM tidb_binlog.checkpoint")
         assert saved[0][0] == 1
     finally:
-        if drainer is not None:
-            drainer.stop()
+        if task is not None:
+            task.remove()
         if upstream is not None:
             upstream.close()
         if pump is not None:

@@ -8,6 +8,8 @@ import pytest
 
 from tidb_binlog.config import load_drainer_config, load_pump_config
 from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore, open_checkpoint_store
+from tidb_binlog.drainer.pipeline.driver import TaskDriver
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 from tidb_binlog.errors import ConfigError
 from tidb_binlog.pump.transport import channel_credentials, server_credentials
@@ -69,6 +71,27 @@ def test_drainer_config_sections_reach_the_mysql_connections(pki):
     assert cp_cfg.tls_section == "syncer.to.checkpoint.security"
     plain = load_drainer_config(None, {"syncer.to.host": "127.0.0.1"}, env={})
     assert DownstreamConfig.from_drainer_config(plain).ssl is None
+
+
+def test_a_task_pulls_standalone_pumps_with_its_security_even_when_not_serving(pki):
+    """The gRPC pull's TLS came from the node's ServiceSettings only, so a task started
+    without serving (``Drainer.start(serve=False)``) pulled TLS pumps in plaintext."""
+    cfg = load_drainer_config(None, {"syncer.to.host": "127.0.0.1", "compressor": "gzip",
+                                     **pki.client.keys()}, env={})
+    settings = TaskSettings.from_config(cfg, upstream_meta={})
+    assert settings.pump_security == cfg.security and settings.pump_compressor == "gzip"
+
+    class NoActors:  # no PumpActor of the pump's name: it is pulled over gRPC
+        def find_actor(self, name, namespace):
+            return None
+
+    driver = TaskDriver(settings, NoActors(), registry=None, service=None, autostart=False)
+    feed = driver._open_feed("tls-pump", "127.0.0.1:1", 0)
+    try:
+        assert driver.feed_kinds == {"tls-pump": "grpc"}
+        assert feed.source.tls == cfg.security
+    finally:
+        feed.close()
 
 
 def test_a_checkpoint_in_the_downstream_inherits_its_tls(pki):

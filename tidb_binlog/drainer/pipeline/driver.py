@@ -321,11 +321,16 @@ class TaskDriver:
             self.feed_kinds[node_id] = "actor"
             return ActorFeed(node_id, actor, since_ts, max_bytes, self.metrics,
                              self.calls.pull_calls)
+        # The task's [security]/compressor (TaskSettings), not the node's: a task that does
+        # not serve (Drainer.start(serve=False)) pulls TLS pumps too; the service's stay
+        # the fallback for settings built by hand.
         s = self.service
+        security = self.settings.pump_security or (s.security if s else None)
+        compressor = self.settings.pump_compressor or (s.compressor if s else "")
         log.info("merging pump %s over gRPC at %s after commit_ts %d", node_id, host, since_ts)
         self.feed_kinds[node_id] = "grpc"
-        source = GrpcPumpSource(host, self.settings.cluster_id, s.security if s else None,
-                                node_id=node_id, compressor=s.compressor if s else "")
+        source = GrpcPumpSource(host, self.settings.cluster_id, security, node_id=node_id,
+                                compressor=compressor)
         return GrpcFeed(node_id, source, since_ts, max_bytes, self.metrics)
 
     # -- status and metrics (HTTP threads) -------------------------------------------

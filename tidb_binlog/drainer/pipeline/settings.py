@@ -52,6 +52,10 @@ class TaskSettings:
     txn_chunk_rows: int = 50_000
     merge_batch: int = 512
     pull_max_bytes: int = 4 << 20
+    # drainer.toml's [security] and compressor: how standalone pumps are pulled over gRPC,
+    # whether or not the task also serves as a drainer node (a pipeline-only task too)
+    pump_security: object = None  # tidb_binlog.config.SecurityConfig
+    pump_compressor: str = ""
     save_interval_s: float = 3.0
     sink: str = "mysql"
     # [syncer.relay]: the MySQL sink writes every transaction here before applying it
@@ -97,7 +101,8 @@ class TaskSettings:
             upstream_meta=dict(upstream_meta),
             relay_dir=os.path.abspath(s.relay.log_dir) if s.relay.log_dir else "",
             relay_max_file_size=s.relay.max_file_size_bytes,
-            loopback_control=s.loopback_control, channel_id=s.channel_id, sync_ddl=s.sync_ddl)
+            loopback_control=s.loopback_control, channel_id=s.channel_id, sync_ddl=s.sync_ddl,
+            pump_security=cfg.security, pump_compressor=cfg.compressor)
         values.update(overrides)
         return cls(**values)
 
