@@ -10,7 +10,9 @@
    DML with primary-key changes and unique-key swaps, the all-types table, a
    table without primary key, and DDL interleaved with DML;
 5. a live progress line (rows/s applied, lag, checkpoint);
-6. a full comparison of every upstream table with the downstream.
+6. a full comparison of every upstream table with the downstream: in Python
+   (:func:`tidb_binlog.compare.compare_databases`), or with ``spark_diff`` the Spark
+   consistency diff (:mod:`spark_on_ray.diff`) on the same Ray.
 
 It prints a summary (rows, rows/s, p50/p99 lag, ``diff: 0`` or the differing
 tables with which side is wrong and sample rows) and returns 1 when the databases
@@ -43,6 +45,7 @@ from cluster.launch import LocalCluster
 from tidb_binlog.cli.console import make_console
 from tidb_binlog.compare import compare_databases
 from tidb_binlog.config import load_drainer_config
+from tidb_binlog.config.spark import DatabaseConfig, DiffConfig, SparkConfig, SparkJobConfig
 from tidb_binlog.errors import BinlogError, ConfigError, UnavailableError
 from tidb_binlog.testing.mariadb import MariaDBServer
 from tidb_binlog.tso import extract_physical
@@ -73,19 +76,32 @@ class WorkloadFailed(Exception):
 
 
 def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None = None,
-             keep: bool = False, console=None, upstream_faults: dict | None = None) -> int:
-    """Run the demo; return the process exit code (0 when up- and downstream match)."""
+             keep: bool = False, console=None, upstream_faults: dict | None = None,
+             spark_diff: bool = False, spark_handle=None) -> int:
+    """Run the demo; return the process exit code (0 when up- and downstream match).
+
+    ``spark_diff``: end with the Spark diff instead of the Python compare; Java and the
+    JDBC jar are checked first, so a machine without them fails in a second, not after
+    the workload. ``spark_handle``: a running :class:`spark_on_ray.session.SparkHandle`
+    to use (tests share one); else the diff starts and stops its own Spark.
+
+    A Ray already initialised in this process is used and left running (a caller's, e.g.
+    a test session's); one the demo starts is shut down at the end."""
     if not duration_s > 0:  # the CLI refuses these first; this guards API callers
         raise ConfigError(f"duration must be more than 0 seconds, got {duration_s}",
                           key="duration")
     if workers < 1:
         raise ConfigError(f"workers must be at least 1, got {workers}", key="workers")
+    if spark_diff:
+        _check_spark()
     console = console or make_console()
     base = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tidb-binlog-demo-"))
     base.mkdir(parents=True, exist_ok=True)
     console.print(f"[bold]tidb-binlog demo[/bold]: working in {base}")
-    RayCalls.init(namespace="tidb-binlog-demo", include_dashboard=False, log_to_driver=False,
-                  ignore_reinit_error=True)
+    own_ray = not RayCalls.is_initialized()
+    if own_ray:
+        RayCalls.init(namespace="tidb-binlog-demo", include_dashboard=False,
+                      log_to_driver=False)
     up_db = MariaDBServer(base, name="upstream")
     down_db = MariaDBServer(base, name="downstream")
     cluster = upstream = drainer = None
@@ -134,8 +150,9 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
         status = drainer.status()
         result = drainer.stop()
         drainer = None
-        with up_db.connect() as up_conn, down_db.connect() as down_conn:
-            cmp = compare_databases(up_conn, down_conn, [DATABASE])
+        if not spark_diff:
+            with up_db.connect() as up_conn, down_db.connect() as down_conn:
+                cmp = compare_databases(up_conn, down_conn, [DATABASE])
         txns = sum(s.txns for s in stats.values())
         rows = sum(s.rows for s in stats.values())
         console.print(f"\n[bold]summary[/bold]: {txns} upstream txns, {rows} rows written by "
@@ -145,6 +162,8 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
         console.print(f"lag (apply time - commit time): p50 {_percentile(lags_ms, 50):.0f} ms, "
                       f"p99 {_percentile(lags_ms, 99):.0f} ms; final checkpoint "
                       f"{result.get('commit_ts')} consistent={result.get('consistent')}")
+        if spark_diff:
+            return _spark_compare(up_db, down_db, base, console, spark_handle)
         console.print(f"compared {cmp.tables} tables, {cmp.rows} rows")
         if cmp.equal:
             console.print("[bold green]diff: 0[/bold green]")
@@ -167,9 +186,62 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
             cluster.stop()
         down_db.close()
         up_db.close()
-        RayCalls.shutdown()
+        if own_ray:
+            RayCalls.shutdown()
         if not keep and not work_dir:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def _check_spark() -> None:
+    """Java and the JDBC jar of the Spark diff, before anything starts: their absence is a
+    :class:`~spark_on_ray.errors.SparkSetupError` saying what to install."""
+    # optional dependency: the Spark jobs' modules load only for --spark-diff
+    from spark_on_ray.session import check_java, check_jdbc_jar
+
+    check_java()
+    check_jdbc_jar(SparkConfig())
+
+
+def spark_diff_config(up_db, down_db, base: Path):
+    """The Spark diff's job config for the demo's two servers and its ``demo`` database.
+
+    Sized to leave Ray CPUs free (spark_on_ray.session refuses a Spark that takes them
+    all): one executor reserving half a CPU, with 2 task slots; the demo's tables hold a
+    few thousand rows, so small chunks give the checksum stage a few tasks to spread."""
+    def side(server) -> DatabaseConfig:
+        p = server.params()
+        return DatabaseConfig(host=p["host"], port=p["port"], user=p["user"],
+                              password=p["password"] or "")
+
+    return SparkJobConfig(
+        spark=SparkConfig(app_name="tidb-binlog-demo-diff", executor_cores=2,
+                          executor_ray_cpus=0.5, executor_memory_bytes=768 << 20,
+                          work_dir=str(base / "spark")),
+        upstream=side(up_db), downstream=side(down_db),
+        diff=DiffConfig(tables=(DATABASE,), chunk_size=2_000,
+                        fix_sql_file=str(base / "fix.sql")))
+
+
+def _spark_compare(up_db, down_db, base: Path, console, handle=None) -> int:
+    """Run the Spark diff on the demo's databases, print its summary; exit code 0/1."""
+    # optional dependency: raydp / pyspark load only for --spark-diff
+    from spark_on_ray import diff
+    from tidb_binlog.cli.spark import print_diff_summary  # the CLI's summary; rich, lazily
+
+    cfg = spark_diff_config(up_db, down_db, base)
+    console.print("comparing with the Spark diff (spark_on_ray.diff) on this Ray ...")
+    t0 = time.monotonic()
+    res = diff.run(cfg, handle=handle)
+    print_diff_summary(console, cfg, res, time.monotonic() - t0)
+    if res.equal:
+        console.print("[bold green]diff: 0[/bold green]")
+        return 0
+    differing = sum(not t.equal for t in res.tables)
+    console.print(f"[bold red]diff: {differing}[/bold red] ({sum(t.missing for t in res.tables)}"
+                  f" rows missing downstream, {sum(t.extra for t in res.tables)} extra "
+                  f"downstream, {sum(t.changed for t in res.tables)} with different values; "
+                  f"fix SQL: {res.fix_sql_file})")
+    return 1
 
 
 def _run_workloads(upstream, duration_s: float, database: str):

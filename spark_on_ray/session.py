@@ -71,8 +71,9 @@ def java_version() -> tuple[str, int]:
     if not java or not os.access(java, os.X_OK):
         where = f"$JAVA_HOME/bin/java ({home})" if home else "java on $PATH"
         raise SparkSetupError(f"Java not found ({where}); the Spark jobs need JDK "
-                              f"{'/'.join(map(str, SUPPORTED_JAVA))}: apt-get install -y "
-                              "openjdk-17-jre-headless (or set JAVA_HOME)")  # fmt: skip
+                              f"{'/'.join(map(str, SUPPORTED_JAVA))}: install it with "
+                              "scripts/setup.sh or apt-get install -y openjdk-17-jre-headless "
+                              "(or set JAVA_HOME to a JDK)")  # fmt: skip
     try:
         out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:

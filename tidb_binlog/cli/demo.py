@@ -73,6 +73,10 @@ def register(sub) -> None:
                    help=f"arm an upstream fault knob for the next COUNT transactions ({KNOBS_HELP}"
                         "; see tidb_binlog/upstream/faults.py); shows how the demo reports a "
                         "failed workload")
+    p.add_argument("--spark-diff", action="store_true",
+                   help="end with the Spark consistency diff (spark_on_ray.diff, on the same "
+                        "Ray) instead of the Python compare; needs Java 17 and the MariaDB "
+                        "JDBC jar (scripts/setup.sh installs both)")
     p.set_defaults(func=run)
 
 
@@ -82,4 +86,4 @@ def run(args) -> int:
     from cluster.demo import run_demo
 
     return run_demo(args.duration, workers=args.workers, work_dir=args.work_dir, keep=args.keep,
-                    upstream_faults=dict(args.upstream_fault))
+                    upstream_faults=dict(args.upstream_fault), spark_diff=args.spark_diff)

@@ -20,7 +20,7 @@ import time
 
 from tidb_binlog.config.spark import load_spark_config
 
-__all__ = ["register"]
+__all__ = ["register", "print_diff_summary"]
 
 JOBS = ("load", "diff", "restore", "snapshot-at", "stats")
 
@@ -124,22 +124,11 @@ class _Progress:
         self.progress.update(self.tasks[stage], completed=done, total=max(total, 1))
 
 
-def run_diff(args) -> int:
-    # start-up time: rich, Spark and Ray load only when the job runs (main.py's rule)
+def print_diff_summary(console, cfg, result, seconds: float) -> None:
+    """The diff's summary table and verdict line (``spark diff`` and ``demo --spark-diff``)."""
+    # start-up time: rich loads when a job runs, so `tidb-binlog --help` stays fast
     from rich.table import Table
 
-    # start-up time (as above)
-    from spark_on_ray import diff
-
-    cfg = _load(args, {"diff.fix-sql-file": args.fix_sql_file,
-                       "diff.chunk-size": args.chunk_size,
-                       "diff.checkpoint-table": args.checkpoint_table})
-    console = _console()
-    t0 = time.monotonic()
-    with _Progress(console) as progress:
-        progress("start", 0, 1)
-        result = diff.run(cfg, tables=tuple(args.tables or ()), progress=progress,
-                          ray_address=args.ray_address)
     console.print(f"diff: {cfg.upstream.where()} vs {cfg.downstream.where()}", highlight=False)
     table = Table()
     for col in ("table", "chunks", "upstream rows", "downstream rows", "missing", "extra",
@@ -153,13 +142,29 @@ def run_diff(args) -> int:
     console.print(f"{len(result.tables)} table(s), "
                   f"{sum(not t.equal for t in result.tables)} differing; "
                   f"fix SQL ({result.fix_statements} statements): {result.fix_sql_file}; "
-                  f"{time.monotonic() - t0:.1f} s (Spark start {result.spark_start_s:.1f} s)")
+                  f"{seconds:.1f} s (Spark start {result.spark_start_s:.1f} s)")
     if cfg.diff.checkpoint_table:
         console.print(f"at the drainer's checkpoint ({cfg.diff.checkpoint_table}): "
                       f"{result.recheck_rounds} re-check round(s)"
                       + (f"; {result.unsettled} chunk(s) still being written after the last "
                          "round are reported as last read" if result.unsettled else ""),
                       highlight=False)
+
+
+def run_diff(args) -> int:
+    # start-up time: Spark and Ray load only when the job runs (main.py's rule)
+    from spark_on_ray import diff
+
+    cfg = _load(args, {"diff.fix-sql-file": args.fix_sql_file,
+                       "diff.chunk-size": args.chunk_size,
+                       "diff.checkpoint-table": args.checkpoint_table})
+    console = _console()
+    t0 = time.monotonic()
+    with _Progress(console) as progress:
+        progress("start", 0, 1)
+        result = diff.run(cfg, tables=tuple(args.tables or ()), progress=progress,
+                          ray_address=args.ray_address)
+    print_diff_summary(console, cfg, result, time.monotonic() - t0)
     return 0 if result.equal else 1
 
 
