@@ -1,5 +1,5 @@
-"""TLS to MySQL: ``[syncer.to.security]`` and ``[syncer.to.checkpoint.security]`` against a
-real MariaDB that requires TLS (``require_secure_transport``) and an account created
+"""TLS to MySQL: ``[syncer.to.security]``, ``[syncer.to.checkpoint.security]`` and reparo's
+``[dest-db.security]`` against a real MariaDB that requires TLS (``require_secure_transport``) and an account created
 ``REQUIRE X509``, with certificates made at test time."""
 
 from __future__ import annotations
@@ -8,12 +8,16 @@ import itertools
 
 import pytest
 
+from tidb_binlog.binlogfile import Binlogger
 from tidb_binlog.config import load_drainer_config
+from tidb_binlog.config.reparo import load_reparo_config
 from tidb_binlog.drainer.apply.sql import Statement
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore, open_checkpoint_store
 from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
+from tidb_binlog.drainer.translate.pb import ddl_record
 from tidb_binlog.errors import DownstreamError
+from tidb_binlog.reparo.runner import run_reparo
 from tidb_binlog.security import mysql_ssl
 from tidb_binlog.testing.certs import make_pki
 from tidb_binlog.testing.collector import BinlogCollector
@@ -140,3 +144,26 @@ def test_upstream_connections_take_tls_in_their_params(tls_db):
     finally:
         meta.close()
         upstream.close()
+
+
+def test_reparo_restores_into_a_tls_only_server_with_dest_db_security(tls_db, tmp_path):
+    db, pki = tls_db
+    with Binlogger(tmp_path / "files") as b:
+        b.write_many([ddl_record(5, "", "CREATE DATABASE restored")])
+        b.sync()
+    keys = {"data-dir": str(tmp_path / "files"), "dest-type": "mysql",
+            "dest-db.host": db.host, "dest-db.port": db.port, "dest-db.user": X509_USER,
+            "dest-db.password": ""}
+    with pytest.raises(DownstreamError) as info:  # no TLS asked for: refused, and told why
+        run_reparo(load_reparo_config(None, keys), out=lambda line: None)
+    assert "set [dest-db.security] ssl-ca" in str(info.value)
+    result = run_reparo(load_reparo_config(None, {**keys, **pki.client.keys("dest-db.security")}),
+                        out=lambda line: None)
+    assert result.records == 1
+    conn = db.connect(autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW DATABASES LIKE 'restored'")
+            assert cur.fetchall() == (("restored",),)
+    finally:
+        conn.close()

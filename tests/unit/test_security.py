@@ -7,6 +7,7 @@ import grpc
 import pytest
 
 from tidb_binlog.config import load_drainer_config, load_pump_config
+from tidb_binlog.config.reparo import load_reparo_config
 from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore, open_checkpoint_store
 from tidb_binlog.drainer.pipeline.driver import TaskDriver
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
@@ -92,6 +93,22 @@ def test_a_task_pulls_standalone_pumps_with_its_security_even_when_not_serving(p
         assert feed.source.tls == cfg.security
     finally:
         feed.close()
+
+
+def test_reparo_dest_db_security_maps_to_its_mysql_ssl(pki, tmp_path):
+    base = {"data-dir": str(tmp_path), "dest-type": "mysql"}
+    cfg = load_reparo_config(None, {**base, **pki.client.keys("dest-db.security")})
+    assert mysql_ssl(cfg.dest_db.security) == {"ca": pki.client.ssl_ca,
+                                               "cert": pki.client.ssl_cert,
+                                               "key": pki.client.ssl_key}
+    assert load_reparo_config(None, base).dest_db.security.ssl_ca == ""
+    with pytest.raises(ConfigError) as info:  # checked at load, before any file is read
+        load_reparo_config(None, {**base, "dest-db.security.ssl-ca": str(tmp_path / "no")})
+    assert info.value.key == "dest-db.security.ssl-ca"
+    assert "[dest-db.security] ssl-ca" in str(info.value)
+    # a print run connects nowhere: its TLS keys are not checked
+    load_reparo_config(None, {**base, "dest-type": "print",
+                              "dest-db.security.ssl-ca": str(tmp_path / "no")})
 
 
 def test_a_checkpoint_in_the_downstream_inherits_its_tls(pki):

@@ -5,7 +5,9 @@ TiDB Binlog's ``reparo/config.go`` keys and defaults (``data-dir``, ``log-file``
 ``safe-mode``, ``start-datetime`` / ``stop-datetime``, ``start-tso`` / ``stop-tso``,
 ``replicate-do-db``, ``[[replicate-do-table]]``, ``replicate-ignore-db``,
 ``[[replicate-ignore-table]]`` with ``db-name`` / ``tbl-name``, ``[dest-db]`` host,
-port, user, password), plus ours: ``skip-corrupt`` and ``[dest-db] time-zone``. The same
+port, user, password), plus ours: ``skip-corrupt``, ``[dest-db] time-zone`` and
+``[dest-db.security]`` ``ssl-ca`` / ``ssl-cert`` / ``ssl-key`` (TLS to the MySQL/TiDB
+restored into, read as drainer.toml's ``[syncer.to.security]``; TiDB's reparo has none). The same
 strict rules as the other files: an unknown key is an error naming the key and the file;
 ``overrides`` (the command-line flags, dotted keys or TiDB's flag names ``c`` and ``L``)
 win over the file.
@@ -28,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
+from tidb_binlog.config._common import SecurityConfig
 from tidb_binlog.config._kinds import (
     _BOOL,
     _STR,
@@ -38,11 +41,13 @@ from tidb_binlog.config._kinds import (
 )
 from tidb_binlog.config._toml import _load, _to_toml
 from tidb_binlog.errors import ConfigError
+from tidb_binlog.security import mysql_ssl
 
 __all__ = ["ReparoConfig", "DestDBConfig", "ReparoTableName", "load_reparo_config",
-           "DEST_TYPES", "DATETIME_FORMAT", "datetime_to_tso"]
+           "DEST_TYPES", "DEST_DB_TLS_SECTION", "DATETIME_FORMAT", "datetime_to_tso"]
 
 DEST_TYPES = ("print", "mysql")
+DEST_DB_TLS_SECTION = "dest-db.security"
 DATETIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 _LOG_LEVELS = ("debug", "info", "warn", "warning", "error", "fatal")
 _REPARO_FLAGS = {"c": "worker-count", "L": "log-level"}
@@ -69,6 +74,9 @@ class DestDBConfig:
     # the files as text in the drainer's [syncer.to.params] time_zone (default UTC), so
     # this must name the same zone.
     time_zone: str = _opt("time-zone", _STR, "+00:00")
+    # Ours: [dest-db.security], TLS as drainer.toml's [syncer.to.security] (on when ssl-ca
+    # is set; ssl-cert/ssl-key for accounts created REQUIRE X509); see tidb_binlog.security.
+    security: SecurityConfig = _section("security", SecurityConfig)
 
     def where(self) -> str:
         """``user@host:port`` for messages (never the password)."""
@@ -153,6 +161,8 @@ def load_reparo_config(path: str | Path | None, overrides: dict | None = None, *
         raise _fail("log-level", source, f"{cfg.log_level!r} is not one of {_LOG_LEVELS}")
     if cfg.dest_type == "mysql" and not cfg.dest_db.host:
         raise _fail("dest-db.host", source, "is empty; name the MySQL/TiDB to restore into")
+    if cfg.dest_type == "mysql":  # a wrong TLS file fails here, before any file is read
+        mysql_ssl(cfg.dest_db.security, DEST_DB_TLS_SECTION)
     start_ts = _resolve_end(cfg, "start", source, tz)
     stop_ts = _resolve_end(cfg, "stop", source, tz)
     if stop_ts and stop_ts < start_ts:

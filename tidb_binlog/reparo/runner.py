@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidb_binlog.binlogfile import WalkStats
-from tidb_binlog.config.reparo import ReparoConfig
+from tidb_binlog.config.reparo import DEST_DB_TLS_SECTION, ReparoConfig
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 from tidb_binlog.errors import BinlogError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
@@ -35,6 +35,7 @@ from tidb_binlog.reparo.decode import binlog_to_txn
 from tidb_binlog.reparo.filter import TableFilter, TableRule
 from tidb_binlog.reparo.printer import format_binlog
 from tidb_binlog.reparo.source import read_records, select_segments
+from tidb_binlog.security import mysql_ssl
 from tidb_binlog.tso import extract_physical
 
 __all__ = ["ReparoResult", "run_reparo", "table_filter"]
@@ -87,7 +88,9 @@ def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None) -
         d = cfg.dest_db
         applier = MysqlApplier(
             DownstreamConfig(host=d.host, port=d.port, user=d.user, password=d.password,
-                             params={"time_zone": d.time_zone} if d.time_zone else {}),
+                             params={"time_zone": d.time_zone} if d.time_zone else {},
+                             ssl=mysql_ssl(d.security, DEST_DB_TLS_SECTION),
+                             tls_section=DEST_DB_TLS_SECTION),
             worker_count=cfg.worker_count, txn_batch=cfg.txn_batch, safe_mode=cfg.safe_mode)
     try:
         if applier is not None:
