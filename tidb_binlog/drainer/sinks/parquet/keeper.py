@@ -10,19 +10,38 @@ version) the sink needs to choose exact Arrow types, or the DDL.
 The MySQL keeper's DMLs carry names only; the types come from the translator's table
 views (one per table version), matched to a DML by its ``TableSchema`` object (each
 view builds its own). The mapping is cached per schema object.
+
+**Large transactions** (more than ``[syncer] txn-chunk-rows`` row changes, default
+50 000): :meth:`ParquetKeeper.translate_more` hands such a transaction out one chunk per
+call (:meth:`Translator.translate_chunks
+<tidb_binlog.drainer.translate.txn.Translator.translate_chunks>`), each chunk but the
+last as ``Changes(rows, more=True)``, and answers ``more`` so the merger calls again;
+items arriving meanwhile wait undecoded in this keeper's queue. So neither this keeper
+nor the sink ever holds the transaction decoded whole; the sink appends the chunks to
+its open files and lists them in the manifest only with the last chunk
+(:mod:`.sink`).
 """
 
 from __future__ import annotations
 
+import logging
+from collections import deque
+from collections.abc import Iterator
 from typing import NamedTuple
 
+from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.apply.dml import DMLType, Txn
+from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.sinks.parquet.arrow import ColumnSpec, TableSpec
 from tidb_binlog.drainer.translate.keeper import SchemaAt
 from tidb_binlog.errors import SchemaError
 from tidb_binlog.filter.rules import TxnFilter
+from tidb_binlog.logs import txn as txn_fields
+from tidb_binlog.packed import unpack
 
 __all__ = ["Changes", "ParquetKeeper", "OP_NAMES"]
+
+log = logging.getLogger(__name__)
 
 OP_NAMES = {DMLType.INSERT: "insert", DMLType.UPDATE: "update", DMLType.DELETE: "delete"}
 
@@ -30,10 +49,12 @@ OP_NAMES = {DMLType.INSERT: "insert", DMLType.UPDATE: "update", DMLType.DELETE: 
 class Changes(NamedTuple):
     """One transaction for the Parquet sink: ``rows`` = ``(spec, op, before, after)``
     (images as column dicts, None where absent), or ``ddl`` = ``(database, table,
-    query)``."""
+    query)``. ``more``: a chunk of a large transaction, more chunks of it follow (the
+    sink must not commit it yet)."""
 
     rows: tuple = ()
     ddl: tuple[str, str, str] | None = None
+    more: bool = False
 
 
 class ParquetKeeper(SchemaAt):
@@ -42,6 +63,75 @@ class ParquetKeeper(SchemaAt):
     _specs: dict | None = None
     # the task's filters (SchemaAt.__init__); an empty one for a keeper built without it
     filters: TxnFilter = TxnFilter()
+    # large transactions in chunks (translate_more): the items not translated yet, and
+    # the transaction being handed out: (commit_ts, its chunk iterator)
+    _queue: deque | None = None
+    _chunked: tuple[int, Iterator] | None = None
+
+    def reset(self, schema_version: int) -> int:
+        """:meth:`SchemaAt.reset`; a large transaction half handed out is dropped with the
+        items queued behind it (the replay after the sink's checkpoint brings them again)."""
+        version = super().reset(schema_version)
+        self._queue = deque()
+        self._chunked = None
+        return version
+
+    def chunk_rows(self) -> int:
+        """Row changes per chunk of a large transaction (``txn-chunk-rows``; 0: whole)."""
+        return max(self.settings.txn_chunk_rows, 0)
+
+    def translate_more(self, items) -> tuple[list, bool]:
+        """:meth:`translate` with large transactions in chunks (module doc): ``(out,
+        more)``; ``more``: this keeper still holds work (a large transaction's next
+        chunks, or items queued behind it), so the merger calls again, with no new items
+        if none are ready."""
+        max_rows = self.chunk_rows()
+        if not max_rows:
+            return self.translate(items), False
+        if not self._placed:
+            raise PipelineReset("the parquet keeper restarted: its schema must be rebuilt at "
+                                "the checkpoint before it translates")
+        queue = self._queue
+        queue.extend(unpack(items))
+        out: list = []
+        if self._chunked is not None:
+            self._next_chunk(out)
+        translator = self.translator
+        while self._chunked is None and queue:
+            commit_ts, payload = queue.popleft()
+            if commit_ts in self._ignored_ts:
+                log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
+                            commit_ts, extra=txn_fields(commit_ts))
+                out.append((commit_ts, None, 0))
+                continue
+            binlog = bl.decode(payload)
+            del payload
+            if translator.may_exceed(binlog, max_rows):
+                chunks = translator.translate_chunks(binlog, max_rows)
+                del binlog  # the chunks hold the decoded mutations only
+                self._chunked = (commit_ts, chunks)
+                self._next_chunk(out)
+                if self._chunked is not None:
+                    log.info("transaction at commit_ts %s has more than %d row changes: "
+                             "writing it in chunks", commit_ts, max_rows)
+                continue
+            txn = translator.translate(binlog)
+            out.append((commit_ts, self._changes(txn), translator.keeper.schema_version))
+        return out, self._chunked is not None or bool(queue)
+
+    def _next_chunk(self, out: list) -> None:
+        """The large transaction's next chunk into ``out`` (nothing for a chunk whose
+        rows were all filtered out, unless it is the last: that one commits it)."""
+        commit_ts, chunks = self._chunked
+        dmls, last = next(chunks)
+        changes = self._changes(Txn.of_dmls(commit_ts, dmls))
+        del dmls
+        version = self.translator.keeper.schema_version
+        if last:
+            self._chunked = None
+            out.append((commit_ts, changes, version))
+        elif changes is not None:
+            out.append((commit_ts, changes._replace(more=True), version))
 
     def translate(self, items) -> list[tuple[int, Changes | None, int]]:
         out = []

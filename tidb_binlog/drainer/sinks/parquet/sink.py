@@ -26,6 +26,18 @@ is the manifest's commit_ts**, and a file is visible to readers only from that m
 flush that crashed between rename and manifest), resume after its commit_ts. So after
 a ``kill -9`` every change is in the listed files exactly once, in commit order.
 
+**Large transactions.** The keeper hands a transaction of more than ``txn-chunk-rows``
+row changes in chunks (``Changes.more`` on every chunk but the last; see
+:mod:`.keeper`). Its first chunk flushes everything before it (so the buffer then holds
+this transaction alone); while it is open, a buffer over ``flush_rows`` /
+``flush_bytes`` is *spilled*: appended to one open temp file per group
+(``.spill-*.parquet.tmp``, a row group per spill) and dropped from memory, without a
+manifest change; the time-based flush waits. Only after its last chunk may a flush
+close, fsync and rename those files and list them: the checkpoint never passes a
+transaction that is not wholly in listed files. A crash (or a reset) before that leaves
+only temp files, deleted at the next reset, and the replay writes the transaction again,
+once. ``close()`` with a transaction open commits what came before it and discards it.
+
 **DDL.** Buffers are flushed first, then the manifest records the DDL (``ddls``) with
 its commit_ts and the new schema version; the next row of a changed table starts a
 new ``schemas`` entry, and files of the new version.
@@ -34,10 +46,12 @@ new ``schemas`` entry, and files of the new version.
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -82,6 +96,20 @@ def commit_date(commit_ts: int) -> str:
     return date
 
 
+@dataclass
+class _Spill:
+    """A group's open temp file while a large transaction is written (module doc)."""
+
+    file: object
+    writer: pq.ParquetWriter
+    tmp: Path
+    rows: int = 0
+    last_ts: int = 0
+
+
+_spill_ids = itertools.count()
+
+
 class ParquetLake:
     """The files and the manifest; see the module docstring."""
 
@@ -103,7 +131,10 @@ class ParquetLake:
         self._group_first: dict[tuple[TableSpec, str], int] = {}
         self._pending_rows = 0
         self._pending_bytes = 0
+        self._spills: dict[tuple[TableSpec, str], _Spill] = {}
+        self._open_txn = 0        # commit_ts of a large transaction whose chunks came in
         self._last_flush_s = 0.0
+        self.spilled_rows = 0     # rows appended to temp files (large transactions)
         self.rows = 0             # rows committed since the sink was created
         self.files = 0
         self.ddls = 0
@@ -130,7 +161,7 @@ class ParquetLake:
         self.manifest = manifest
         self.applied_ts = manifest.commit_ts
         self.schema_version = manifest.schema_version
-        self._drop_buffer()
+        self._abort_txn()
         self._last_flush_s = self.clock()
         return Checkpoint(manifest.commit_ts, schema_version=manifest.schema_version)
 
@@ -147,6 +178,16 @@ class ParquetLake:
                 self._commit_ddl(commit_ts, changes.ddl, version)
                 last_spec = last_date = last_builder = None
                 continue
+            more = changes is not None and changes.more
+            if commit_ts != self._open_txn and (more or self._open_txn):
+                if self._open_txn:
+                    raise StorageError(
+                        f"parquet sink: the transaction at commit_ts {commit_ts} came while "
+                        f"the chunks of {self._open_txn} were still coming; this is a bug, "
+                        "report it (a restart replays both from the manifest)")
+                self.flush()  # the buffer holds the large transaction alone from here
+                self._open_txn = commit_ts
+                last_spec = last_date = last_builder = None
             if changes is not None:
                 date = commit_date(commit_ts)
                 for spec, op, before, after in changes.rows:
@@ -163,10 +204,15 @@ class ParquetLake:
                     builder.add(commit_ts, op, before, after)
                     self._pending_bytes += builder.approx_bytes - size
                     self._pending_rows += 1
-            self.applied_ts = commit_ts
-            self.schema_version = max(self.schema_version, version)
+            if not more:  # a whole transaction, or a large one's last chunk
+                self._open_txn = 0
+                self.applied_ts = commit_ts
+                self.schema_version = max(self.schema_version, version)
             if self._pending_rows >= self.flush_rows or self._pending_bytes >= self.flush_bytes:
-                self.flush()
+                if self._open_txn:
+                    self._spill()  # no manifest change before the transaction's end
+                else:
+                    self.flush()
                 last_spec = last_date = last_builder = None
         self._maybe_flush_by_time()
         return self.applied_ts
@@ -178,6 +224,8 @@ class ParquetLake:
 
     def close(self) -> Checkpoint:
         self._open()
+        if self._open_txn:  # its last chunk never came: the restart replays it
+            self._abort_txn()
         self.flush()
         cp = Checkpoint(self.manifest.commit_ts, consistent=True,
                         schema_version=self.manifest.schema_version)
@@ -193,12 +241,16 @@ class ParquetLake:
                 "schema_version": self.schema_version, "rows": self.rows,
                 "files": self.files, "ddl_records": self.ddls, "flushes": self.flushes,
                 "pending_rows": self._pending_rows, "skipped": self.skipped,
-                "removed_files": self.removed_files, "zero_dates": self.zero_dates}
+                "removed_files": self.removed_files, "zero_dates": self.zero_dates,
+                "spilled_rows": self.spilled_rows, "open_txn": self._open_txn}
 
     # -- flushing -------------------------------------------------------------------------
     def flush(self) -> None:
         """Write every buffered group, then commit the manifest at ``applied_ts``."""
         manifest = self._open()
+        if self._open_txn:
+            raise StorageError(f"parquet sink: flush while the transaction at commit_ts "
+                               f"{self._open_txn} is open; this is a bug, report it")
         if not self._groups and manifest.commit_ts == self.applied_ts:
             return
         new_files, new_schemas = [], []
@@ -206,40 +258,98 @@ class ParquetLake:
         for (spec, date), builder in self._groups.items():
             version = self._schema_entry(manifest, spec, new_schemas)
             first = self._group_first[(spec, date)]
-            last = builder.commit_ts[-1]
+            spill = self._spills.pop((spec, date), None)
+            last = builder.commit_ts[-1] if len(builder) else spill.last_ts
+            rows = len(builder) + (spill.rows if spill is not None else 0)
             rel = (f"{spec.database}/{spec.table}/date={date}/"
                    f"part-{first}-{last}-v{version}-{seq}.parquet")
             seq += 1
-            size = self._write_file(rel, builder)
+            size = self._write_file(rel, builder, spill)
             self.zero_dates += builder.zero_dates
             new_files.append({"path": rel, "database": spec.database, "table": spec.table,
                               "date": date, "schema_version": version,
                               "min_commit_ts": first, "max_commit_ts": last,
-                              "rows": len(builder), "bytes": size})
+                              "rows": rows, "bytes": size})
         manifest.files.extend(new_files)
         manifest.schemas.extend(new_schemas)
         manifest.commit_ts = self.applied_ts
         manifest.schema_version = max(manifest.schema_version, self.schema_version)
         write_manifest(self.directory, manifest)
-        self.rows += self._pending_rows
+        self.rows += sum(f["rows"] for f in new_files)
         self.files += len(new_files)
         self.flushes += 1
         self._drop_buffer()
         self._last_flush_s = self.clock()
 
-    def _write_file(self, rel: str, builder: BatchBuilder) -> int:
+    def _write_file(self, rel: str, builder: BatchBuilder, spill: _Spill | None = None) -> int:
+        """Write the group's file (the rest of a spilled one), fsync, rename into place."""
         path = self.directory / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        batch = builder.build()
-        with open(tmp, "wb") as f:
-            with pq.ParquetWriter(f, batch.schema, compression=self.compression) as writer:
-                writer.write_table(pa.Table.from_batches([batch]))
-            f.flush()
-            os.fsync(f.fileno())
+        if spill is not None:
+            if len(builder):
+                spill.writer.write_batch(builder.build())
+            spill.writer.close()
+            f, tmp = spill.file, spill.tmp
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+            finally:
+                f.close()
+        else:
+            tmp = path.with_name(f".{path.name}.tmp")
+            batch = builder.build()
+            with open(tmp, "wb") as f:
+                with pq.ParquetWriter(f, batch.schema, compression=self.compression) as writer:
+                    writer.write_table(pa.Table.from_batches([batch]))
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)
         return path.stat().st_size
+
+    def _spill(self) -> None:
+        """Append every buffered group to its open temp file and empty the buffer, with
+        no manifest change (a large transaction is open: module doc)."""
+        for key, builder in list(self._groups.items()):
+            if not len(builder):
+                continue
+            spec, date = key
+            batch = builder.build()
+            spill = self._spills.get(key)
+            if spill is None:
+                part = self.directory / spec.database / spec.table / f"date={date}"
+                part.mkdir(parents=True, exist_ok=True)
+                tmp = part / (f".spill-{self._group_first[key]}-{os.getpid()}-"
+                              f"{next(_spill_ids)}.parquet.tmp")
+                f = open(tmp, "wb")  # noqa: SIM115 (open until the transaction's last chunk)
+                try:
+                    writer = pq.ParquetWriter(f, batch.schema, compression=self.compression)
+                except BaseException:
+                    f.close()
+                    raise
+                spill = self._spills[key] = _Spill(f, writer, tmp)
+            spill.writer.write_batch(batch)
+            spill.rows += len(builder)
+            spill.last_ts = builder.commit_ts[-1]
+            self.zero_dates += builder.zero_dates
+            self.spilled_rows += len(builder)
+            self._groups[key] = BatchBuilder(spec)
+        self._pending_rows = 0
+        self._pending_bytes = 0
+
+    def _abort_txn(self) -> None:
+        """Drop the buffer and a large transaction's temp files (reset, or close with it
+        open): nothing of it was listed, the replay brings it again."""
+        for spill in self._spills.values():
+            try:
+                spill.writer.close()
+            except Exception as exc:  # a half-written temp file: it is deleted below
+                log.warning("parquet sink: closing %s: %s", spill.tmp, exc)
+            spill.file.close()
+            spill.tmp.unlink(missing_ok=True)
+        self._spills.clear()
+        self._open_txn = 0
+        self._drop_buffer()
 
     def _schema_entry(self, manifest: Manifest, spec: TableSpec, new: list[dict]) -> int:
         """The schema version a file of ``spec`` is listed under (a new entry when the
@@ -276,7 +386,8 @@ class ParquetLake:
         self._last_flush_s = self.clock()
 
     def _maybe_flush_by_time(self) -> None:
-        if self.manifest is None or self.applied_ts == self.manifest.commit_ts:
+        if (self.manifest is None or self.applied_ts == self.manifest.commit_ts
+                or self._open_txn):
             return
         if self.clock() - self._last_flush_s >= self.flush_interval_s:
             self.flush()
