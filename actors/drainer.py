@@ -142,6 +142,15 @@ class KeeperShell:
     def translate(self, items) -> list:
         return self.keeper.translate(items)
 
+    def translate_more(self, items) -> tuple:
+        """``(translate result, more)``: a keeper that hands large transactions out in
+        chunks (the Parquet keeper) answers ``more`` while it holds the next ones; the
+        others translate everything at once."""
+        more_of = getattr(self.keeper, "translate_more", None)
+        if more_of is None:
+            return self.keeper.translate(items), False
+        return more_of(items)
+
     def schema_version(self) -> int:
         return self.keeper.schema_version()
 

@@ -397,7 +397,7 @@ class PipelineCalls:
         self.sink = sink
         self.workers = list(workers)
         self.pull_calls = PumpPullCalls()
-        self._keeper_more = None  # the `more` ref of the last send_routed, until read
+        self._keeper_more = None  # the `more` ref of the last send(_routed), until read
 
     # -- the pipeline -------------------------------------------------------------------------
     def reset(self, replay: bool):
@@ -407,7 +407,8 @@ class PipelineCalls:
         return RayCalls.get(self.keeper.reset.remote(schema_version))
 
     def send(self, seq: int, items):
-        translated = self.keeper.translate.remote(items)
+        translated, more = RayCalls.call_n(self.keeper, "translate_more", 2, items)
+        self._keeper_more = more  # the keeper holds a large transaction's next chunks
         return self.sink.apply.remote(seq, translated)
 
     def send_routed(self, seq: int, items, worker_count: int):

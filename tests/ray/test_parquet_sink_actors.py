@@ -87,7 +87,11 @@ ALL_COLUMNS = ("id", "b", "t", "tu", "s", "m", "i", "iu", "bi", "bu", "f", "d", 
 def test_workload_with_all_types_and_ddl_into_the_lake(stack):
     up_db, cluster, upstream, started, lake = stack
     upstream.ddl("CREATE DATABASE wl")
-    drainer = Drainer.start(parquet_config(lake), registry=cluster.registry)
+    # txn-chunk-rows 20: the larger transactions stream through the keeper and the sink in
+    # chunks, spilled (flush-rows 30) and listed only with their last chunk
+    drainer = Drainer.start(parquet_config(lake, **{"syncer.txn-chunk-rows": 20,
+                                                    "syncer.to.parquet.flush-rows": 30}),
+                            registry=cluster.registry)
     started.append(drainer)
     writer = Writer(upstream).start()
     try:
@@ -102,6 +106,11 @@ def test_workload_with_all_types_and_ddl_into_the_lake(stack):
             txn.insert("t", [{"id": k, "name": f"n{k}", "amount": "1.05", "note": "y"}])
             txn.update("t", {"note": "z"}, "id = %s", (k - 1,))
             writer.commit_tss.append(txn.commit())
+        txn = s.begin()  # a large transaction: 4 chunks
+        txn.insert("t", [{"id": k, "name": f"b{k}", "amount": "2.50", "note": "big"}
+                         for k in range(20_000, 20_075)])
+        big_ts = txn.commit()
+        writer.commit_tss.append(big_ts)
     upstream.flush()
     drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=180)
     final = drainer.stop()
@@ -111,6 +120,12 @@ def test_workload_with_all_types_and_ddl_into_the_lake(stack):
     assert manifest.commit_ts == final["commit_ts"]
 
     check_shop(lake, up_db, writer.commit_tss)
+    assert sum(r["commit_ts"] == big_ts for r in changes(lake, "shop", "t")) == 75
+    assert not list(lake.rglob("*.tmp"))
+    big_file = next(f for f in manifest.files if f["min_commit_ts"] <= big_ts
+                    <= f["max_commit_ts"] and f["table"] == "t")
+    # spilled chunk by chunk: a row group per spill (written whole, it would be one)
+    assert pq.ParquetFile(lake / big_file["path"]).metadata.num_row_groups >= 2
     versions = [s for s in manifest.schemas if s["table"] == "t"]
     assert len(versions) == 2 and "note" in [c["name"] for c in versions[1]["columns"]]
     alter = [d for d in manifest.ddls if "ADD COLUMN note" in d["query"]]

@@ -142,3 +142,15 @@ def test_a_keeper_holding_a_large_transaction_is_called_again_without_items():
         loop.step(feeds)
     assert calls.sent == [("routed/2", 0, 1), ("routed/2", 1, 0), ("routed/2", 2, 0)]
     assert calls.idles == 1  # only once the keeper had nothing left
+
+
+def test_the_parquet_keeper_holding_a_large_transaction_is_called_again_without_items():
+    calls = Calls()
+    calls.more = 1  # not routed (db-type parquet): translate_more answered `more` once
+    merger = Merger(start_ts=0)
+    merger.add_source("p", start_after_ts=0)
+    loop = MergeLoop(TaskSettings(cluster_id=1, sink="parquet"), calls, merger)
+    feeds = {"p": Feed([([(1, b"big")], 1)])}
+    for _ in range(3):
+        loop.step(feeds)
+    assert calls.sent == [("translate", 0, 1), ("translate", 1, 0)]

@@ -12,9 +12,10 @@
    routes the rows and returns one object per worker plus a plan, and only the plan
    goes to the coordinator) or ``translate`` → ``apply`` (the causality mode, the file
    sink). Either way the keeper's result refs go straight to the sink: translated rows
-   never pass through the merger. Routed, the keeper hands a large transaction out one
-   chunk per call; while it answers ``more`` (:meth:`PipelineCalls.keeper_more`) and
-   nothing new is ready, the merger calls it again with no items;
+   never pass through the merger. Routed (and the Parquet keeper), the keeper hands a
+   large transaction out one chunk per call; while it answers ``more``
+   (:meth:`PipelineCalls.keeper_more`) and nothing new is ready, the merger calls it
+   again with no items;
 3. back-pressure: at most ``max_inflight`` batches outstanding; a finished one's result
    is collected (which raises the sink's error, or PipelineReset);
 4. when nothing moved: the sink's ``idle()`` (at most every :data:`IDLE_EVERY_S`, when
@@ -131,9 +132,12 @@ class MergeLoop:
             self.seq += 1
             self.merged += len(ready)
             progressed = True
-        elif settings.routed and calls.keeper_more():
+        elif calls.keeper_more():
             # a large transaction goes out one chunk per keeper call: ask for the next
-            inflight.append(calls.send_routed(self.seq, pack([]), settings.worker_count))
+            if settings.routed:
+                inflight.append(calls.send_routed(self.seq, pack([]), settings.worker_count))
+            else:  # the Parquet keeper (ParquetKeeper.translate_more)
+                inflight.append(calls.send(self.seq, pack([])))
             self.seq += 1
             progressed = True
         disorder = merger.counters["out_of_order"]
