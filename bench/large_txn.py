@@ -37,6 +37,9 @@ Prints, last::
     .venv/bin/python bench/large_txn.py --rows 1000000            # ~200 MB of row data
     .venv/bin/python bench/large_txn.py --rows 2000000 --workers 2
     .venv/bin/python bench/large_txn.py --rows 1000000 --txn-chunk-rows 0   # unchunked
+    .venv/bin/python bench/large_txn.py --rows 1000000 --keeper-only [--trace]
+
+``--keeper-only``: the schema keeper alone, in this process (:func:`keeper_only`).
 """
 
 from __future__ import annotations
@@ -121,6 +124,120 @@ def rows_of(n: int, row_bytes: int):
         yield {"k": i, "c": chunk[off:off + c_len], "pad": pad}
 
 
+def keeper_only(rows: int, row_bytes: int, chunk_rows: int, trace: bool = False) -> str:
+    """The schema keeper's peak memory for one large transaction, in this process (no Ray,
+    no servers): a Commit binlog of ``rows`` inserts of about ``row_bytes`` bytes each
+    (TiDB's row format, as the pump serves it), packed as the merger hands it on, through
+    :meth:`RowKeeper.translate_routed` until it answers no ``more`` (each call's result
+    dropped, as the actor's are once returned). Peak RSS growth (VmHWM, reset first)
+    over the RSS before the packed batch was built, as a multiple of the binlog's size;
+    with ``trace`` also tracemalloc's peak of Python allocations (slower; it tells what
+    Python holds from what glibc keeps)."""
+    import gc
+    import tracemalloc
+
+    from tidb_binlog.codec import Datum, encode_old_row, encode_value
+    from tidb_binlog.codec import mysql as m
+    from tidb_binlog.drainer.pipeline.settings import TaskSettings
+    from tidb_binlog.drainer.translate.keeper import RowKeeper
+    from tidb_binlog.model import (
+        ActionType,
+        CIStr,
+        ColumnInfo,
+        DBInfo,
+        FieldType,
+        HistoryInfo,
+        Job,
+        JobState,
+        SchemaState,
+        TableInfo,
+    )
+    from tidb_binlog.packed import pack
+    from tidb_binlog.upstream.prewrite_payload import prewrite_payload
+
+    def col(cid, name, tp, flag=0, flen=-1, charset="utf8mb4"):
+        return ColumnInfo(id=cid, name=CIStr(name), offset=cid - 1, type=FieldType(
+            tp=tp, flag=flag, flen=flen, decimal=0, charset=charset, collate="utf8mb4_bin"))
+
+    def job(job_id, tp, version, *, db=None, table=None):
+        return Job(id=job_id, type=tp, schema_id=2, table_id=table.id if table else 0,
+                   state=JobState.SYNCED, schema_state=SchemaState.PUBLIC, query="",
+                   binlog=HistoryInfo(schema_version=version, db_info=db, table_info=table))
+
+    table = TableInfo(id=10, name=CIStr("lt"), pk_is_handle=True, max_col_id=4, cols=[
+        col(1, "id", m.TYPE_LONGLONG, m.PRI_KEY_FLAG | m.NOT_NULL_FLAG, 20, "binary"),
+        col(2, "k", m.TYPE_LONG, m.NOT_NULL_FLAG, 11, "binary"),
+        col(3, "c", m.TYPE_VARCHAR, m.NOT_NULL_FLAG, 1024),
+        col(4, "pad", m.TYPE_STRING, m.NOT_NULL_FLAG, 60)])
+    jobs = [job(1, ActionType.CREATE_SCHEMA, 1, db=DBInfo(id=2, db_name=CIStr(DB))),
+            job(2, ActionType.CREATE_TABLE, 2, table=table)]
+
+    class Meta:
+        def history_jobs(self, up_to_schema_version=None):
+            return list(jobs)
+
+        def job(self, job_id):
+            return next((j for j in jobs if j.id == job_id), None)
+
+    class Mutation:  # what PrewriteEncoder reads of the capture's per-table records
+        table_id = 10
+        updated: list = []
+        deleted: list = []
+
+    c_len = max(row_bytes - 72, 1)
+    pad = "p" * 59
+    mut = Mutation()
+    mut.inserted = [encode_value([Datum.int64(i)]) + encode_old_row(
+        [2, 3, 4], [Datum.int64(i), Datum.string(f"{i:0{c_len}d}"[-c_len:]),
+                    Datum.string(pad)]) for i in range(rows)]
+    mut.sequence = [0] * rows
+    payload = prewrite_payload(99, 2, [mut], b"k")
+    del mut
+    # the pump serves the Commit with the Prewrite's value spliced in: tp Commit, commit_ts
+    payload = payload.replace(b"\x08\x00\x10", b"\x08\x01\x10", 1)
+    payload = payload.replace(b"\x18\x00", b"\x18\x64", 1)  # commit_ts 100 (start_ts 99)
+    size = len(payload)
+    keeper = RowKeeper(TaskSettings(cluster_id=1, worker_count=2, txn_chunk_rows=chunk_rows),
+                       Meta(), 2)
+    keeper.reset(2)
+    gc.collect()
+    _release()
+    pid = os.getpid()
+    peak = PeakRss({pid: "keeper"})
+    if trace:
+        tracemalloc.start()
+    t0 = time.perf_counter()
+    items = pack([(100, payload)])
+    del payload
+    calls, n = 0, 0
+    more = True
+    while more:
+        out = keeper.translate_routed(items if calls == 0 else pack([]), 2)
+        more = out[-1]
+        calls += 1
+        n += len(out[1]) + len(out[2])
+        del out
+        if calls == 1:
+            del items
+    elapsed = time.perf_counter() - t0
+    traced = tracemalloc.get_traced_memory()[1] if trace else 0
+    tracemalloc.stop()
+    growth = peak.stop()[pid]
+    return (f"RESULT keeper_only rows={rows} data_mb={size / MB:.1f} chunk_rows={chunk_rows} "
+            f"calls={calls} s={elapsed:.1f} peak_rss={growth / size:.2f}x "
+            f"peak_traced={traced / size:.2f}x")
+
+
+def _release() -> None:
+    """glibc's malloc_trim(0): what freed memory the allocator kept goes back to the OS."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
 def main(argv=None) -> int:
     import ray
 
@@ -141,8 +258,16 @@ def main(argv=None) -> int:
     p.add_argument("--work-dir", default=None)
     p.add_argument("--no-drainer", action="store_true",
                    help="only upstream and pumps (no drainer task; apply is not timed)")
+    p.add_argument("--keeper-only", action="store_true",
+                   help="only the schema keeper's translate_routed, in this process (no Ray, "
+                        "no servers): its peak memory for a binlog of --rows rows")
+    p.add_argument("--trace", action="store_true",
+                   help="with --keeper-only: tracemalloc's peak too (slower)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.keeper_only:
+        print(keeper_only(args.rows, args.row_bytes, args.txn_chunk_rows, args.trace))
+        return 0
 
     base = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-large-txn-"))
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,

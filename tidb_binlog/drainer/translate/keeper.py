@@ -41,6 +41,7 @@ from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.translate.pb import PbTranslator
 from tidb_binlog.drainer.translate.schema import SchemaKeeper
 from tidb_binlog.drainer.translate.txn import Translator
+from tidb_binlog.drainer.translate.wire import read_binlog
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.logs import txn as txn_fields
 from tidb_binlog.packed import pack, unpack
@@ -243,11 +244,14 @@ class RowKeeper(SchemaAt):
                             commit_ts, extra=txn_fields(commit_ts))
                 out.append((commit_ts, None, 0))
                 continue
-            binlog = bl.decode(payload)
-            del payload
-            if translator.may_exceed(binlog, max_rows):
-                chunks = translator.translate_chunks(binlog, max_rows)
-                del binlog  # the chunks hold the decoded mutations only
+            # a possibly large one is read in place (translate/wire.py): no Binlog or
+            # PrewriteValue message, no copy of its prewrite_value; the chunks hold the
+            # payload and the rows' offsets only
+            wire = read_binlog(payload) if len(payload) > 4 * max_rows else None
+            if wire is not None and translator.may_exceed(wire, max_rows):
+                del payload  # the wire binlog's view holds it
+                chunks = translator.translate_chunks(wire, max_rows)
+                del wire
                 dmls, last = next(chunks)
                 if not last:
                     self._chunked = _Chunked(commit_ts, chunks, dmls)
@@ -256,7 +260,9 @@ class RowKeeper(SchemaAt):
                     break
                 txn = Txn.of_dmls(commit_ts, dmls)
             else:
-                txn = translator.translate(binlog)
+                del wire
+                txn = translator.translate(bl.decode(payload))
+                del payload
             out.append((commit_ts, self._filter(txn), translator.keeper.schema_version))
         return out
 

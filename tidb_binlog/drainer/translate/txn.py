@@ -64,6 +64,7 @@ from tidb_binlog.drainer.apply.dml import (
     _dml_unchecked,
 )
 from tidb_binlog.drainer.translate.schema import SchemaKeeper
+from tidb_binlog.drainer.translate.wire import WireBinlog, WirePrewrite
 from tidb_binlog.errors import CodecError, SchemaError
 from tidb_binlog.model import ActionType, ColumnInfo, Job, SchemaState, TableInfo
 
@@ -208,11 +209,20 @@ class Translator:
         transaction whose rows were all dropped); a chunk is handed out once a row
         after it was decoded, so the last one is never empty when the transaction
         has rows. The schema must not change between the chunks (the keeper
-        translates nothing else meanwhile)."""
+        translates nothing else meanwhile).
+
+        ``binlog``: a ``Binlog`` message, or the keeper's
+        :class:`~tidb_binlog.drainer.translate.wire.WireBinlog` (read from the payload's
+        bytes: no ``PrewriteValue`` message is built, each row image is copied out of the
+        payload when its chunk is decoded, so this holds the payload and 16 bytes of
+        offsets a row, not the transaction two or three times over)."""
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         commit_ts, start_ts = binlog.commit_ts, binlog.start_ts
-        mutations = bl.decode_prewrite_value(binlog.prewrite_value)
+        if isinstance(binlog, WireBinlog):  # read in place: rows copied one chunk at a time
+            mutations = WirePrewrite(binlog.prewrite_value)
+        else:
+            mutations = bl.decode_prewrite_value(binlog.prewrite_value)
         del binlog  # its prewrite_value bytes: the caller lets go of the binlog too
         version = mutations.schema_version
         self._schema_at(version)

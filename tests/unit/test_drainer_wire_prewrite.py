@@ -1,0 +1,84 @@
+"""translate/wire.py reads a Commit binlog from its bytes as protobuf parses it."""
+
+from __future__ import annotations
+
+import pytest
+from test_drainer_txn_chunks import commit_with, inserts, mixed, translator
+
+from tidb_binlog import binlog as bl
+from tidb_binlog.drainer.translate.wire import WirePrewrite, read_binlog
+from tidb_binlog.errors import ProtocolError
+
+
+def _same(pv_bytes: bytes) -> None:
+    """WirePrewrite of the bytes reads what protobuf's PrewriteValue does."""
+    pb = bl.decode_prewrite_value(pv_bytes)
+    wire = WirePrewrite(pv_bytes)
+    assert wire.schema_version == pb.schema_version
+    assert len(wire.mutations) == len(pb.mutations)
+    for w, p in zip(wire.mutations, pb.mutations, strict=True):
+        assert w.table_id == p.table_id
+        assert list(w.sequence) == list(p.sequence)
+        for name in ("inserted_rows", "updated_rows", "deleted_rows"):
+            rows = getattr(w, name)
+            assert len(rows) == len(getattr(p, name))
+            assert list(rows) == list(getattr(p, name))
+            assert rows[1:3] == list(getattr(p, name))[1:3]
+            if len(rows):
+                assert rows[-1] == getattr(p, name)[-1]
+
+
+def test_reads_mixed_mutations_as_protobuf_does():
+    binlog = commit_with([inserts(0, 10), mixed(11), inserts(50, 54)])
+    _same(binlog.prewrite_value)
+    _same(bl.encode(bl.new_prewrite_value(-5, [bl.new_table_mutation(-3)])))  # negatives
+    _same(b"")
+
+
+def test_packed_sequence_unknown_fields_and_enum_values():
+    # TableMutation{table_id 10, inserted_rows "ab", field 9 (unknown, varint),
+    # sequence packed [0, 9 (not a MutationType: dropped), 4], field 15 fixed32, sequence 1
+    # unpacked}; PrewriteValue{schema_version 7 (twice: the last wins), that mutation,
+    # field 3 fixed64 (unknown)}
+    mut = (b"\x08\x0a" b"\x12\x02ab" b"\x48\x05" b"\x3a\x03\x00\x09\x04"
+           b"\x7d\x01\x02\x03\x04" b"\x38\x01")
+    pv = b"\x08\x03" + b"\x12" + bytes([len(mut)]) + mut + b"\x19" + bytes(8) + b"\x08\x07"
+    _same(pv)
+    assert list(WirePrewrite(pv).mutations[0].sequence) == [0, 4, 1]
+    assert WirePrewrite(pv).schema_version == 7
+
+
+@pytest.mark.parametrize("bad", [
+    b"\x12\x05\x08",  # a mutation longer than the value
+    b"\x08",  # a truncated varint
+    b"\x08" + b"\xff" * 11,  # a varint of 11 bytes
+    b"\x12\x02\x12\x05",  # a row longer than its mutation
+    b"\x0b",  # wire type 3 (a group)
+])
+def test_malformed_bytes_raise_protocol_error_up_front(bad):
+    with pytest.raises(ProtocolError):
+        bl.decode_prewrite_value(bad)  # protobuf refuses them too
+    with pytest.raises(ProtocolError, match=r"malformed prewrite value \(\d+ bytes\)"):
+        WirePrewrite(bad)
+
+
+def test_read_binlog_header_and_fallback():
+    binlog = commit_with([inserts(0, 3)], commit_ts=100)
+    binlog.ddl_job_id = 0
+    payload = bl.encode(binlog)
+    wire = read_binlog(payload)
+    assert (wire.tp, wire.start_ts, wire.commit_ts, wire.ddl_job_id) == (1, 99, 100, 0)
+    assert bytes(wire.prewrite_value) == binlog.prewrite_value
+    assert read_binlog(b"") is None  # no tp: the caller's protobuf parse raises
+    assert read_binlog(payload[:-3]) is None  # truncated
+    assert read_binlog(bl.encode(bl.commit(-2, 5))).start_ts == -2
+
+
+@pytest.mark.parametrize("max_rows", [1, 4, 7, 100])
+def test_chunks_of_the_wire_binlog_equal_the_whole_translation(max_rows):
+    binlog = commit_with([inserts(0, 10), mixed(11), inserts(50, 54)])
+    whole = translator().translate(binlog).dmls
+    wire = read_binlog(bl.encode(binlog))
+    chunks = list(translator().translate_chunks(wire, max_rows))
+    assert [d for dmls, _ in chunks for d in dmls] == list(whole)
+    assert [last for _, last in chunks] == [False] * (len(chunks) - 1) + [True]
