@@ -12,7 +12,9 @@ owner's ``route(request) -> Response | None``:
 - an exception is logged with its traceback and answered ``500 {"message":
   "<ExceptionType>: <text>", "code": 500}``; the server keeps serving.
 
-Other methods get the standard library's ``501``. The TLS handshake of a connection
+With ``allowed_cn`` (``[security] cert-allowed-cn`` of a TLS server) a request whose
+client certificate has no listed common name is answered ``403 {"message": ...}``
+naming it, whatever the path. Other methods get the standard library's ``501``. The TLS handshake of a connection
 runs in that connection's thread, so a slow or broken client never blocks the
 listener. ``stop()`` stops accepting and closes the socket.
 
@@ -30,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+from tidb_binlog.security import peer_common_names, refused_names
 
 __all__ = ["HttpServer", "Request", "Response", "derive_status_addr", "json_response",
            "text_response"]
@@ -92,7 +96,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         request = Request.parse(method, self.path)
         try:
-            response = self.route(request)
+            response = self._refusal() or self.route(request)
         except Exception as exc:  # answered 500 with the reason, logged with its traceback
             log.exception("HTTP %s %s failed", method, self.path)
             response = json_response(500, {"message": f"{type(exc).__name__}: {exc}",
@@ -105,6 +109,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(response.body)))
         self.end_headers()
         self.wfile.write(response.body)
+
+    def _refusal(self) -> Response | None:
+        """403 for a TLS client whose certificate's common name is not allowed."""
+        allowed = self.server.allowed_cn
+        if not allowed or not isinstance(self.connection, ssl.SSLSocket):
+            return None
+        why = refused_names(peer_common_names(self.connection.getpeercert()), allowed)
+        if why is None:
+            return None
+        log.warning("HTTP %s from %s refused: %s", self.path, self.address_string(), why)
+        return json_response(403, {"message": why, "code": 403})
 
     def do_GET(self):
         self._serve("GET")
@@ -121,6 +136,7 @@ class _Server(ThreadingHTTPServer):
 
     daemon_threads = True
     ssl_context: ssl.SSLContext | None = None
+    allowed_cn: tuple[str, ...] = ()
 
     def finish_request(self, request, client_address):
         if self.ssl_context is not None:
@@ -138,11 +154,12 @@ class HttpServer:
     ``start()`` begins serving."""
 
     def __init__(self, addr: str, route: Route, *, name: str = "http",
-                 ssl_context: ssl.SSLContext | None = None):
+                 ssl_context: ssl.SSLContext | None = None, allowed_cn: tuple[str, ...] = ()):
         host, _, port = addr.rpartition(":")
         handler = type(f"{name}-handler", (_Handler,), {"route": staticmethod(route)})
         self.httpd = _Server((host, int(port)), handler)
         self.httpd.ssl_context = ssl_context
+        self.httpd.allowed_cn = tuple(allowed_cn) if ssl_context is not None else ()
         self.port = self.httpd.server_address[1]
         self.addr = f"{host}:{self.port}"
         self.name = name

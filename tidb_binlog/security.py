@@ -14,8 +14,10 @@ was missing, and the one place that says what to set when TLS is missing on one 
   than silently plaintext (TiDB Binlog ignores it).
 - :func:`client_tls_paths`: the checked files of a gRPC client's TLS, or None
   (``PumpTLS.from_security`` in :mod:`tidb_binlog.pump_client.transport` uses it).
-- :func:`refused_peer`: ``cert-allowed-cn`` on a server: why a TLS peer's certificate
-  is refused (its common name is not listed), or None.
+- :func:`refused_peer`: ``cert-allowed-cn`` on a gRPC server: why a TLS peer's
+  certificate is refused (its common name is not listed), or None;
+  :func:`refused_names` the same from common names (the HTTP status servers'), and
+  :func:`server_allowed_cn` the list a server section enforces.
 - :func:`tls_hint`: the sentence added to a connection error when TLS is likely the
   cause (a plaintext client meets a TLS server, or the reverse), naming what to set.
 - :func:`mysql_tls_hint`: the same for a MySQL connection error.
@@ -30,7 +32,9 @@ import os
 
 from tidb_binlog.errors import ConfigError
 
-__all__ = ["mysql_ssl", "client_tls_paths", "refused_peer", "tls_hint", "mysql_tls_hint", "tls_enabled"]
+__all__ = ["mysql_ssl", "client_tls_paths", "refused_peer", "refused_names",
+           "server_allowed_cn", "peer_common_names", "tls_hint", "mysql_tls_hint",
+           "tls_enabled"]
 
 
 def _paths(security) -> tuple[str, str, str]:
@@ -108,7 +112,29 @@ def refused_peer(auth_context: dict, allowed_cn) -> str | None:
     if kind != b"ssl":
         return None
     names = [n.decode(errors="replace") for n in auth_context.get("x509_common_name", ())]
-    if any(n in allowed_cn for n in names):
+    return refused_names(names, allowed_cn)
+
+
+def server_allowed_cn(security) -> tuple[str, ...]:
+    """The ``cert-allowed-cn`` a server with this section enforces: () when it does not
+    serve TLS (no ``ssl-cert``), since the check applies to TLS peers only."""
+    if security is None or not (getattr(security, "ssl_cert", "") or ""):
+        return ()
+    return tuple(getattr(security, "cert_allowed_cn", ()) or ())
+
+
+def peer_common_names(peercert: dict | None) -> list[str]:
+    """The subject common names of ``ssl.SSLSocket.getpeercert()`` ({} or None when the
+    peer sent no certificate)."""
+    return [value for rdn in (peercert or {}).get("subject", ()) for key, value in rdn
+            if key == "commonName"]
+
+
+def refused_names(names, allowed_cn) -> str | None:
+    """Why a TLS peer whose certificate has the common names ``names`` is refused under
+    ``cert-allowed-cn`` (None: allowed, or no list). As in TiDB, a peer without a
+    certificate is refused when a list is set."""
+    if not allowed_cn or any(n in allowed_cn for n in names):
         return None
     shown = ", ".join(names) or "none"
     return (f"client certificate common name {shown} is not in this server's [security] "

@@ -4,7 +4,12 @@ the pump client (what the upstream writes through), the drainer's pull client
 
 from __future__ import annotations
 
+import json
 import logging
+import ssl
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -51,6 +56,17 @@ def client(addr: str, tls: PumpTLS | None) -> PumpClient:
                       write_timeout_s=1.0, probe_interval_s=3600)
 
 
+def http_get(addr: str, tls: TLSFiles, path: str) -> tuple[int, dict]:
+    """``GET https://addr/path`` presenting ``tls``'s certificate: (status, JSON body)."""
+    ctx = ssl.create_default_context(cafile=tls.ssl_ca)
+    ctx.load_cert_chain(tls.ssl_cert, tls.ssl_key)
+    try:
+        with urllib.request.urlopen(f"https://{addr}{path}", timeout=10, context=ctx) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
 def write_txn(c: PumpClient, start_ts: int) -> str:
     value = bl.new_prewrite_value(1).SerializeToString()
     node = c.write_binlog(bl.prewrite(start_ts, value, prewrite_key=b"k"))
@@ -58,8 +74,15 @@ def write_txn(c: PumpClient, start_ts: int) -> str:
     return node
 
 
-def committed(proc) -> list[int]:
-    return [bl.decode(p).start_ts for _, p in proc.node.storage.pull_commit_binlogs(0)]
+def committed(proc, expect: list[int] | None = None) -> list[int]:
+    """The start_ts of the pump's committed binlogs; with ``expect``, waited for up to
+    30 s (the storage's sorter publishes a commit shortly after the write returned)."""
+    deadline = time.monotonic() + (30 if expect else 0)
+    while True:
+        seen = [bl.decode(p).start_ts for _, p in proc.node.storage.pull_commit_binlogs(0)]
+        if seen == expect or time.monotonic() >= deadline:
+            return seen
+        time.sleep(0.05)
 
 
 def test_a_tls_client_writes_to_a_mutual_tls_pump(start_pump, pki):
@@ -67,7 +90,7 @@ def test_a_tls_client_writes_to_a_mutual_tls_pump(start_pump, pki):
     with client(proc.addr, PumpTLS.from_security(pki.client)) as c:
         assert write_txn(c, 100) == proc.addr
         c.flush()
-    assert committed(proc) == [100]
+    assert committed(proc, [100]) == [100]
 
 
 def test_a_plaintext_client_is_refused_with_what_to_set(start_pump, pki):
@@ -108,7 +131,12 @@ def test_cert_allowed_cn_refuses_other_names(start_pump, pki):
             pytest.raises(UnavailableError) as info:
         write_txn(c, 600)
     assert "intruder is not in this server's [security] cert-allowed-cn" in str(info.value)
-    assert committed(proc) == [500]
+    assert committed(proc, [500]) == [500]
+    # the HTTP status API enforces the same list (per request: 403 naming the name)
+    assert http_get(proc.status_addr, pki.client, "/status")[0] == 200
+    code, body = http_get(proc.status_addr, pki.clients["intruder"], "/status")
+    assert code == 403 and "intruder is not in this server's [security] cert-allowed-cn" \
+        in body["message"]
 
 
 def test_the_drainer_pulls_from_a_tls_pump(start_pump, pki, caplog):

@@ -15,7 +15,15 @@ from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 from tidb_binlog.errors import ConfigError
 from tidb_binlog.pump.transport import channel_credentials, server_credentials
 from tidb_binlog.pump_client.transport import PumpTLS
-from tidb_binlog.security import client_tls_paths, mysql_ssl, mysql_tls_hint, tls_hint
+from tidb_binlog.security import (
+    client_tls_paths,
+    mysql_ssl,
+    mysql_tls_hint,
+    peer_common_names,
+    refused_names,
+    server_allowed_cn,
+    tls_hint,
+)
 from tidb_binlog.testing.certs import TLSFiles, make_pki
 
 pytest.importorskip("cryptography")
@@ -167,3 +175,20 @@ def test_tls_hints_name_what_to_set():
     assert mysql_tls_hint(addr, 1045, "denied", ssl={"ca": "c", "cert": "x", "key": "k"}) == ""
     assert mysql_tls_hint(addr, 1146, "no such table", ssl=None) == ""
     assert "TLS to" in mysql_tls_hint(addr, 2026, "SSL is required", ssl={"ca": "c"})
+
+
+def test_cert_allowed_cn_from_common_names_and_server_sections(pki):
+    peer = {"subject": ((("countryName", "NL"),), (("commonName", "client"),))}
+    assert peer_common_names(peer) == ["client"]
+    assert peer_common_names({}) == [] and peer_common_names(None) == []
+    assert refused_names(["client"], ("client",)) is None
+    assert refused_names(["anyone"], ()) is None  # no list: the CA decides
+    assert "common name none is not in" in refused_names([], ("client",))
+    assert "intruder is not in this server's [security] cert-allowed-cn (client)" in \
+        refused_names(["intruder"], ("client",))
+    with_cn = TLSFiles(pki.server.ssl_ca, pki.server.ssl_cert, pki.server.ssl_key,
+                       cert_allowed_cn=("client",))
+    assert server_allowed_cn(with_cn) == ("client",)
+    # a server without a certificate serves plaintext: there is no peer name to check
+    assert server_allowed_cn(TLSFiles(cert_allowed_cn=("client",))) == ()
+    assert server_allowed_cn(None) == ()

@@ -110,10 +110,11 @@ class StatusServer:
     """The API above for one node on its own thread
     (:class:`tidb_binlog.http_server.HttpServer`: unknown routes 404, failures 500)."""
 
-    def __init__(self, node, addr: str, *, ssl_context: ssl.SSLContext | None = None):
+    def __init__(self, node, addr: str, *, ssl_context: ssl.SSLContext | None = None,
+                 allowed_cn: tuple[str, ...] = ()):
         self.node = node
         self._http = HttpServer(addr, lambda req: _route(node, req), name="pump-http",
-                                ssl_context=ssl_context)
+                                ssl_context=ssl_context, allowed_cn=allowed_cn)
         self.httpd = self._http.httpd
         self.port = self._http.port
         self.addr = self._http.addr

@@ -35,6 +35,7 @@ from tidb_binlog.pump.transport import (
     open_channel,
     server_credentials,
 )
+from tidb_binlog.security import server_allowed_cn
 from tidb_binlog.tso import TimestampOracle
 
 __all__ = [
@@ -106,7 +107,8 @@ def serve_pump(node, addr: str, *, status_addr: str = "", socket_path: str = "",
             break
         try:
             http_server = StatusServer(node, derive_status_addr(grpc_server.addr, status_addr),
-                                       ssl_context=http_ssl_context(security))
+                                       ssl_context=http_ssl_context(security),
+                                       allowed_cn=server_allowed_cn(security))
             break
         except OSError as exc:
             grpc_server.stop(0)

@@ -14,7 +14,10 @@
     Stubs in TiDB Binlog too: ``UNIMPLEMENTED`` with a message saying so.
 
 :func:`serve_cistern` binds the drainer's ``addr`` (``host:port``; port 0
-picks one) with TLS when ``security`` names a certificate, like the pump.
+picks one) with TLS when ``security`` names a certificate, like the pump, and with
+``cert-allowed-cn`` refuses every call of a TLS peer whose certificate's common name is
+not listed (``PERMISSION_DENIED`` naming it; gRPC's Python server cannot check it in the
+handshake, so it is checked per call, as on the pump).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import grpc
 from tidb_binlog.errors import BinlogError, ConfigError, UnavailableError
 from tidb_binlog.proto import cistern_pb2, cistern_pb2_grpc
 from tidb_binlog.pump.transport import server_credentials
+from tidb_binlog.security import refused_peer, server_allowed_cn
 
 __all__ = ["CisternServicer", "CisternServer", "serve_cistern", "collector_notifier"]
 
@@ -41,11 +45,20 @@ _UNIMPLEMENTED = ("{name} is not implemented by this drainer (it is a stub in Ti
 class CisternServicer(cistern_pb2_grpc.CisternServicer):
     """Answers ``Notify`` once ``on_notify()`` returned; see the module doc."""
 
-    def __init__(self, on_notify: Callable[[], None]):
+    def __init__(self, on_notify: Callable[[], None], allowed_cn: tuple[str, ...] = ()):
         self.on_notify = on_notify
+        self.allowed_cn = tuple(allowed_cn)
         self.notifications = 0
 
+    def _check_peer(self, context) -> None:
+        """``[security] cert-allowed-cn``: abort a TLS caller with another common name."""
+        why = refused_peer(context.auth_context(), self.allowed_cn)
+        if why is not None:
+            log.warning("Cistern call from %s refused: %s", context.peer(), why)
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+
     def Notify(self, request, context):
+        self._check_peer(context)
         peer = context.peer()
         log.info("Notify from %s: refreshing the pump list", peer)
         try:
@@ -58,9 +71,11 @@ class CisternServicer(cistern_pb2_grpc.CisternServicer):
         return cistern_pb2.NotifyResp()
 
     def DumpBinlog(self, request, context):
+        self._check_peer(context)
         context.abort(grpc.StatusCode.UNIMPLEMENTED, _UNIMPLEMENTED.format(name="DumpBinlog"))
 
     def DumpDDLJobs(self, request, context):
+        self._check_peer(context)
         context.abort(grpc.StatusCode.UNIMPLEMENTED, _UNIMPLEMENTED.format(name="DumpDDLJobs"))
 
 
@@ -97,7 +112,7 @@ def serve_cistern(addr: str, on_notify: Callable[[], None], *, security=None,
                   max_workers: int = 8) -> CisternServer:
     """Bind and start the Cistern service on ``addr``."""
 
-    servicer = CisternServicer(on_notify)
+    servicer = CisternServicer(on_notify, server_allowed_cn(security))
     # No SO_REUSEPORT: a second drainer on the same addr must fail, not share the port.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix="cistern-grpc"),

@@ -70,7 +70,7 @@ class DrainerStatusServer:
                  on_action: Callable[[str], None] | None = None,
                  synced_check_time_s: float = 300.0,
                  wall_clock: Callable[[], float] = time.time,
-                 ssl_context: ssl.SSLContext | None = None):
+                 ssl_context: ssl.SSLContext | None = None, allowed_cn: tuple[str, ...] = ()):
         self.node_id = node_id
         self.status_provider = status_provider
         self.metrics_provider = metrics_provider
@@ -78,7 +78,7 @@ class DrainerStatusServer:
         self.synced_check_time_s = synced_check_time_s
         self.wall_clock = wall_clock
         self._http = HttpServer(addr, self._route, name="drainer-http",
-                                ssl_context=ssl_context)
+                                ssl_context=ssl_context, allowed_cn=allowed_cn)
         self.httpd = self._http.httpd
         self.port = self._http.port
         self.addr = self._http.addr

@@ -66,6 +66,7 @@ from tidb_binlog.errors import BinlogError, ConfigError, StateError, Unavailable
 from tidb_binlog.http_server import derive_status_addr
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, NodeStatus
 from tidb_binlog.pump.transport import http_ssl_context
+from tidb_binlog.security import server_allowed_cn
 from tidb_binlog.tso import compose
 
 __all__ = ["ServiceSettings", "DrainerNode", "resolve_node_id", "merge_expositions",
@@ -202,7 +203,8 @@ class DrainerNode:
                     derive_status_addr(bound, s.status_addr), node_id=self.node_id,
                     status_provider=status_provider, metrics_provider=metrics_provider,
                     on_action=on_action, synced_check_time_s=s.synced_check_time_s,
-                    ssl_context=http_ssl_context(s.security)).start()
+                    ssl_context=http_ssl_context(s.security),
+                    allowed_cn=server_allowed_cn(s.security)).start()
                 break
             except OSError as exc:
                 self.cistern.stop(0)
