@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 import ssl
 import threading
 import urllib.error
 import urllib.request
 from concurrent import futures
-from dataclasses import dataclass
 
 import grpc
 import pytest
@@ -20,6 +18,7 @@ from tidb_binlog.errors import UnavailableError
 from tidb_binlog.node import DRAINER, PAUSED, PUMP, NodeStatus
 from tidb_binlog.proto import cistern_pb2, cistern_pb2_grpc, pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.server import open_channel, open_pump
+from tidb_binlog.testing.certs import make_pki
 from tidb_binlog.testing.registry import InMemoryRegistry
 
 CLUSTER_ID = 7
@@ -411,62 +410,10 @@ def test_close_action_goes_offline_via_http(start_pump):
 
 
 # -- TLS -------------------------------------------------------------------------------------------
-@dataclass
-class Security:
-    ssl_ca: str = ""
-    ssl_cert: str = ""
-    ssl_key: str = ""
-
-    def keys(self) -> dict:
-        return {"security.ssl-ca": self.ssl_ca, "security.ssl-cert": self.ssl_cert,
-                "security.ssl-key": self.ssl_key}
-
-
-def _make_pki(tmp_path):
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-
-    def key_pem(key):
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption())
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(days=1))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    (tmp_path / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    for name in ("server", "client"):
-        key = ec.generate_private_key(ec.SECP256R1())
-        import ipaddress
-        cert = (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-                .issuer_name(ca_name).public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(days=1))
-                .not_valid_after(now + datetime.timedelta(days=1))
-                .add_extension(x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"),
-                     x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-                .sign(ca_key, hashes.SHA256()))
-        (tmp_path / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (tmp_path / f"{name}-key.pem").write_bytes(key_pem(key))
-    return (Security(str(tmp_path / "ca.pem"), str(tmp_path / "server.pem"),
-                     str(tmp_path / "server-key.pem")),
-            Security(str(tmp_path / "ca.pem"), str(tmp_path / "client.pem"),
-                     str(tmp_path / "client-key.pem")))
-
-
 def test_tls_mutual_auth(start_pump, tmp_path):
     pytest.importorskip("cryptography")
-    server_sec, client_sec = _make_pki(tmp_path)
+    pki = make_pki(tmp_path / "pki")
+    server_sec, client_sec = pki.server, pki.client
     proc = start_pump(**server_sec.keys())
     assert write(stub(proc, client_sec), bl.encode(bl.fake(55))) == ""
     assert settled(proc, 55) == 55
@@ -480,7 +427,7 @@ def test_tls_mutual_auth(start_pump, tmp_path):
         assert json.loads(resp.read())["Checkpoint"]["maxCommitTS"] == 55
     with pytest.raises(OSError):          # plaintext HTTP is not served
         urllib.request.urlopen(f"http://{proc.status_addr}/status", timeout=10).read()
-    no_cert = Security(ssl_ca=client_sec.ssl_ca)
+    no_cert = pki.ca_only
     with pytest.raises(grpc.RpcError):
         write(stub(proc, no_cert), bl.encode(bl.fake(57)))   # no client certificate
     assert writes(proc) == 1

@@ -21,6 +21,7 @@ from tidb_binlog.pump.server import open_pump
 from tidb_binlog.pump_client import PumpClient
 from tidb_binlog.pump_client.transport import PumpTLS
 from tidb_binlog.testing.certs import TLSFiles, make_pki
+from tidb_binlog.testing.pump_process import PumpProcess
 
 pytest.importorskip("cryptography")
 
@@ -160,3 +161,16 @@ def test_the_drainer_pulls_from_a_tls_pump(start_pump, pki, caplog):
         finally:
             plain.close()
     assert any("set [security] ssl-ca" in r.getMessage() for r in caplog.records)
+
+
+def test_a_standalone_tls_pump_process_starts_and_takes_tls_writes(pki, tmp_path):
+    """PumpProcess probes a TLS pump over HTTPS with the pump's own files (it refused TLS
+    pumps before); a mutual-TLS client writes to the subprocess, and SIGTERM stops it."""
+    with PumpProcess({"cluster-id": CLUSTER_ID, "gen-binlog-interval": 3600,
+                      **pki.server.keys()}, tmp_path / "proc") as proc:
+        proc.start()
+        with client(proc.addr, PumpTLS.from_security(pki.client)) as c:
+            assert write_txn(c, 800) == proc.addr
+            c.flush()
+        assert http_get(proc.status_addr, pki.client, "/status")[0] == 200
+        assert proc.terminate() == 0

@@ -25,8 +25,13 @@ the gRPC and HTTP servers listen, so a Prewrite sent then is accepted. A process
 exits or does not get there within ``start_timeout_s`` raises
 :class:`~tidb_binlog.errors.LocalServerError` with the tail of its log.
 
-Pumps with TLS (``security.ssl-cert``) are not supported: the readiness probe speaks
-plain HTTP. No pump outlives its owner: live ones are killed at exit, and when started
+A pump with TLS (``security.ssl-cert``) is probed over HTTPS with ``probe_tls`` (an
+object with ``ssl_ca``/``ssl_cert``/``ssl_key``, e.g. :class:`~.certs.TLSFiles`), by
+default the pump's own ``[security]`` files, as its Notify calls use them: ``ssl-ca``
+verifies its certificate (host name included) and, when set, the pump requires a client
+certificate, so its own is presented. A pump without ``ssl-ca`` is probed without
+verifying its certificate (nothing names the CA that signed it). With ``cert-allowed-cn``
+the probe's certificate must carry a listed name: pass ``probe_tls``. No pump outlives its owner: live ones are killed at exit, and when started
 from the main thread on Linux they get a parent-death signal (``setpriv
 --pdeathsig``), so a SIGKILLed test run leaves none behind.
 """
@@ -40,6 +45,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -79,7 +85,7 @@ class PumpProcess:
     """See the module docstring."""
 
     def __init__(self, config: dict, work_dir: str | Path, *, name: str = "pump",
-                 start_timeout_s: float = 60.0):
+                 start_timeout_s: float = 60.0, probe_tls=None):
         self.name = name
         self.work_dir = Path(work_dir).resolve()
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -90,10 +96,8 @@ class PumpProcess:
             keys["addr"] = f"{host}:{two_free_ports(host)}"
         keys.setdefault("data-dir", str(self.work_dir / f"{name}-data"))
         self.config: PumpConfig = load_pump_config(None, keys)
-        if self.config.security.ssl_cert:
-            raise LocalServerError(f"PumpProcess {name!r}: TLS pumps are not supported (the "
-                                   "readiness probe speaks plain HTTP); leave out "
-                                   "security.ssl-cert", name=name)
+        security = self.config.security
+        self._probe_ssl = _probe_context(probe_tls or security) if security.ssl_cert else None
         self.addr: str = self.config.addr
         host, _, port = self.addr.rpartition(":")
         self.status_addr = f"{host}:{int(port) + 1}"
@@ -203,7 +207,9 @@ class PumpProcess:
     def _probe(self) -> tuple[str | None, str]:
         """(this pump's state in its own GET /status, or None; what was seen)."""
         host, _, port = self.status_addr.rpartition(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=5)
+        conn = http.client.HTTPConnection(host, int(port), timeout=5) \
+            if self._probe_ssl is None else \
+            http.client.HTTPSConnection(host, int(port), timeout=5, context=self._probe_ssl)
         try:
             conn.request("GET", "/status")
             resp = conn.getresponse()
@@ -222,6 +228,21 @@ class PumpProcess:
         tail = self.log_text()[-_LOG_TAIL_BYTES:]
         return LocalServerError(f"{message}; log {self.log_path} ends with:\n{tail}",
                                 name=self.name, log_path=str(self.log_path))
+
+
+def _probe_context(tls) -> ssl.SSLContext:
+    """The readiness probe's TLS (see the module docstring)."""
+    ca = getattr(tls, "ssl_ca", "") or ""
+    if ca:
+        ctx = ssl.create_default_context(cafile=ca)
+    else:  # nothing names the CA that signed the pump's certificate: not verified
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    cert, key = getattr(tls, "ssl_cert", "") or "", getattr(tls, "ssl_key", "") or ""
+    if cert and key:
+        ctx.load_cert_chain(cert, key)
+    return ctx
 
 
 @atexit.register
