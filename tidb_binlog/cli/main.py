@@ -19,7 +19,8 @@ from tidb_binlog.logs import FORMAT_ENV, LOG_FORMATS, setup_logging
 
 # Subcommand modules, in the order `--help` lists them. A module that does not
 # exist yet is skipped, so the command grows as the parts land.
-SUBCOMMANDS = ["pump", "drainer", "binlogctl", "reparo", "demo", "chaos", "spark", "version"]
+SUBCOMMANDS = ["pump", "drainer", "binlogctl", "reparo", "parquet_compact", "demo", "chaos",
+               "spark", "version"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,12 @@ Format (JSON object, ``format`` = :data:`FORMAT`)::
                   "columns": [{"name": "id", "mysql_type": "bigint",
                                "arrow_type": "int64"}, ...]}, ...],
      "ddls": [{"commit_ts": ..., "schema_version": 56, "database": "shop",
-               "table": "users", "query": "ALTER TABLE ..."}, ...]}
+               "table": "users", "query": "ALTER TABLE ..."}, ...],
+     "retired": [{"path": "...", "retired_at": 1764000000.0}, ...]}   # optional
+
+``retired``: files a compaction (:mod:`.compact`) replaced by merged ones, kept for a
+while for readers that read an older manifest; not part of the lake (readers use
+``files`` only), never deleted by the sink's reset.
 
 A file's ``schema_version`` names its ``schemas`` entry (same database and table): a
 new entry is added when a table's columns change, so a reader can merge the files of
@@ -51,12 +56,15 @@ class Manifest:
     files: list[dict] = field(default_factory=list)
     schemas: list[dict] = field(default_factory=list)
     ddls: list[dict] = field(default_factory=list)
+    retired: list[dict] = field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps({"format": FORMAT, "commit_ts": self.commit_ts,
-                           "schema_version": self.schema_version, "files": self.files,
-                           "schemas": self.schemas, "ddls": self.ddls},
-                          separators=(",", ":"))
+        doc = {"format": FORMAT, "commit_ts": self.commit_ts,
+               "schema_version": self.schema_version, "files": self.files,
+               "schemas": self.schemas, "ddls": self.ddls}
+        if self.retired:
+            doc["retired"] = self.retired
+        return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str, where: str = MANIFEST_NAME) -> Manifest:
@@ -71,7 +79,7 @@ class Manifest:
                              "was not written by this Parquet sink")
         return cls(int(doc["commit_ts"]), int(doc.get("schema_version", 0)),
                    list(doc.get("files", [])), list(doc.get("schemas", [])),
-                   list(doc.get("ddls", [])))
+                   list(doc.get("ddls", [])), list(doc.get("retired", [])))
 
     def schema_of(self, database: str, table: str, version: int) -> dict | None:
         """The ``schemas`` entry a file of ``database.table`` at ``version`` was written with."""
@@ -136,9 +144,11 @@ def committed_files(directory: str | os.PathLike, database: str | None = None,
 
 def remove_unlisted(directory: str | os.PathLike, manifest: Manifest | None) -> list[str]:
     """Delete every ``.parquet`` / ``.tmp`` file under ``directory`` the manifest does not
-    list (the sink's reset); returns their paths relative to the directory."""
+    list (the sink's reset); returns their paths relative to the directory. Retired
+    files (``retired``) stay: a compaction deletes them after its grace period."""
     root = Path(directory)
-    listed = {f["path"] for f in manifest.files} if manifest is not None else set()
+    listed = ({f["path"] for f in manifest.files} | {r["path"] for r in manifest.retired}
+              if manifest is not None else set())
     removed = []
     for path in sorted(root.rglob("*")):
         if not path.is_file() or path.name == MANIFEST_NAME:

@@ -61,6 +61,7 @@ from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.pipeline.gate import SequenceGate
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
 from tidb_binlog.drainer.sinks.parquet.arrow import BatchBuilder, TableSpec, mysql_type_name
+from tidb_binlog.drainer.sinks.parquet.compact import LakeLock
 from tidb_binlog.drainer.sinks.parquet.manifest import (
     Manifest,
     fsync_dir,
@@ -125,6 +126,8 @@ class ParquetLake:
         self.compression = compression
         self.clock = clock
         self.manifest: Manifest | None = None
+        # the lake's lock from reset to close: no compaction while this sink writes
+        self._lock = LakeLock(self.directory, "a drainer's Parquet sink")
         self.applied_ts = 0
         self.schema_version = 0
         self._groups: dict[tuple[TableSpec, str], BatchBuilder] = {}
@@ -147,6 +150,7 @@ class ParquetLake:
     def reset(self) -> Checkpoint:
         """Forget the buffer, load the manifest, delete unlisted files (module doc)."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
         manifest = read_manifest(self.directory)
         if manifest is None:
             manifest = Manifest(commit_ts=self.initial_commit_ts)
@@ -230,6 +234,7 @@ class ParquetLake:
         cp = Checkpoint(self.manifest.commit_ts, consistent=True,
                         schema_version=self.manifest.schema_version)
         self.manifest = None
+        self._lock.release()
         return cp
 
     @property
