@@ -38,6 +38,7 @@ Prints, last::
     .venv/bin/python bench/large_txn.py --rows 2000000 --workers 2
     .venv/bin/python bench/large_txn.py --rows 1000000 --txn-chunk-rows 0   # unchunked
     .venv/bin/python bench/large_txn.py --rows 1000000 --keeper-only [--trace]
+    .venv/bin/python bench/large_txn.py --rows 1000000 --sink parquet [--txn-chunk-rows 0]
 
 ``--keeper-only``: the schema keeper alone, in this process (:func:`keeper_only`).
 """
@@ -255,6 +256,10 @@ def main(argv=None) -> int:
     p.add_argument("--txn-batch", type=int, default=1000, help="syncer.txn-batch")
     p.add_argument("--txn-chunk-rows", type=int, default=50_000,
                    help="syncer.txn-chunk-rows (0: the transaction decoded and applied whole)")
+    p.add_argument("--sink", choices=["mysql", "file", "parquet"], default="mysql",
+                   help="syncer.db-type: the drainer writes the downstream MariaDB (default), "
+                        "the file sink's binlog files or the Parquet lake (both in the work "
+                        "dir; the parquet row count is checked through the manifest)")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--no-drainer", action="store_true",
                    help="only upstream and pumps (no drainer task; apply is not timed)")
@@ -286,11 +291,16 @@ def main(argv=None) -> int:
         upstream.ddl(f"CREATE TABLE lt (id BIGINT PRIMARY KEY AUTO_INCREMENT, k INT NOT NULL, "
                      f"c VARCHAR({max(c_len, 1)}) NOT NULL, pad CHAR(60) NOT NULL)", DB)
         if not args.no_drainer:
+            if args.sink == "mysql":
+                to = {"syncer.to.host": down_db.host, "syncer.to.port": down_db.port,
+                      "syncer.to.user": down_db.user, "syncer.to.password": down_db.password}
+            else:  # the files or the lake under the work dir
+                to = {"syncer.db-type": args.sink, "data-dir": str(base / "drainer"),
+                      "syncer.to.dir": str(base / f"drainer-{args.sink}")}
             drainer = Drainer.start(load_drainer_config(None, {
-                "syncer.to.host": down_db.host, "syncer.to.port": down_db.port,
-                "syncer.to.user": down_db.user, "syncer.to.password": down_db.password,
-                "syncer.worker-count": args.workers, "syncer.txn-batch": args.txn_batch,
-                "syncer.txn-chunk-rows": args.txn_chunk_rows, "initial-commit-ts": 0, "addr": "127.0.0.1:0"}), registry=cluster.registry)
+                **to, "syncer.worker-count": args.workers, "syncer.txn-batch": args.txn_batch,
+                "syncer.txn-chunk-rows": args.txn_chunk_rows, "initial-commit-ts": 0,
+                "addr": "127.0.0.1:0"}), registry=cluster.registry)
             ddl_ts = cluster.get_ts()
             while True:  # the task runs and has applied the DDL: its actors are settled
                 st = drainer.status()
@@ -341,6 +351,13 @@ def main(argv=None) -> int:
             client.write_prewrite_parts = timed_parts
         if write_from is not None:
             client.write_prewrite_from = timed_from
+        def lake_ts() -> int:
+            # deferred like the imports above (the bench's start-up)
+            from tidb_binlog.drainer.sinks.parquet.manifest import read_manifest
+
+            m = read_manifest(base / "drainer-parquet")
+            return m.commit_ts if m is not None else 0
+
         peak = PeakRss(pids)
         t0 = time.perf_counter()
         failed = None
@@ -367,19 +384,27 @@ def main(argv=None) -> int:
                 st = drainer.status()
                 if st["state"] == "failed":
                     raise RuntimeError(f"drainer failed: {st['error']}")
-                if st["checkpoint_commit_ts"] >= commit_ts:
-                    break
+                if st["checkpoint_commit_ts"] >= commit_ts and (
+                        args.sink != "parquet" or lake_ts() >= commit_ts):
+                    break  # the lake's checkpoint is its manifest (the status: what came in)
                 time.sleep(0.1)
             apply_s = time.perf_counter() - t2
             samples = ray.get(drainer.coordinator.apply_samples.options(
-                concurrency_group="status").remote())
+                concurrency_group="status").remote())  # the file and Parquet sinks: none
             after = [at for _, at in samples if at >= commit_wall]
             first_s = (min(after) - commit_wall) if after else apply_s
         growth = peak.stop()
-        if drainer is not None and failed is None:
-            with down_db.connect() as conn, conn.cursor() as cur:
-                cur.execute(f"SELECT COUNT(*) FROM {DB}.lt")
-                got = cur.fetchone()[0]
+        if drainer is not None and failed is None and args.sink != "file":
+            if args.sink == "parquet":  # the lake's committed rows of the table
+                # deferred like the imports above (the bench's start-up)
+                from tidb_binlog.drainer.sinks.parquet.manifest import read_manifest
+
+                got = sum(f["rows"] for f in read_manifest(base / "drainer-parquet").files
+                          if f["table"] == "lt")
+            else:
+                with down_db.connect() as conn, conn.cursor() as cur:
+                    cur.execute(f"SELECT COUNT(*) FROM {DB}.lt")
+                    got = cur.fetchone()[0]
             if got != n:
                 raise RuntimeError(f"downstream has {got} rows, expected {n}")
         mem = []
@@ -391,7 +416,7 @@ def main(argv=None) -> int:
             print(f"  {label:<20} pid {pid:>7}: peak RSS +{growth[pid] / MB:8.1f} MB "
                   f"= {growth[pid] / max(data, 1):5.2f}x the data", flush=True)
         vlog = sum(f.stat().st_size for f in (base / "cluster").glob("pump-*/value/*.vlog"))
-        lines.append(f"RESULT large_txn rows={n} data_mb={data / MB:.1f} insert_s={insert_s:.1f} "
+        lines.append(f"RESULT large_txn sink={args.sink} rows={n} data_mb={data / MB:.1f} insert_s={insert_s:.1f} "
                      f"commit_s={commit_s:.2f} prewrite_s={prewrite.get('s', 0):.2f} "
                      f"apply_s={apply_s:.2f} first_apply_s={first_s:.2f} "
                      f"pump_vlog_mb={vlog / MB:.0f}"
