@@ -16,8 +16,8 @@ and none above it (``spark_on_ray/load_task.py`` proves it; a real TiDB would us
    before anything is written.
 2. Create the downstream databases and tables from the upstream's definitions (without
    the hidden ``_tidb_rowid``), plan key-range units and schedule them onto the tasks.
-3. One Spark barrier stage: the tasks freeze commits, open their read views, resume
-   commits, and copy (``load_task.copy_task``).
+3. Freeze commits, then one Spark barrier stage: the tasks open their read views and
+   copy (``load_task.copy_task``); the driver resumes commits once every view exists.
 4. Release the DDL lock; return the ts, the rows per table and the drainer command line.
 """
 
@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from spark_on_ray import diff_plan as dplan
 from spark_on_ray import load_plan as plan
 from spark_on_ray.diff import introspect, literal, open_checked
 from spark_on_ray.errors import SparkJobError
-from spark_on_ray.load_task import copy_task
+from spark_on_ray.load_task import FREEZE_SQL, copy_task, view_lock_name
 from spark_on_ray.session import start_spark
 from spark_on_ray.sql_task import run_query
 from tidb_binlog.config.spark import SparkJobConfig
@@ -42,6 +44,8 @@ __all__ = ["LoadResult", "run"]
 
 log = logging.getLogger("spark_on_ray.load")
 
+# How often the driver checks the copy tasks' view locks while it freezes commits.
+_POLL_S = 0.01
 _SYSTEM = {"mysql", "information_schema", "performance_schema", "sys", CATALOG_DB}
 
 
@@ -125,16 +129,25 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
         tasks = min(lc.parallelism or handle.slots, handle.slots, max(len(units), 1))
         shares = plan.schedule(units, tasks)
         report("copy", 0, len(units))
-        payloads = [(share, cfg.upstream, cfg.downstream, lc.batch_size) for share in shares]
+        token = uuid.uuid4().hex[:16]
+        locks = [view_lock_name(token, i) for i in range(len(shares))]
+        payloads = [(share, cfg.upstream, cfg.downstream, lc.batch_size, lock)
+                    for share, lock in zip(shares, locks, strict=True)]
         t_stage = time.monotonic()
         try:
-            answers = handle.run_barrier(_copy, payloads)
+            answers = _copy_stage(handle, up, payloads, locks)
         except Exception as exc:
             touched = ", ".join(created) or "none created by this run"
             raise SparkJobError(f"the copy failed: {type(exc).__name__}: {str(exc)[:400]}; "
                                 f"downstream tables may be partially filled ({touched}): "
                                 f"drop or truncate them on {down_where} before rerunning",
                                 where=down_where) from exc  # fmt: skip
+        if len({a["ts"] for a in answers}) != 1:
+            raise SparkJobError(f"the copy tasks read the upstream {up_where} at different "
+                                f"points {sorted({a['ts'] for a in answers})}: the commit "
+                                "freeze did not hold (is the upstream the emulator?); the "
+                                f"downstream copy is not consistent: drop the tables on "
+                                f"{down_where} and rerun", where=up_where)  # fmt: skip
         report("copy", len(units), len(units))
         result = LoadResult(ts=answers[0]["ts"], units=len(units), tasks=tasks,
                             copy_s=max(a["copy_s"] for a in answers),
@@ -162,9 +175,35 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
                 handle.stop()
 
 
-def _copy(index, payload, sync):
-    share, up, down, batch = payload
-    return copy_task(index, share, up, down, batch, sync, literal)
+def _copy(index, payload, _sync):
+    share, up, down, batch, lock = payload
+    return copy_task(index, share, up, down, batch, lock, literal)
+
+
+def _copy_stage(handle, up, payloads: list, locks: list[str]) -> list:
+    """Freeze commits on ``up`` (the driver's upstream session), run the copy stage, and
+    roll the freeze back as soon as every task holds its view lock (its read view exists)
+    or the stage has ended; ``spark_on_ray/load_task.py`` says why this gives one point."""
+    run_query(up, "BEGIN")
+    run_query(up, FREEZE_SQL)
+    frozen = True
+    pool = ThreadPoolExecutor(1, thread_name_prefix="load-stage")
+    try:
+        stage = pool.submit(handle.run_barrier, _copy, payloads)
+        seen: set[str] = set()
+        probe = "SELECT " + ", ".join(f"IS_USED_LOCK({literal(n)}) IS NOT NULL" for n in locks)
+        while len(seen) < len(locks) and not stage.done():
+            used = run_query(up, probe)[0]
+            seen.update(n for n, u in zip(locks, used, strict=True) if u)
+            if len(seen) < len(locks):
+                time.sleep(_POLL_S)
+        run_query(up, "ROLLBACK")
+        frozen = False
+        return stage.result()
+    finally:
+        if frozen:
+            run_query(up, "ROLLBACK")
+        pool.shutdown(wait=True)
 
 
 def _plan(up, down, tables, cfg, up_where, down_where):

@@ -5,28 +5,34 @@ All copy tasks read the upstream at the same point, through the emulator's locks
 
 1. The job's driver holds the upstream's DDL owner lock for the whole copy, so no DDL
    runs (and no table definition changes under a read view).
-2. Task 0 *freezes commits*: ``SELECT ... FOR UPDATE`` on the catalog's schema-version
-   row. Every writing transaction holds a share lock on that row from its first change
-   until its COMMIT, so the exclusive lock is granted only once every transaction that
-   had begun writing has committed or rolled back, and it holds back every new one
-   before its first change (hence before it takes a commit_ts).
-3. ``sync`` (Spark's barrier ``allGather``): every task has seen the freeze. Each opens
-   ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` and reads ``MAX(commit_ts)`` of
-   ``txn_status`` in it: with commits frozen, every read view holds exactly the
-   transactions committed so far, so all tasks see the same rows and the same ts.
-4. ``sync`` again (all read views exist, the ts values are compared), then task 0
-   rolls back its lock: commits resume, and each task copies its units from its own
-   read view while the upstream keeps writing.
+2. Before the stage starts, the driver *freezes commits*: ``SELECT ... FOR UPDATE`` on the
+   catalog's schema-version row. Every writing transaction holds a share lock on that row
+   from its first change until its COMMIT, so the exclusive lock is granted only once
+   every transaction that had begun writing has committed or rolled back, and it holds
+   back every new one before its first change (hence before it takes a commit_ts).
+3. Each task opens ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` and reads
+   ``MAX(commit_ts)`` of ``txn_status`` in it: with commits frozen, every read view holds
+   exactly the transactions committed so far, so all tasks see the same rows and ts.
+4. Each task then takes its *view lock* (a user lock, ``GET_LOCK``, named by the driver)
+   and holds it until its connection closes. The driver polls ``IS_USED_LOCK`` for every
+   task's view lock (or the stage's end) and only then rolls the freeze back: commits
+   resume while the tasks copy from their read views (a consistent read never waits on
+   the freeze, so the tasks never wait for the driver).
+5. The driver checks that every task reported the same ts.
 
 Every transaction in the copy has commit_ts <= ts (it is in the catalog the read views
 see, whose maximum is ts); every transaction not in the copy committed after the freeze,
 so its commit_ts came from the TSO after every ts in the catalog: > ts.
+
+No Spark barrier ``allGather`` is used: in PySpark each round costs a whole second (the
+JVM side polls its RPC once a second), which was 2 of the 2.1 s a task spent before its
+first row. The stage is still a barrier stage, so all tasks run at once and the freeze
+lasts only as long as the slowest task takes to open its view.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pymysql
 
@@ -35,42 +41,41 @@ from spark_on_ray.sql_task import connect
 from tidb_binlog.config.spark import DatabaseConfig
 from tidb_binlog.upstream.catalog import CATALOG_DB, META_SCHEMA_VERSION
 
-__all__ = ["copy_task", "FREEZE_SQL", "SNAPSHOT_TS_SQL"]
+__all__ = ["copy_task", "FREEZE_SQL", "SNAPSHOT_TS_SQL", "view_lock_name"]
 
 FREEZE_SQL = (f"SELECT value FROM {CATALOG_DB}.meta WHERE name = '{META_SCHEMA_VERSION}' "
               "FOR UPDATE")
 SNAPSHOT_TS_SQL = f"SELECT COALESCE(MAX(commit_ts), 0) FROM {CATALOG_DB}.txn_status"
 
 
+def view_lock_name(token: str, index: int) -> str:
+    """The user lock copy task ``index`` of the load ``token`` holds once its read view
+    exists (MariaDB lock names are at most 64 characters)."""
+    return f"tidb-binlog-load-{token}-{index}"
+
+
 def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: DatabaseConfig,
-              batch_size: int, sync: Callable[[str], list[str]], literal) -> dict:
-    """Copy ``units`` from the shared snapshot; returns ``{"ts", "rows": {table: n},
-    "copy_s", "setup_s"}`` (``setup_s``: from the task's start to its first row: connects,
-    the freeze and both barrier syncs; what the stage costs beyond it is Spark's)."""
+              batch_size: int, view_lock: str, literal) -> dict:
+    """Copy ``units`` from a read view opened while the driver freezes commits; returns
+    ``{"ts", "rows": {table: n}, "copy_s", "setup_s"}`` (``setup_s``: from the task's start
+    to its first row: both connects, the read view and the view lock). ``view_lock``: the
+    user lock that tells the driver this task's read view exists."""
     entered = time.monotonic()
     up_conn = connect(up, raw=True)
-    lock_conn = connect(up) if index == 0 else None
     down_conn = None
     try:
-        if lock_conn is not None:
-            with lock_conn.cursor() as cur:
-                cur.execute("BEGIN")
-                cur.execute(FREEZE_SQL)
-        sync("frozen")
+        down_conn = connect(down)  # before the view: the freeze lasts until every view exists
+        down_conn.autocommit(False)
         with up_conn.cursor() as cur:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
             cur.execute(SNAPSHOT_TS_SQL)
             ts = int(cur.fetchone()[0])  # raw: the server's text
-        seen = sync(str(ts))
-        if lock_conn is not None:
-            lock_conn.rollback()
-            lock_conn.close()
-            lock_conn = None
-        if len(set(seen)) != 1:
-            raise RuntimeError(f"copy tasks saw different snapshot points {sorted(set(seen))}")
-        down_conn = connect(down)
-        down_conn.autocommit(False)
+            # A user lock is not part of the transaction: the read view stays as it is.
+            cur.execute(f"SELECT GET_LOCK({literal(view_lock)}, 0)")
+            if cur.fetchone()[0] not in (1, b"1", "1"):
+                raise RuntimeError(f"copy task {index} could not take its view lock "
+                                   f"{view_lock!r} (another session holds it)")
         rows: dict[str, int] = {}
         started = time.monotonic()
         for unit in units:
@@ -85,6 +90,6 @@ def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: Datab
         return {"ts": ts, "rows": rows, "copy_s": time.monotonic() - started,
                 "setup_s": started - entered}
     finally:
-        for conn in (lock_conn, up_conn, down_conn):
+        for conn in (up_conn, down_conn):
             if conn is not None:
                 conn.close()

@@ -106,9 +106,21 @@ def check_jdbc_jar(spark: SparkConfig) -> str:
 
 def jdbc_url(db: DatabaseConfig, database: str = "") -> str:
     """A ``jdbc:mysql://`` URL the MariaDB driver accepts (``permitMysqlScheme``), so that
-    Spark uses its MySQL dialect (backtick quoting). No password in it."""
-    return (f"jdbc:mysql://{db.host}:{db.port}/{quote(database)}?permitMysqlScheme"
-            "&useServerPrepStmts=false&tinyInt1isBit=false&zeroDateTimeBehavior=convertToNull")
+    Spark uses its MySQL dialect (backtick quoting). No password in it.
+
+    TLS (``[upstream.security]`` / ``[downstream.security]`` ``ssl-ca``): ``useSsl`` with
+    ``serverSslCert`` = the CA file (Connector/J 2.7, Debian's, verifies the server's
+    certificate against it, host name included). A client certificate is refused here:
+    Connector/J takes it only from a Java keystore, not the PEM files pymysql uses."""
+    url = (f"jdbc:mysql://{db.host}:{db.port}/{quote(database)}?permitMysqlScheme"
+           "&useServerPrepStmts=false&tinyInt1isBit=false&zeroDateTimeBehavior=convertToNull")
+    if db.security.ssl_cert:
+        raise SparkSetupError(f"{db.where()}: ssl-cert is set, but the JDBC driver takes a "
+                              "client certificate only from a Java keystore; the jobs' "
+                              "pymysql connections use it, Spark's JDBC reads cannot")
+    if db.security.ssl_ca:
+        url += f"&useSsl=true&serverSslCert={quote(db.security.ssl_ca, safe='/')}"
+    return url
 
 
 def _cluster_cpus(ray) -> float:

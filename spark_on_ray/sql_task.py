@@ -13,17 +13,21 @@ import pymysql
 from pymysql.converters import conversions
 
 from tidb_binlog.config.spark import DatabaseConfig
+from tidb_binlog.security import mysql_ssl
 
 __all__ = ["connect", "run_query", "run_task", "run_tasks"]
 
 
 def connect(db: DatabaseConfig, timeout_s: float = 10.0, database: str | None = None, *,
             raw: bool = False):
-    """A pymysql session in UTC. ``raw``: values come back as the server's text (bytes for
+    """A pymysql session in UTC, over TLS when ``db.security`` sets ``ssl-ca``. ``raw``: values come back as the server's text (bytes for
     binary columns) instead of Python types: a copy writes them back as they came, and
     skips the type conversions that dominate pymysql's per-row cost."""
     extra = {"conv": {k: v for k, v in conversions.items() if not isinstance(k, int)}} \
         if raw else {}
+    ssl = mysql_ssl(db.security, "upstream/downstream.security")
+    if ssl is not None:
+        extra["ssl"] = ssl
     conn = pymysql.connect(host=db.host, port=db.port, user=db.user, password=db.password,
                            database=database, charset="utf8mb4", autocommit=True,
                            connect_timeout=max(1, int(timeout_s)), **extra)  # fmt: skip

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tidb_binlog.config._common import SecurityConfig
 from tidb_binlog.config._kinds import (
     _MIB,
     _STR,
@@ -32,6 +33,7 @@ from tidb_binlog.config._kinds import (
 )
 from tidb_binlog.config._toml import _load, _to_toml
 from tidb_binlog.errors import ConfigError
+from tidb_binlog.security import mysql_ssl
 
 __all__ = ["SparkConfig", "DatabaseConfig", "DiffConfig", "SparkJobConfig",
            "LoadConfig", "RestoreConfig", "LakeConfig", "load_spark_config",
@@ -71,6 +73,11 @@ class DatabaseConfig:
     port: int = _opt("port", _int_kind(1, 65535), 3306)
     user: str = _opt("user", _STR, "root")
     password: str = _opt("password", _STR, "")
+    # [upstream.security] / [downstream.security]: TLS of every connection the jobs open
+    # to this server (pymysql in the driver and the Spark tasks, the JDBC URL), read as
+    # drainer.toml's [syncer.to.security]: on when ssl-ca is set (the server's certificate
+    # and host name verified); ssl-cert/ssl-key add a client certificate (pymysql only).
+    security: SecurityConfig = _section("security", SecurityConfig)
 
     def where(self) -> str:
         """``user@host:port`` for messages (never the password)."""
@@ -197,6 +204,7 @@ def load_spark_config(path: str | Path | None, overrides: dict | None = None) ->
         if not db.host:
             raise ConfigError(f"`{name}.host` in {source} is empty; name the server",
                               key=f"{name}.host", path=source)  # fmt: skip
+        mysql_ssl(db.security, f"{name}.security")  # files readable, cert with its CA
     for key, entries in (("diff.tables", cfg.diff.tables), ("load.tables", cfg.load.tables),
                          ("lake.tables", cfg.lake.tables)):
         for entry in entries:
