@@ -82,3 +82,40 @@ def test_chunks_of_the_wire_binlog_equal_the_whole_translation(max_rows):
     chunks = list(translator().translate_chunks(wire, max_rows))
     assert [d for dmls, _ in chunks for d in dmls] == list(whole)
     assert [last for _, last in chunks] == [False] * (len(chunks) - 1) + [True]
+
+
+def test_a_large_payload_goes_to_the_routed_keeper_out_of_band():
+    import pickle
+
+    from test_drainer_txn_chunks import _call, _keeper
+
+    from tidb_binlog.drainer.pipeline import merge_loop
+    from tidb_binlog.packed import unpack
+
+    small = (50, bl.encode(commit_with([inserts(100, 101)], commit_ts=50)))
+    big = (60, bl.encode(commit_with([inserts(0, 10)], commit_ts=60)))
+    assert type(merge_loop.routed_items([small, big])) is bytes  # packed: nothing large
+    limit, merge_loop.OUT_OF_BAND_BYTES = merge_loop.OUT_OF_BAND_BYTES, len(big[1])
+    try:
+        items = merge_loop.routed_items([small, big])
+    finally:
+        merge_loop.OUT_OF_BAND_BYTES = limit
+    assert items[0] == small and isinstance(items[1][1], pickle.PickleBuffer)
+    # as Ray carries it: the big payload out of band, handed over as a buffer, not bytes
+    buffers: list = []
+    carried = pickle.dumps(items, 5, buffer_callback=buffers.append)
+    assert len(buffers) == 1 and len(carried) < len(big[1])
+    received = pickle.loads(carried, buffers=[b.raw() for b in buffers])
+    got = merge_loop.keeper_items(received)
+    assert got[0] == small and isinstance(got[1][1], memoryview)
+    assert bytes(got[1][1]) == big[1]
+    # the keeper's answers are those of the packed batch: same plans, same rows
+    answers = []
+    for batch in (received, merge_loop.pack([small, big])):
+        keeper = _keeper(chunk_rows=4)
+        out = keeper.translate_routed(batch, 3)  # not packed again: as Ray hands it over
+        calls = [(unpack(out[0]), [unpack(p) for p in out[1:-1]], out[-1])]
+        while calls[-1][2]:
+            calls.append(_call(keeper, []))
+        answers.append(calls)
+    assert answers[0] == answers[1] and len(answers[0]) == 3

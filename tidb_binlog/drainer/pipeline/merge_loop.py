@@ -27,6 +27,7 @@ Every call to the keeper and the sink is one of :class:`PipelineCalls`, passed i
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -36,12 +37,44 @@ from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.source.merge import Merger
 from tidb_binlog.packed import pack
+from tidb_binlog.packed import unpack as _unpack
 
-__all__ = ["MergeLoop", "PipelineCalls", "BACKLOG_BATCHES", "IDLE_WAIT_S", "IDLE_EVERY_S"]
+__all__ = ["MergeLoop", "PipelineCalls", "BACKLOG_BATCHES", "IDLE_WAIT_S", "IDLE_EVERY_S",
+           "OUT_OF_BAND_BYTES", "routed_items", "keeper_items"]
 
 BACKLOG_BATCHES = 16   # a merged batch grows up to this many merge_batch when backed up
 IDLE_WAIT_S = 0.05     # longest wait for a pull when idle (bounds the Notify latency)
 IDLE_EVERY_S = 0.5     # the sink's idle() at most this often
+OUT_OF_BAND_BYTES = 256 << 10  # a payload this large goes to the keeper out of band
+
+
+def routed_items(ready: list) -> Any:
+    """The merged ``(commit_ts, payload)`` pairs as the routed keeper call carries them.
+
+    Usually packed (:mod:`tidb_binlog.packed`: one ``bytes``). A batch holding a payload
+    of :data:`OUT_OF_BAND_BYTES` or more goes as the list itself, each such payload
+    wrapped in a :class:`pickle.PickleBuffer`: Ray writes that buffer straight into its
+    object store (no packed copy of a large transaction in the merger, which held it
+    three times over: the pulled payload, the packed batch, the object store's copy)
+    and hands it to the keeper as a read-only buffer over the object store (no copy
+    there either: the keeper reads the binlog in place, ``translate/wire.py``). Only
+    :meth:`RowKeeper.translate_routed
+    <tidb_binlog.drainer.translate.keeper.RowKeeper.translate_routed>` takes this form
+    (:func:`keeper_items` reads it); the other keepers' batches are always packed.
+    Such batches are rare (a transaction of 256 KiB or more), so Ray's slower per-item
+    serialisation of the few small items beside it does not matter."""
+    if not any(len(payload) >= OUT_OF_BAND_BYTES for _, payload in ready):
+        return pack(ready)
+    return [(commit_ts, pickle.PickleBuffer(payload) if len(payload) >= OUT_OF_BAND_BYTES
+             else payload) for commit_ts, payload in ready]
+
+
+def keeper_items(items: Any) -> list:
+    """The ``(commit_ts, payload)`` pairs of :func:`routed_items` (or of a packed batch,
+    or the plain list a unit test passes); an out-of-band payload as a read-only
+    ``memoryview`` (over the object store when it came through Ray)."""
+    return [(commit_ts, payload if type(payload) is bytes else memoryview(payload))
+            for commit_ts, payload in _unpack(items)]
 
 
 class PipelineCalls(Protocol):
@@ -124,13 +157,14 @@ class MergeLoop:
         inflight = self.inflight
         ready = merger.pop_ready_pairs(self.batch_limit(merger, len(inflight)))
         if ready:
-            items = pack(ready)
             if settings.routed:  # rows go keeper -> workers; the coordinator sees the plan
-                inflight.append(calls.send_routed(self.seq, items, settings.worker_count))
+                inflight.append(calls.send_routed(self.seq, routed_items(ready),
+                                                  settings.worker_count))
             else:
-                inflight.append(calls.send(self.seq, items))
+                inflight.append(calls.send(self.seq, pack(ready)))
             self.seq += 1
             self.merged += len(ready)
+            del ready  # a large payload: the merger holds it no longer than the call
             progressed = True
         elif calls.keeper_more():
             # a large transaction goes out one chunk per keeper call: ask for the next

@@ -37,6 +37,7 @@ from tidb_binlog.drainer.apply.dml import DML, Txn
 from tidb_binlog.drainer.apply.routing import FLUSH, ROWS, BatchPlanner, FlushStep, RowsStep
 from tidb_binlog.drainer.loopback import LoopbackFilter
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
+from tidb_binlog.drainer.pipeline.merge_loop import keeper_items
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.translate.pb import PbTranslator
 from tidb_binlog.drainer.translate.schema import SchemaKeeper
@@ -44,7 +45,7 @@ from tidb_binlog.drainer.translate.txn import Translator
 from tidb_binlog.drainer.translate.wire import read_binlog
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.logs import txn as txn_fields
-from tidb_binlog.packed import pack, unpack
+from tidb_binlog.packed import pack
 
 __all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S", "JOB_WAIT_WARN_S"]
 
@@ -128,7 +129,7 @@ class SchemaAt:
         if not self._placed:
             raise PipelineReset(f"the {who} restarted: its schema must be rebuilt at the "
                                 "checkpoint before it translates")
-        for commit_ts, payload in unpack(items):
+        for commit_ts, payload in keeper_items(items):
             if commit_ts in self._ignored_ts:
                 log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
                             commit_ts, extra=txn_fields(commit_ts))
@@ -219,7 +220,7 @@ class RowKeeper(SchemaAt):
         if not self._placed:
             raise PipelineReset("the schema keeper restarted: its schema must be rebuilt at "
                                 "the checkpoint before it translates")
-        self._queue.extend(unpack(items))
+        self._queue.extend(keeper_items(items))  # a large payload: a view, not a copy
         steps: list = []
         payloads: list[list] = [[] for _ in range(worker_count)]
         if self._chunked is None:
