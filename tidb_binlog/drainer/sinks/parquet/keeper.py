@@ -34,6 +34,7 @@ from tidb_binlog.drainer.apply.dml import DMLType, Txn
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.sinks.parquet.arrow import ColumnSpec, TableSpec
 from tidb_binlog.drainer.translate.keeper import SchemaAt
+from tidb_binlog.drainer.translate.wire import read_binlog
 from tidb_binlog.errors import SchemaError
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.logs import txn as txn_fields
@@ -104,18 +105,22 @@ class ParquetKeeper(SchemaAt):
                             commit_ts, extra=txn_fields(commit_ts))
                 out.append((commit_ts, None, 0))
                 continue
-            binlog = bl.decode(payload)
-            del payload
-            if translator.may_exceed(binlog, max_rows):
-                chunks = translator.translate_chunks(binlog, max_rows)
-                del binlog  # the chunks hold the decoded mutations only
+            # a possibly large one is read in place (translate/wire.py, as the schema
+            # keeper does): no Binlog or PrewriteValue message, no prewrite_value copy
+            wire = read_binlog(payload) if len(payload) > 4 * max_rows else None
+            if wire is not None and translator.may_exceed(wire, max_rows):
+                del payload  # the wire binlog's view holds it
+                chunks = translator.translate_chunks(wire, max_rows)
+                del wire
                 self._chunked = (commit_ts, chunks)
                 self._next_chunk(out)
                 if self._chunked is not None:
                     log.info("transaction at commit_ts %s has more than %d row changes: "
                              "writing it in chunks", commit_ts, max_rows)
                 continue
-            txn = translator.translate(binlog)
+            del wire
+            txn = translator.translate(bl.decode(payload))
+            del payload
             out.append((commit_ts, self._changes(txn), translator.keeper.schema_version))
         return out, self._chunked is not None or bool(queue)
 
