@@ -38,6 +38,9 @@ from pathlib import Path
 from actors.ray_calls import RayCalls
 from actors.task_record import record_actor_name, start_task_record
 from cluster.drainer import STATUS_TIMEOUT_S, STOP_TIMEOUT_S, Drainer
+from cluster.drainer import _first_line as first_line
+from cluster.drainer import _is_auth_failure as is_auth_failure
+from cluster.drainer import _token_hint as token_hint
 from cluster.launch import LocalCluster, PumpOptions
 from cluster.registry import REGISTRY_NAME, connect_registry, get_or_create_registry
 from tidb_binlog.config import DrainerConfig, load_drainer_config
@@ -79,12 +82,32 @@ def connect(address: str | None = "auto", namespace: str = DEFAULT_NAMESPACE, *,
     with its data there if none runs yet; else one must run in ``namespace``.
     """
     if not RayCalls.is_initialized():
-        RayCalls.init(address=address, namespace=namespace, log_to_driver=False)
+        _join_ray(address, namespace)
     if registry_dir is not None:
         registry = get_or_create_registry(registry_dir, namespace=namespace)
     else:
         registry = connect_registry(namespace=namespace, name=REGISTRY_NAME)
     return Cluster(registry, namespace)
+
+
+def _join_ray(address: str | None, namespace: str) -> None:
+    """``ray.init``; a cluster refusing us for want of its auth token (Ray's token
+    authentication) is an UnavailableError saying what to set, as for the drainer CLI.
+    Ray 2.60 often reports it only as "Failed to connect to Ray cluster" (the refusal is
+    in its C++ log lines), so a connection failure without a token carries the hint."""
+    try:
+        RayCalls.init(address=address, namespace=namespace, log_to_driver=False)
+    except Exception as exc:
+        if is_auth_failure(exc):
+            raise UnavailableError(
+                f"the Ray cluster at {address!r} refused us: it requires token "
+                "authentication; set RAY_AUTH_MODE=token and the cluster's token in "
+                "RAY_AUTH_TOKEN (or a file named by RAY_AUTH_TOKEN_PATH, or "
+                "~/.ray/auth_token)") from exc
+        if isinstance(exc, ConnectionError):
+            raise UnavailableError(f"cannot join the Ray cluster at {address!r}: "
+                                   f"{first_line(exc)}{token_hint()}") from exc
+        raise
 
 
 class Cluster:
