@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
-from test_drainer_txn_chunks import commit_with, inserts, mixed, translator
+from test_drainer_txn_chunks import _call, _keeper, commit_with, inserts, mixed, translator
 
 from tidb_binlog import binlog as bl
+from tidb_binlog.drainer.pipeline import merge_loop
 from tidb_binlog.drainer.translate.wire import WirePrewrite, read_binlog
 from tidb_binlog.errors import ProtocolError
+from tidb_binlog.packed import unpack
 
 
 def _same(pv_bytes: bytes) -> None:
@@ -85,13 +89,6 @@ def test_chunks_of_the_wire_binlog_equal_the_whole_translation(max_rows):
 
 
 def test_a_large_payload_goes_to_the_routed_keeper_out_of_band():
-    import pickle
-
-    from test_drainer_txn_chunks import _call, _keeper
-
-    from tidb_binlog.drainer.pipeline import merge_loop
-    from tidb_binlog.packed import unpack
-
     small = (50, bl.encode(commit_with([inserts(100, 101)], commit_ts=50)))
     big = (60, bl.encode(commit_with([inserts(0, 10)], commit_ts=60)))
     assert type(merge_loop.routed_items([small, big])) is bytes  # packed: nothing large
@@ -119,3 +116,23 @@ def test_a_large_payload_goes_to_the_routed_keeper_out_of_band():
             calls.append(_call(keeper, []))
         answers.append(calls)
     assert answers[0] == answers[1] and len(answers[0]) == 3
+
+
+def test_the_keeper_never_parses_a_large_binlog_with_protobuf(monkeypatch):
+    # what held the transaction two or three times over: a Binlog message, its
+    # prewrite_value copy, a PrewriteValue message (the rows must come from the payload)
+    big = commit_with([inserts(0, 10)], commit_ts=60)
+    whole = translator().translate(big).dmls
+    payload = bl.encode(big)
+
+    def refuse(*_):
+        raise AssertionError("protobuf parse of a large binlog")
+
+    monkeypatch.setattr(bl, "decode_prewrite_value", refuse)
+    monkeypatch.setattr(bl, "decode", refuse)
+    keeper = _keeper(chunk_rows=4)
+    calls = [_call(keeper, [(60, payload)])]
+    while calls[-1][2]:
+        calls.append(_call(keeper, []))
+    rows = [d for _, payloads, _ in calls for w in payloads for part in w for d in part[1]]
+    assert rows == list(whole)

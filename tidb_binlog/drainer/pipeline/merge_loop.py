@@ -12,7 +12,8 @@
    routes the rows and returns one object per worker plus a plan, and only the plan
    goes to the coordinator) or ``translate`` → ``apply`` (the causality mode, the file
    sink). Either way the keeper's result refs go straight to the sink: translated rows
-   never pass through the merger. Routed (and the Parquet keeper), the keeper hands a
+   never pass through the merger. A batch goes packed, except that a routed one with a
+   large payload carries it out of band (:func:`routed_items`). Routed (and the Parquet keeper), the keeper hands a
    large transaction out one chunk per call; while it answers ``more``
    (:meth:`PipelineCalls.keeper_more`) and nothing new is ready, the merger calls it
    again with no items;
