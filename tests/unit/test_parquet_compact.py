@@ -164,6 +164,8 @@ def test_a_running_sink_holds_the_lake_and_compaction_refuses(tmp_path):
         with pytest.raises(StorageError, match="in use by a drainer's Parquet sink"):
             compact(lake)
         assert cli_main(["parquet-compact", "--dir", str(lake)]) == 1
+        with pytest.raises(StorageError, match="in use by"):  # nor a second sink
+            ParquetLake(lake).reset()
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
