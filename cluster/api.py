@@ -325,8 +325,7 @@ class ReplicationTask:
         if was_running:
             self._end(PAUSED, NODE_PAUSED, timeout)
         # persisted by the record (registry KV) before it answers: a restart keeps it
-        RayCalls.get_within(RayCalls.call(self._record_actor(), "set_worker_count",
-                                          worker_count), timeout)
+        self._record_call("set_worker_count", worker_count, timeout=timeout)
         if was_running:
             rec = self._record(timeout)
             _start(self.cluster, self.name, rec["cfg"], timeout, rec.get("options"))
@@ -343,9 +342,8 @@ class ReplicationTask:
         rec = self._record(timeout)
         if rec["state"] not in (PAUSED, STOPPED):
             self._end(STOPPED, OFFLINE, timeout)
-        actor = self._record_actor()
-        RayCalls.get_within(RayCalls.call(actor, "forget"), timeout)
-        RayCalls.kill(actor)
+        self._record_call("forget", timeout=timeout)
+        RayCalls.kill(self._record_actor())
 
     # -- inside -------------------------------------------------------------------------
     def _record_actor(self):
@@ -357,13 +355,31 @@ class ReplicationTask:
         return actor
 
     def _record(self, timeout: float) -> dict:
-        try:
-            return RayCalls.get_within(RayCalls.call(self._record_actor(), "get"), timeout)
-        except Exception as exc:
-            if isinstance(exc, UnavailableError):
+        return self._record_call("get", timeout=timeout)
+
+    def _record_call(self, method: str, *args, timeout: float):
+        """``method`` of the task's record actor within ``timeout`` seconds. While Ray
+        restarts the record (it reloads its state from the registry), the call is made
+        again until the timeout: every record method is idempotent (get, set_state,
+        set_worker_count, forget), so one that "may or may not have been executed" is
+        safe to repeat."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return RayCalls.get_within(RayCalls.call(self._record_actor(), method, *args),
+                                           max(left, 0.0))
+            except PipelineReset as exc:  # the record is restarting
+                if time.monotonic() + 0.5 >= deadline:
+                    raise UnavailableError(
+                        f"the record of task {self.name!r} was still restarting after "
+                        f"{timeout:g} s: {exc}") from exc
+                time.sleep(0.5)
+            except UnavailableError:
                 raise
-            raise UnavailableError(f"the record of task {self.name!r} did not answer within "
-                                   f"{timeout:g} s: {exc}") from exc
+            except Exception as exc:
+                raise UnavailableError(f"the record of task {self.name!r} did not answer "
+                                       f"{method} within {timeout:g} s: {exc}") from exc
 
     def _drainer(self, timeout: float) -> Drainer:
         return Drainer.attach(self.name, self.cluster.namespace, timeout)
@@ -371,14 +387,12 @@ class ReplicationTask:
     def _end(self, state: str, node_state: str, timeout: float) -> int:
         rec = self._record(timeout)
         if rec["state"] in (PAUSED, STOPPED):
-            RayCalls.get_within(RayCalls.call(self._record_actor(), "set_state", state),
-                                timeout)
+            self._record_call("set_state", state, timeout=timeout)
             return rec["last_checkpoint_ts"]
         drainer = self._drainer(timeout)
         result = drainer.stop(final_state=node_state, timeout=timeout)
         checkpoint = int(result.get("commit_ts") or 0)
-        RayCalls.get_within(RayCalls.call(self._record_actor(), "set_state", state,
-                                          checkpoint), timeout)
+        self._record_call("set_state", state, checkpoint, timeout=timeout)
         log.info("replication task %s %s at checkpoint %d", self.name, state, checkpoint)
         return checkpoint
 
