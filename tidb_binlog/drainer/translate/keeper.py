@@ -58,6 +58,19 @@ log = logging.getLogger(__name__)
 JOB_WAIT_S = 600.0
 JOB_WAIT_WARN_S = 30.0
 
+def translate_or_chunk(translator: Translator, payload, max_rows: int
+                       ) -> tuple[Txn | None, Iterator | None]:
+    """One Commit binlog's payload as ``(txn, None)``, or, when it may hold more than
+    ``max_rows`` row changes, ``(None, chunks)``: :meth:`Translator.translate_chunks`
+    over the payload read in place (translate/wire.py: no Binlog or PrewriteValue
+    message, no copy of its prewrite_value; the chunks hold the payload and the rows'
+    offsets only). What every keeper that streams large transactions does first."""
+    wire = read_binlog(payload) if len(payload) > 4 * max_rows else None
+    if wire is not None and translator.may_exceed(wire, max_rows):
+        return None, translator.translate_chunks(wire, max_rows)
+    return translator.translate(bl.decode(payload)), None
+
+
 @dataclass
 class _Chunked:
     """A large transaction being handed out chunk by chunk (:meth:`RowKeeper.translate_routed`)."""
@@ -245,14 +258,9 @@ class RowKeeper(SchemaAt):
                             commit_ts, extra=txn_fields(commit_ts))
                 out.append((commit_ts, None, 0))
                 continue
-            # a possibly large one is read in place (translate/wire.py): no Binlog or
-            # PrewriteValue message, no copy of its prewrite_value; the chunks hold the
-            # payload and the rows' offsets only
-            wire = read_binlog(payload) if len(payload) > 4 * max_rows else None
-            if wire is not None and translator.may_exceed(wire, max_rows):
-                del payload  # the wire binlog's view holds it
-                chunks = translator.translate_chunks(wire, max_rows)
-                del wire
+            txn, chunks = translate_or_chunk(translator, payload, max_rows)
+            del payload  # a chunked one's payload is held by its chunks only
+            if chunks is not None:
                 dmls, last = next(chunks)
                 if not last:
                     self._chunked = _Chunked(commit_ts, chunks, dmls)
@@ -260,10 +268,6 @@ class RowKeeper(SchemaAt):
                              "applying it in chunks", commit_ts, max_rows)
                     break
                 txn = Txn.of_dmls(commit_ts, dmls)
-            else:
-                del wire
-                txn = translator.translate(bl.decode(payload))
-                del payload
             out.append((commit_ts, self._filter(txn), translator.keeper.schema_version))
         return out
 

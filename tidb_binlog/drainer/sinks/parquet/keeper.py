@@ -29,12 +29,10 @@ from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.apply.dml import DMLType, Txn
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.sinks.parquet.arrow import ColumnSpec, TableSpec
-from tidb_binlog.drainer.translate.keeper import SchemaAt
-from tidb_binlog.drainer.translate.wire import read_binlog
+from tidb_binlog.drainer.translate.keeper import SchemaAt, translate_or_chunk
 from tidb_binlog.errors import SchemaError
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.logs import txn as txn_fields
@@ -105,22 +103,15 @@ class ParquetKeeper(SchemaAt):
                             commit_ts, extra=txn_fields(commit_ts))
                 out.append((commit_ts, None, 0))
                 continue
-            # a possibly large one is read in place (translate/wire.py, as the schema
-            # keeper does): no Binlog or PrewriteValue message, no prewrite_value copy
-            wire = read_binlog(payload) if len(payload) > 4 * max_rows else None
-            if wire is not None and translator.may_exceed(wire, max_rows):
-                del payload  # the wire binlog's view holds it
-                chunks = translator.translate_chunks(wire, max_rows)
-                del wire
+            txn, chunks = translate_or_chunk(translator, payload, max_rows)
+            del payload  # a chunked one's payload is held by its chunks only
+            if chunks is not None:
                 self._chunked = (commit_ts, chunks)
                 self._next_chunk(out)
                 if self._chunked is not None:
                     log.info("transaction at commit_ts %s has more than %d row changes: "
                              "writing it in chunks", commit_ts, max_rows)
                 continue
-            del wire
-            txn = translator.translate(bl.decode(payload))
-            del payload
             out.append((commit_ts, self._changes(txn), translator.keeper.schema_version))
         return out, self._chunked is not None or bool(queue)
 
