@@ -1,6 +1,6 @@
 """TaskStatus: the task API's typed status, built from the actors' report."""
 
-from tidb_binlog.drainer.pipeline.task_status import TaskStatus, lag_seconds
+from tidb_binlog.drainer.pipeline.task_status import ActorRestart, TaskStatus, lag_seconds
 from tidb_binlog.tso import compose
 
 
@@ -23,3 +23,13 @@ def test_states_and_lag_edges():
     assert TaskStatus.not_running("t", "paused", checkpoint_ts=9).checkpoint_ts == 9
     assert lag_seconds(0) is None
     assert lag_seconds(compose(2_000_000, 0), now_s=1_000.0) == 0.0  # clock skew: never < 0
+
+
+def test_a_restarting_actor_keeps_the_state_and_says_which():
+    """Drainer.status() while Ray restarts an actor: a typed ``restarting`` state naming the
+    actor (it read ``running`` before, and the status call raised)."""
+    restart = ActorRestart("coordinator", "orders-coordinator", since_s=12.5)
+    st = TaskStatus.from_report("t", {"state": "restarting", "error": None,
+                                      "restarting": restart, "checkpoint_commit_ts": 0})
+    assert (st.state, st.restarting, st.ok, st.lag_s) == ("restarting", restart, False, None)
+    assert TaskStatus.from_report("t", {"state": "merging"}).restarting is None

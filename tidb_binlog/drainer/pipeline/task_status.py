@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from tidb_binlog.tso import extract_physical
 
-__all__ = ["TaskStatus", "RUNNING", "STARTING", "FAILED", "PAUSED", "STOPPED", "UNREACHABLE"]
+__all__ = ["TaskStatus", "ActorRestart", "RUNNING", "STARTING", "FAILED", "PAUSED", "STOPPED",
+           "UNREACHABLE", "RESTARTING"]
 
 STARTING = "starting"
 RUNNING = "running"
@@ -21,6 +22,24 @@ PAUSED = "paused"
 STOPPED = "stopped"
 UNREACHABLE = "unreachable"
 """The task should run but its merger did not answer (restarting, or its node is gone)."""
+RESTARTING = "restarting"
+"""Ray is restarting one of the task's actors (``TaskStatus.restarting`` says which): the
+pipeline replays from its checkpoint once the actor is back."""
+
+
+@dataclass(frozen=True)
+class ActorRestart:
+    """Which of a task's actors Ray is restarting, for a status read made meanwhile.
+
+    ``actor``: its role (``merger``, ``keeper``, ``coordinator``, ``file-sink``,
+    ``worker-<i>``); ``name``: its Ray actor name (``<task>-<role>``; "" for an anonymous
+    task's actor); ``since_s``: Unix time the handle that read the status first saw it
+    restarting (Ray's actor table has no time for the restart itself), None if unknown.
+    """
+
+    actor: str
+    name: str = ""
+    since_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -29,7 +48,8 @@ class TaskStatus:
 
     ``state``: ``starting`` (reading the checkpoint), ``running``, ``failed`` (``error``
     says why; the actors are still there for ``status`` and ``stop``), ``paused`` (by
-    ``pause()``: resumable), ``stopped`` (by ``stop()``), ``unreachable``.
+    ``pause()``: resumable), ``stopped`` (by ``stop()``), ``unreachable``, ``restarting``
+    (Ray restarts the actor ``restarting`` names; the other fields are unknown meanwhile).
     ``checkpoint_ts``: everything at or below this commit_ts is in the downstream.
     ``lag_s``: wall-clock seconds between now and the checkpoint's physical time (the
     pumps write fake binlogs when idle, so an idle, caught-up task stays near 0); None
@@ -49,6 +69,7 @@ class TaskStatus:
     worker_count: int = 0
     node_id: str = ""
     sink: str = "mysql"
+    restarting: ActorRestart | None = None
 
     @property
     def ok(self) -> bool:
@@ -59,10 +80,11 @@ class TaskStatus:
     def from_report(cls, name: str, report: dict, *, worker_count: int = 0,
                     sink: str = "mysql", now_s: float | None = None) -> TaskStatus:
         """From ``Drainer.status()``'s dict (merger keys + the sink's, the checkpoint as
-        ``checkpoint_commit_ts``). The merger's ``merging`` state reads ``running``."""
+        ``checkpoint_commit_ts``; ``restarting``: an :class:`ActorRestart` while Ray restarts
+        one of the actors). The merger's ``merging`` state reads ``running``."""
         checkpoint = int(report.get("checkpoint_commit_ts") or 0)
         state = report.get("state") or UNREACHABLE
-        if state not in (STARTING, FAILED, STOPPED, UNREACHABLE):
+        if state not in (STARTING, FAILED, STOPPED, UNREACHABLE, RESTARTING):
             state = RUNNING
         return cls(name=name, state=state, error=report.get("error"),
                    checkpoint_ts=checkpoint, lag_s=lag_seconds(checkpoint, now_s),
@@ -71,15 +93,18 @@ class TaskStatus:
                    applied_rows=int(report.get("applied_rows") or 0),
                    ddl_jobs=int(report.get("ddl_jobs") or 0),
                    resets=int(report.get("resets") or 0), worker_count=worker_count,
-                   node_id=report.get("node_id") or "", sink=sink)
+                   node_id=report.get("node_id") or "", sink=sink,
+                   restarting=report.get("restarting"))
 
     @classmethod
     def not_running(cls, name: str, state: str, *, checkpoint_ts: int = 0,
                     error: str | None = None, worker_count: int = 0,
-                    sink: str = "mysql") -> TaskStatus:
-        """A task whose actors are not running (paused, stopped) or do not answer."""
+                    sink: str = "mysql", restarting: ActorRestart | None = None,
+                    ) -> TaskStatus:
+        """A task whose actors are not running (paused, stopped), do not answer, or one
+        of which Ray is restarting (``restarting``)."""
         return cls(name=name, state=state, error=error, checkpoint_ts=checkpoint_ts,
-                   worker_count=worker_count, sink=sink)
+                   worker_count=worker_count, sink=sink, restarting=restarting)
 
 
 def lag_seconds(checkpoint_ts: int, now_s: float | None = None) -> float | None:
