@@ -49,7 +49,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidb_binlog import binlog as bl
-from tidb_binlog.errors import ClusterIDMismatch, StateError, StorageError, UnavailableError
+from tidb_binlog.binlog_ref import BinlogRef
+from tidb_binlog.errors import (
+    ClusterIDMismatch,
+    ProtocolError,
+    StateError,
+    StorageError,
+    UnavailableError,
+)
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, PAUSING, PUMP, NodeStatus
 from tidb_binlog.pump.metrics import PumpMetrics
 from tidb_binlog.pump.node_rules import (
@@ -270,7 +277,8 @@ class PumpNode:
         return ts
 
     def pull(self, since_commit_ts: int, max_bytes: int = 4 << 20,
-             timeout_s: float = 0.0) -> tuple[list[tuple[int, bytes]], int]:
+             timeout_s: float = 0.0, ref_above: int = 0
+             ) -> tuple[list[tuple[int, bytes | BinlogRef]], int]:
         """Commits above ``since_commit_ts`` and the watermark they are complete up to.
 
         Every binlog this pump will ever serve with commit_ts <= watermark is either
@@ -281,13 +289,20 @@ class PumpNode:
         UnavailableError, not the closed storage's StorageError: like TiDB's pump
         whose server is gone, it is expected back, and a drainer retries an
         unavailable pump where it treats a storage fault as fatal.
+
+        With ``ref_above > 0`` a Commit whose served payload is ``ref_above`` bytes or
+        more comes as a :class:`~tidb_binlog.binlog_ref.BinlogRef` (this node's id,
+        commit_ts, start_ts, size) instead of its bytes, the pump never building that
+        payload; at most one per batch, last, counted as a small item against
+        ``max_bytes``. Read it with :meth:`read_payload`. A storage that cannot serve
+        references (the in-memory test storage) serves every payload whole.
         """
         self._check_serving()
         try:
-            batch, position = self._pull(since_commit_ts, max_bytes)
+            batch, position = self._pull(since_commit_ts, max_bytes, ref_above)
             if not batch and position <= since_commit_ts and timeout_s > 0:
                 self.storage.wait_for_commit(since_commit_ts, timeout_s)
-                batch, position = self._pull(since_commit_ts, max_bytes)
+                batch, position = self._pull(since_commit_ts, max_bytes, ref_above)
         except StorageError:
             self._check_serving()  # closed by a stop() while this pull ran
             raise
@@ -301,12 +316,37 @@ class PumpNode:
             raise UnavailableError(f"pump {self.node_id} is stopped (state {self._state}); "
                                    "pull again once it is restarted")
 
-    def _pull(self, since_commit_ts: int, max_bytes: int) -> tuple[list[tuple[int, bytes]], int]:
+    def read_payload(self, commit_ts: int, offset: int, size: int) -> bytes | bytearray:
+        """Bytes ``[offset, offset+size)`` of the payload :meth:`pull` serves at
+        ``commit_ts`` (what a ``BinlogRef`` of this pump names), read from the value log
+        without building the payload. Looked up by ``commit_ts`` on every call, so it
+        works across a restart and is safe to retry. Errors name this pump: PurgedError
+        (at or below gc_ts), StorageError (nothing served there), ProtocolError (a range
+        outside the payload), CorruptRecord (a damaged record), UnavailableError
+        (stopped)."""
+        self._check_serving()
+        read = getattr(self.storage, "read_payload", None)
+        try:
+            if read is None:
+                raise StorageError("its storage serves no references")
+            return read(commit_ts, offset, size)
+        except (StorageError, ProtocolError) as exc:
+            self._check_serving()  # closed by a stop() while this read ran
+            fields = {name: getattr(exc, name) for name in exc._fields}
+            raise type(exc)(f"pump {self.node_id}: cannot read {size} bytes at offset "
+                            f"{offset} of the binlog at commit_ts {commit_ts}: {exc.message}",
+                            **fields) from exc
+
+    def _pull(self, since_commit_ts: int, max_bytes: int, ref_above: int = 0
+              ) -> tuple[list[tuple[int, bytes | BinlogRef]], int]:
         """``(batch, position)`` from the storage; a storage without ``pull_commits``
         (the in-memory test storage) gives the position from its max_commit_ts read
         before the pull."""
         pull_commits = getattr(self.storage, "pull_commits", None)
         if pull_commits is not None:
+            if ref_above > 0:
+                return pull_commits(since_commit_ts, max_bytes, ref_above=ref_above,
+                                    node_id=self.node_id)
             return pull_commits(since_commit_ts, max_bytes)
         upto = self.storage.max_commit_ts
         batch = self.storage.pull_commit_binlogs(since_commit_ts, max_bytes)

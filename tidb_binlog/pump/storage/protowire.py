@@ -6,7 +6,7 @@ Commit with its large Prewrite) and the pump's request path (:mod:`tidb_binlog.p
 
 from __future__ import annotations
 
-__all__ = ["BINLOG_WIRE_TYPES", "fields", "varint"]
+__all__ = ["BINLOG_WIRE_TYPES", "fields", "read_varint", "varint"]
 
 _U64 = (1 << 64) - 1
 _ONE_BYTE = [bytes((i,)) for i in range(0x80)]
@@ -41,6 +41,9 @@ def _read_varint(buf, pos: int) -> tuple[int, int]:
             return value & _U64, pos
         shift += 7
     return -1, -1
+
+
+read_varint = _read_varint  # for walkers over a window of a larger buffer (payload_ref.py)
 
 
 def fields(buf):

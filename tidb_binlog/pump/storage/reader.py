@@ -46,13 +46,21 @@ Commit idles, it does not spin).
 from __future__ import annotations
 
 import logging
+import threading
 
 from google.protobuf.message import DecodeError
 
 from tidb_binlog import binlog as bl
-from tidb_binlog.errors import CorruptRecord, DamagedBinlog
+from tidb_binlog.binlog_ref import BinlogRef
+from tidb_binlog.errors import CorruptRecord, DamagedBinlog, ProtocolError, StorageError
 from tidb_binlog.logs import txn
 from tidb_binlog.pump.storage.index import LOST
+from tidb_binlog.pump.storage.payload_ref import (
+    LAYOUT_READ_BYTES,
+    ServedLayout,
+    read_range,
+    served_layout,
+)
 from tidb_binlog.pump.storage.protowire import BINLOG_WIRE_TYPES, fields, varint
 
 __all__ = ["CommitReader"]
@@ -71,6 +79,13 @@ _MAX_SEEN_PREWRITES = 4096
 _MAX_REPORTED_ORPHANS = 100_000
 LARGE_PAYLOAD_BYTES = 1 << 20  # the pump's threshold too (tidb_binlog.pump.wire)
 _START_TS_TAG = 0x10  # field 2 (start_ts), varint: follows tp in every stored payload
+# A filled Commit is at most its record + its Prewrite's record + this much (the
+# "prewrite_value absent" field and ddl_job_id / ddl_schema_state the fill always writes)
+_FILL_SLACK_BYTES = 32
+# What a reference counts against a pull's max_bytes (about its pickled size)
+REF_ITEM_BYTES = 64
+_SKIP = object()  # _ref(): the binlog is skipped (its damaged prewrite was given up)
+_MAX_LAYOUTS = 8  # served layouts kept for read_payload (a reader walks one at a time)
 
 
 def _start_ts_of_prewrite(payload: bytes) -> int:
@@ -140,15 +155,26 @@ class CommitReader:
         self._reported_orphans: set[int] = set()
         self._reported_skips: set[int] = set()
         self._reported_damage: set[int] = set()
+        self._layouts: dict[int, ServedLayout] = {}  # commit_ts -> layout (read_payload)
+        self._layouts_lock = threading.Lock()  # reads run on several actor threads
 
     def pull(self, since_commit_ts: int, upto_ts: int, max_bytes: int,
-             max_count: int) -> tuple[list[tuple[int, bytes]], int]:
+             max_count: int, *, ref_above: int = 0, node_id: str = ""
+             ) -> tuple[list[tuple[int, bytes | BinlogRef]], int]:
         """``(commit_ts, payload)`` of commits and fake binlogs in ``(since, upto]``, and
         the position examined up to: every served binlog at or below it is in the batch
         or at or below ``since`` (``upto`` when the range was read to its end, else the
         last item's ts). Raises :class:`DamagedBinlog` at the first damaged key when it
-        comes first, else returns the items before it (the next pull raises)."""
-        out: list[tuple[int, bytes]] = []
+        comes first, else returns the items before it (the next pull raises).
+
+        With ``ref_above > 0`` a Commit whose served payload is ``ref_above`` bytes or
+        more comes as ``BinlogRef(node_id, commit_ts, start_ts, size)``, its size
+        computed from the records' layout (the payload is never built; its Prewrite's
+        CRC is checked 4 MiB at a time). A reference counts :data:`REF_ITEM_BYTES`
+        against ``max_bytes`` and ends the batch: at most one per batch, last (the
+        reader fetches it separately, and a consumer that counts its ``len()`` = size
+        then sees at most ``max_bytes`` of payloads plus one reference per batch)."""
+        out: list[tuple[int, bytes | BinlogRef]] = []
         size = 0
         position = upto_ts
         seen: dict[int, bytes] = {}  # start_ts -> Prewrite payload read during this pass
@@ -167,6 +193,17 @@ class CommitReader:
                     if complete and len(seen) < _MAX_SEEN_PREWRITES:
                         seen[ts] = payload
                     continue
+                if ref_above > 0 and complete:
+                    ref = self._ref(payload, ts, seen, ref_above, node_id)
+                    if ref is _SKIP:
+                        continue
+                    if ref is not None:
+                        if out and size + REF_ITEM_BYTES > max_bytes:
+                            position = out[-1][0]
+                            break
+                        out.append((ts, ref))
+                        position = ts
+                        break
                 if not complete:
                     payload = self._vlog.read(ptr)
                 payload = self.filled(payload, ts, seen)
@@ -198,6 +235,109 @@ class CommitReader:
                 position = ts
                 break
         return out, position
+
+    def _ref(self, payload: bytes, ts: int, seen: dict[int, bytes], ref_above: int,
+             node_id: str):
+        """A :class:`BinlogRef` for the Commit record ``payload`` at ``ts`` when its
+        served payload is ``ref_above`` bytes or more; None to serve it the ordinary way
+        (small, a fake binlog, anything odd: :meth:`filled` decides and reports);
+        :data:`_SKIP` when its damaged Prewrite was given up. Reads the Prewrite's
+        record header and field headers, then its body 4 MiB at a time for the CRC."""
+        c = bl.Binlog.FromString(payload)
+        if c.tp != _COMMIT or c.commit_ts != ts:
+            return None
+        raw = seen.get(c.start_ts)
+        if raw is not None and len(payload) + len(raw) + _FILL_SLACK_BYTES < ref_above:
+            return None
+        pptr = self._index.lookup(c.start_ts)
+        if pptr is None or pptr == LOST or not self._vlog.has_file(pptr.fid):
+            return None
+        try:
+            first, length, crc = self._vlog.record_start(pptr, LAYOUT_READ_BYTES)
+            if len(payload) + length + _FILL_SLACK_BYTES < ref_above:
+                return None
+            layout = served_layout(self._vlog, c, pptr, first, length)
+            if layout is None or layout.size < ref_above:
+                return None
+            self._vlog.verify_record(pptr, length, crc)
+        except CorruptRecord as exc:
+            return _SKIP if self._damaged_prewrite(c, ts, exc) is None else None
+        self._layouts_put(ts, layout)
+        return BinlogRef(node_id, ts, c.start_ts, layout.size)
+
+    def _layouts_put(self, ts: int, layout: ServedLayout) -> None:
+        with self._layouts_lock:
+            layouts = self._layouts
+            layouts.pop(ts, None)
+            layouts[ts] = layout
+            while len(layouts) > _MAX_LAYOUTS:
+                del layouts[next(iter(layouts))]
+
+    def read_payload(self, commit_ts: int, offset: int, size: int) -> bytes | bytearray:
+        """Bytes ``[offset, offset+size)`` of the payload a pull serves for
+        ``commit_ts`` (a Commit filled with its Prewrite's fields), read from the value
+        log: the Commit record (small), the Prewrite's field headers, then only the
+        requested range of its value (:mod:`.payload_ref`). The record is looked up by
+        ``commit_ts`` on every call (a layout read before is reused while the index
+        still names the same Prewrite file), so it works the same after a restart.
+        Raises StorageError when nothing is served under ``commit_ts`` here,
+        ProtocolError for a range outside the payload, CorruptRecord for a damaged
+        record."""
+        if offset < 0 or size < 0:
+            raise ProtocolError(f"read of {size} bytes at offset {offset} of the binlog at "
+                                f"commit_ts {commit_ts}: offset and size must be >= 0")
+        with self._layouts_lock:
+            layout = self._layouts.get(commit_ts)
+        if layout is None or not self._vlog.has_file(layout.fid):
+            layout = self._layout_of(commit_ts)
+        if isinstance(layout, ServedLayout):
+            total = layout.size
+        else:
+            total = len(layout)
+        if offset + size > total:
+            raise ProtocolError(f"read of {size} bytes at offset {offset} is past the end of "
+                                f"the binlog at commit_ts {commit_ts} ({total} bytes): read "
+                                "within the size its BinlogRef gives")
+        if not isinstance(layout, ServedLayout):
+            return layout[offset:offset + size]
+        return read_range(self._vlog, layout, offset, size)
+
+    def _layout_of(self, commit_ts: int) -> ServedLayout | bytes:
+        """The layout of the binlog served at ``commit_ts`` (cached), or its payload
+        itself when it is not a Commit laid out for splicing (a fake binlog, an odd
+        Prewrite: small or rare; built as a pull would)."""
+        def unknown(why: str) -> StorageError:
+            return StorageError(f"no binlog is served at commit_ts {commit_ts} ({why}): it "
+                                "was never on this pump, or was purged by GC; a reference is "
+                                "good only on the pump whose pull made it: pull again from "
+                                "the checkpoint")
+        ptr = self._index.lookup(commit_ts)
+        if ptr is None:
+            raise unknown("no index entry")
+        if ptr == LOST:
+            raise self._lost("its record")
+        if not self._vlog.has_file(ptr.fid):
+            raise unknown(f"value log file {ptr.fid:06d}.vlog is gone")
+        payload = self._vlog.read(ptr)
+        if payload.startswith(_PREWRITE_PREFIX):
+            raise unknown("the key names a Prewrite, which is not served")
+        c = bl.Binlog.FromString(payload)
+        if c.commit_ts != commit_ts:
+            raise CorruptRecord(f"the record for commit_ts {commit_ts} is a binlog with "
+                                f"commit_ts {c.commit_ts}, not the one the index names",
+                                path=str(self._vlog.dir), offset=ptr.offset)
+        if c.tp == _COMMIT:
+            pptr = self._index.lookup(c.start_ts)
+            if pptr is not None and pptr != LOST and self._vlog.has_file(pptr.fid):
+                first, length, _ = self._vlog.record_start(pptr, LAYOUT_READ_BYTES)
+                layout = served_layout(self._vlog, c, pptr, first, length)
+                if layout is not None:
+                    self._layouts_put(commit_ts, layout)
+                    return layout
+        filled = self.filled(payload, commit_ts)
+        if filled is None:
+            raise unknown("a Rollback, or a Commit whose Prewrite is not here")
+        return filled
 
     def _skip_once(self, ts: int, exc: Exception) -> None:
         if ts not in self._reported_skips:

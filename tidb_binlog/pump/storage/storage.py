@@ -59,6 +59,7 @@ import google_crc32c
 from google.protobuf.message import DecodeError
 
 from tidb_binlog import binlog as bl
+from tidb_binlog.binlog_ref import BinlogRef
 from tidb_binlog.errors import ProtocolError, PurgedError, StorageError
 from tidb_binlog.pump.storage import index as ix
 from tidb_binlog.pump.storage.chaser import Indexer
@@ -442,11 +443,15 @@ class Storage:
         return self.pull_commits(since_commit_ts, max_bytes, max_count)[0]
 
     def pull_commits(self, since_commit_ts: int, max_bytes: int = 4 << 20,
-                     max_count: int = 10_000) -> tuple[list[tuple[int, bytes]], int]:
+                     max_count: int = 10_000, *, ref_above: int = 0, node_id: str = ""
+                     ) -> tuple[list[tuple[int, bytes | BinlogRef]], int]:
         """:meth:`pull_commit_binlogs` plus the position examined up to (every binlog
         served at or below it is in the batch or at or below ``since``): a caller pulls
         again from there, past keys that serve nothing (prewrites, orphan commits).
-        Raises ``DamagedBinlog`` at a damaged acknowledged binlog (``reader.py``)."""
+        Raises ``DamagedBinlog`` at a damaged acknowledged binlog (``reader.py``).
+        With ``ref_above > 0`` a Commit of that many served bytes or more comes as a
+        ``BinlogRef`` naming ``node_id`` (at most one per batch, last; read it with
+        :meth:`read_payload`)."""
         gc_ts, upto = self._gc.gc_ts, self._max_commit_ts
         if self._closed:
             raise StorageError(f"storage {self.dir} is closed")
@@ -455,7 +460,22 @@ class Storage:
                 f"binlogs up to gc_ts {gc_ts} were purged by GC; cannot serve from commit_ts "
                 f"{since_commit_ts}: restart the drainer from a checkpoint at or above {gc_ts}",
                 requested_ts=since_commit_ts, gc_ts=gc_ts)
-        return self._reader.pull(since_commit_ts, upto, max_bytes, max_count)
+        return self._reader.pull(since_commit_ts, upto, max_bytes, max_count,
+                                 ref_above=ref_above, node_id=node_id)
+
+    def read_payload(self, commit_ts: int, offset: int, size: int) -> bytes | bytearray:
+        """Bytes ``[offset, offset+size)`` of the payload a pull serves at ``commit_ts``
+        (what a ``BinlogRef`` names), read in place from the value log
+        (``reader.CommitReader.read_payload``). PurgedError at or below gc_ts."""
+        if self._closed:
+            raise StorageError(f"storage {self.dir} is closed")
+        gc_ts = self._gc.gc_ts
+        if commit_ts <= gc_ts:
+            raise PurgedError(
+                f"the binlog at commit_ts {commit_ts} was purged by GC (gc_ts {gc_ts}): "
+                f"restart the drainer from a checkpoint at or above {gc_ts}",
+                requested_ts=commit_ts, gc_ts=gc_ts)
+        return self._reader.read_payload(commit_ts, offset, size)
 
     def wait_for_commit(self, above_ts: int, timeout_s: float) -> int:
         """Block until ``max_commit_ts > above_ts`` (or timeout / close); return it."""

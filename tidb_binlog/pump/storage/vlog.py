@@ -395,6 +395,50 @@ class ValueLog:
             return raw[HEADER_SIZE:], False
         return self._checked(raw[HEADER_SIZE:HEADER_SIZE + length], length, crc, seg, ptr), True
 
+    def record_start(self, ptr: ValuePointer, nbytes: int) -> tuple[bytes, int, int]:
+        """``(first bytes of the payload, payload length, crc)`` of the record at ``ptr``
+        from one ``pread`` of header + ``nbytes`` (magic and length checked, CRC not):
+        for reading a large record's layout without its body (``payload_ref.py``)."""
+        raw, length, crc, _, _ = self._first(ptr, nbytes)
+        return raw[HEADER_SIZE:HEADER_SIZE + length], length, crc
+
+    def read_into(self, fid: int, offset: int, buf: memoryview) -> None:
+        """Fill ``buf`` from file ``fid`` at ``offset`` with ``preadv`` (no intermediate
+        ``bytes``); CorruptRecord if the file ends first."""
+        fd, seg = self._fd(fid)
+        done = 0
+        while done < len(buf):
+            try:
+                n = os.preadv(fd, [buf[done:]], offset + done)
+            except OSError as exc:
+                raise StorageError(f"value log {seg.path}: read of {len(buf) - done} bytes "
+                                   f"at offset {offset + done} failed: {exc}") from exc
+            if n <= 0:
+                raise CorruptRecord(f"value log {seg.path}: short read at offset "
+                                    f"{offset + done} ({len(buf) - done} bytes missing)",
+                                    path=str(seg.path), offset=offset)
+            done += n
+
+    def verify_record(self, ptr: ValuePointer, length: int, crc: int,
+                      chunk_bytes: int = 4 << 20) -> None:
+        """Check the CRC of the ``length``-byte payload at ``ptr`` reading it
+        ``chunk_bytes`` at a time (a large record is never held whole); CorruptRecord
+        on a mismatch."""
+        fd, seg = self._fd(ptr.fid)
+        start = ptr.offset + HEADER_SIZE
+        got = 0
+        for off in range(0, length, chunk_bytes):
+            n = min(chunk_bytes, length - off)
+            chunk = self._pread(fd, seg, n, start + off)
+            if len(chunk) != n:
+                got = -1
+                break
+            got = google_crc32c.extend(got, chunk)
+            del chunk
+        if got != crc:
+            raise CorruptRecord(f"value log {seg.path}: checksum mismatch at offset {ptr.offset}",
+                                path=str(seg.path), offset=ptr.offset)
+
     def _first(self, ptr: ValuePointer, size_hint_bytes: int):
         fd, seg = self._fd(ptr.fid)
         raw = self._pread(fd, seg, HEADER_SIZE + size_hint_bytes, ptr.offset)
