@@ -42,11 +42,30 @@ Call it as ``actor.pull.options(num_returns=2).remote(...)`` to get
 ``(batch_ref, watermark_ref)``: the batch then stays in the object store, owned
 by the caller (so it outlives a pump crash), and can be handed to another actor
 without passing through the caller.
+
+Large transactions by reference: ``pull(..., ref_above=N)`` (N > 0; default 0 =
+every payload whole) serves a Commit whose payload is N bytes or more as
+``(commit_ts, BinlogRef(node_id, commit_ts, start_ts, size))``
+(:mod:`tidb_binlog.binlog_ref`) instead of its bytes; the pump never builds that
+payload. At most one reference per batch, as its last item, counted as a small item
+against ``max_bytes``; packed batches carry it as any other value.
+``read_payload(commit_ts, offset, size)`` returns bytes ``[offset, offset+size)`` of
+that payload (byte for byte what a whole pull would have served), read from the
+value log by ``commit_ts`` on every call: idempotent, so Ray retries it across a pump
+restart (``max_task_retries``) like ``pull``. It comes out of band, as a
+``pickle.PickleBuffer``: Ray writes it straight into the object store and
+``ray.get`` gives the caller a read-only buffer over it (``memoryview()`` it), so
+the caller holds only the object store's pages (measured with 64 MiB: +0 private,
++1x shared; a ``bytes`` return costs the caller +1x private on top). Errors are
+``tidb_binlog.errors`` naming the pump and the commit_ts: PurgedError (at or below
+gc_ts), StorageError (nothing served there: pull again), ProtocolError (a range
+outside the payload), CorruptRecord, UnavailableError (the pump is stopped).
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 
 from actors.process import setup_actor_logging
 from actors.ray_calls import RayCalls, mirror_metrics
@@ -94,11 +113,18 @@ class PumpActor:
         return self._proc.node.status()
 
     def pull(self, since_commit_ts: int, max_bytes: int = 4 << 20,
-             timeout_s: float = DEFAULT_PULL_TIMEOUT_S, packed: bool = False):
-        batch, watermark = self._proc.node.pull(since_commit_ts, max_bytes, timeout_s)
+             timeout_s: float = DEFAULT_PULL_TIMEOUT_S, packed: bool = False,
+             ref_above: int = 0):
+        batch, watermark = self._proc.node.pull(since_commit_ts, max_bytes, timeout_s,
+                                                ref_above)
         if packed:
             return pack(batch), watermark
         return batch, watermark
+
+    def read_payload(self, commit_ts: int, offset: int, size: int) -> pickle.PickleBuffer:
+        """Bytes ``[offset, offset+size)`` of the payload served at ``commit_ts`` (what a
+        ``BinlogRef`` from :meth:`pull` names), out of band (see the module doc)."""
+        return pickle.PickleBuffer(self._proc.node.read_payload(commit_ts, offset, size))
 
     def pause(self) -> str:
         return self._proc.node.apply_action(self._proc.node.node_id, "pause")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from actors.pump import start_pump_actor
 from tidb_binlog import binlog as bl
 from tidb_binlog.config import load_pump_config
+from tidb_binlog.errors import ProtocolError
 from tidb_binlog.packed import unpack
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.server import open_channel
@@ -21,12 +24,13 @@ def Cfg(data_dir, **kw):
     return load_pump_config(None, overrides)
 
 
-def write_pairs(addr, start, n):
+def write_pairs(addr, start, n, value=None):
     with open_channel(addr) as ch:
         stub = pump_pb2_grpc.PumpStub(ch)
         for i in range(n):
             s_ts = start + 2 * i
-            for b in (bl.prewrite(s_ts, b"v%d" % s_ts, prewrite_key=b"k"), bl.commit(s_ts, s_ts + 1)):
+            for b in (bl.prewrite(s_ts, value or b"v%d" % s_ts, prewrite_key=b"k"),
+                      bl.commit(s_ts, s_ts + 1)):
                 resp = stub.WriteBinlog(pump_pb2.WriteBinlogReq(clusterID=CLUSTER_ID,
                                                                 payload=bl.encode(b)), timeout=10)
                 assert resp.errmsg == ""
@@ -74,14 +78,30 @@ def test_crash_restart_serves_everything(ray_local, tmp_path, new_incarnation):
         addr = ray.get(actor.address.remote(), timeout=60)
         pid = ray.get(actor.pid.remote())
         write_pairs(addr, 2000, 30)
+        write_pairs(addr, 2060, 1, value=bytes(range(256)) * 1200)  # 300 KiB: a reference
+        packed, _ = ray.get(actor.pull.remote(2059, 4 << 20, 1.0, packed=True, ref_above=1024))
+        [(ts, ref)] = unpack(packed)
+        assert ts == 2061 and (ref.node_id, ref.commit_ts, ref.start_ts) == ("pump-ray",
+                                                                             2061, 2060)
         ray.kill(actor, no_restart=False)
         got, _ = pull_all(ray, actor)                  # retried across the restart
-        assert [ts for ts, _ in got] == [2001 + 2 * i for i in range(30)]
+        assert [ts for ts, _ in got] == [2001 + 2 * i for i in range(31)]
+        whole = got[-1][1]
+        assert ref.size == len(whole)
+        ray.kill(actor, no_restart=False)              # read_payload is retried likewise
+        out = ray.get(actor.read_payload.remote(2061, 0, ref.size), timeout=60)
+        assert memoryview(out) == whole   # out of band: a read-only buffer over the store
+        step = 100_000
+        parts = ray.get([actor.read_payload.remote(2061, off, min(step, ref.size - off))
+                         for off in range(0, ref.size, step)], timeout=60)
+        assert b"".join(bytes(memoryview(p)) for p in parts) == whole
+        with pytest.raises(ProtocolError, match="pump pump-ray: .*past the end"):
+            ray.get(actor.read_payload.remote(2061, ref.size - 1, 2), timeout=60)
         new_incarnation(actor, pid)      # the old one may have answered
         got, _ = pull_all(ray, actor)                  # the restarted one reopened the log
-        assert [ts for ts, _ in got] == [2001 + 2 * i for i in range(30)]
+        assert [ts for ts, _ in got] == [2001 + 2 * i for i in range(31)]
         write_pairs(ray.get(actor.address.remote()), 3000, 5)
-        got, watermark = pull_all(ray, actor, since=2059)
+        got, watermark = pull_all(ray, actor, since=2061)
         assert [ts for ts, _ in got] == [3001 + 2 * i for i in range(5)] and watermark == 3009
     finally:
         ray.kill(actor)
@@ -91,8 +111,6 @@ def test_damaged_binlog_stops_the_actor_feed_with_a_typed_error(ray_local, tmp_p
     """A pump actor whose sealed value-log file has a flipped byte: the drainer's
     ActorFeed gets the binlogs before it, then DamagedBinlog naming the pump and ts
     (counted), never the ones after it. It used to skip the transaction silently."""
-    import pytest
-
     from actors.ray_calls import PumpPullCalls
     from tidb_binlog.drainer.service.metrics import build_drainer_metrics
     from tidb_binlog.drainer.source.feeds import ActorFeed
