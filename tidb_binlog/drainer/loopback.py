@@ -21,6 +21,10 @@ columns and rules, so a mixed setup (one side TiDB's drainer) agrees with ours:
   one channel id), drops every transaction that holds a row change of the mark table
   whose ``channel_id`` is its own (it becomes a skipped transaction: the checkpoint still
   passes it). TiDB compares the new image's ``channel_id`` as an int64; so do we.
+  A large transaction applied in chunks (``txn-chunk-rows``) gets the same verdict before
+  its first chunk, from its mark table rows alone (:meth:`LoopbackFilter.drops`, the
+  keeper's ``RowKeeper._mark_rows``): dropped whole, its other rows never decoded; kept,
+  each chunk then loses the other channels' mark rows as a whole transaction would.
 
 What we add to TiDB's rules (TiDB would replicate these, and needs them never to happen):
 
@@ -135,6 +139,20 @@ class LoopbackFilter:
         if not settings.loopback_control and settings.sync_ddl:
             return None
         return cls(settings.loopback_control, settings.channel_id, settings.sync_ddl)
+
+    def drops(self, commit_ts: int, mark_rows: list[DML]) -> bool:
+        """The verdict on a large transaction from its mark table rows alone (decoded
+        before its first chunk): True, it carries our channel's mark and is dropped
+        whole (counted in :attr:`dropped`); False, its chunks go through :meth:`apply`,
+        which then only removes the other channels' mark rows."""
+        if not self.loopback_control or not any(
+                is_mark_dml(d) and _channel_of(d) == self.channel_id for d in mark_rows):
+            return False
+        self.dropped += 1
+        log.info("loopback-control: dropping the large transaction at commit_ts %s: it "
+                 "carries channel %s's mark (it was applied by this channel's drainer)",
+                 commit_ts, self.channel_id)
+        return True
 
     def apply(self, txn: Txn | None) -> Txn | None:
         if txn is None:

@@ -30,6 +30,12 @@ carries out **in order** and reports back (:meth:`acked`).
 - ``None`` items and transactions without DMLs are registered as already done:
   the checkpoint passes them once everything before them is acked.
 
+**Chunks of a large transaction** (exactly-once off, ``txn-chunk-rows``: the keeper's
+``translate_more``): :meth:`add_chunk` dispatches one chunk's rows like a transaction
+of its own for the conflict rules, emits them at once and registers nothing (the
+coordinator does not count them for the checkpoint); :meth:`end_chunks` before the last
+chunk, which comes through :meth:`add` as usual.
+
 The keeper-routed path of exactly-once mode does not come through here: the schema
 keeper routes the rows and plans the flushes itself
 (:class:`~tidb_binlog.drainer.apply.routing.BatchPlanner`, the same rules per
@@ -142,6 +148,34 @@ class Dispatcher:
         for worker in sorted({w for seg in segments for w in seg.by_worker}):
             if self._pending[worker].dmls >= self.batch_dmls:
                 actions.append(self._emit(worker))
+        return actions
+
+    def add_chunk(self, commit_ts: int, dmls: tuple[DML, ...]) -> list:
+        """One non-last chunk of a large transaction (module doc): its Sends (and the
+        Flushes its conflicts need), all emitted now, nothing registered. Call
+        :meth:`drain` before the first chunk, so no Send mixes a chunk's parts with
+        counted ones. Causality mode only: chunks are applied non-atomically."""
+        if self._causality is None:
+            raise ValueError("chunks of a large transaction are dispatched only in the "
+                             "causality mode (exactly-once and txn-atomic off)")
+        actions: list = []
+        for segment in self._segments_causality(Txn.of_dmls(commit_ts, dmls)):
+            if segment.flush_before:
+                actions += self._emit_all()
+                actions.append(Flush())
+            for worker, rows in segment.by_worker.items():
+                pending = self._pending[worker]
+                pending.parts.append((commit_ts, tuple(rows)))
+                pending.dmls += len(rows)
+        actions += self._emit_all()
+        return actions
+
+    def end_chunks(self) -> list:
+        """Before a large transaction's last chunk: a Flush (every chunk committed
+        before the last one is registered, so the checkpoint cannot pass the
+        transaction early), and the conflict window starts empty."""
+        actions: list = [*self._emit_all(), Flush()]
+        self._reset_window()
         return actions
 
     def drain(self) -> list[Send]:

@@ -10,6 +10,8 @@ only after :meth:`SchemaAt.reset` placed it at the checkpoint
 (:class:`~tidb_binlog.drainer.pipeline.gate.PipelineReset` until then).
 
 - :meth:`RowKeeper.translate` → ``(commit_ts, Txn | None, schema_version)``;
+  :meth:`RowKeeper.translate_more` (the causality mode) the same with large transactions
+  in chunks (a non-last chunk is ``(commit_ts, Txn, schema_version, chunk)``);
   :meth:`RowKeeper.translate_routed` (exactly-once) also routes the rows over the
   workers (:class:`~tidb_binlog.drainer.apply.routing.BatchPlanner`, whose conflict window
   lives across batches until a reset) and returns the plan and one payload per worker,
@@ -35,14 +37,15 @@ from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.apply.causality import row_keys, stable_hash
 from tidb_binlog.drainer.apply.dml import DML, Txn
 from tidb_binlog.drainer.apply.routing import FLUSH, ROWS, BatchPlanner, FlushStep, RowsStep
-from tidb_binlog.drainer.loopback import LoopbackFilter
+from tidb_binlog.drainer.loopback import MARK_DATABASE, MARK_TABLE, LoopbackFilter
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.merge_loop import keeper_items
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.translate.pb import PbTranslator
 from tidb_binlog.drainer.translate.schema import SchemaKeeper
 from tidb_binlog.drainer.translate.txn import Translator
-from tidb_binlog.drainer.translate.wire import read_binlog
+from tidb_binlog.drainer.translate.wire import WirePrewrite, read_binlog
+from tidb_binlog.errors import SchemaError
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.logs import txn as txn_fields
 from tidb_binlog.packed import pack
@@ -81,6 +84,16 @@ class _Chunked:
     worker: int = -1  # the one worker of the whole transaction, from its first row
     rows: int = 0
     chunk: int = 0  # chunks handed out
+
+
+@dataclass
+class _Chunks:
+    """A large transaction handed to the coordinator chunk by chunk
+    (:meth:`RowKeeper.translate_more`, the causality mode)."""
+
+    commit_ts: int
+    chunks: Iterator[tuple[tuple[DML, ...], bool]]
+    chunk: int = 0  # non-last chunks handed out
 
 
 class SchemaAt:
@@ -162,6 +175,7 @@ class RowKeeper(SchemaAt):
         # and the transaction being handed out
         self._queue: deque = deque()
         self._chunked: _Chunked | None = None
+        self._chunks: _Chunks | None = None  # the same for translate_more
 
     def reset(self, schema_version: int) -> int:
         """:meth:`SchemaAt.reset`; the routing window starts empty (the sink was reset),
@@ -170,16 +184,31 @@ class RowKeeper(SchemaAt):
         self._planner = None
         self._queue.clear()
         self._chunked = None
+        self._chunks = None
         return version
 
     def chunk_rows(self) -> int:
         """Row changes per chunk of a large transaction; 0: every transaction whole.
-        Only the routed path chunks (exactly-once into MySQL), and not with loop control
-        (its mark row may sit in any chunk: the whole transaction must be seen first)."""
+
+        - Routed (exactly-once into MySQL, :meth:`translate_routed`): the chunks are one
+          downstream transaction, committed with the last one.
+        - The causality mode (:meth:`translate_more`) only with exactly-once off and
+          ``txn-atomic`` off: each chunk is applied like a batch of its rows, committed
+          on its own (TiDB Binlog's non-atomic apply; a replay re-applies it in safe
+          mode). With exactly-once on (a relay log turns routing off) or ``txn-atomic``
+          a transaction must reach the downstream as one, so it stays whole; a relay log
+          takes transactions whole too (one relay record each, :mod:`..relay`).
+
+        Loop control no longer forces whole transactions: the loop verdict is decided
+        from the mark table's rows alone before the first chunk (:meth:`_own_mark`)."""
         s = self.settings
-        if not s.routed or s.loopback_control:
+        if s.txn_chunk_rows <= 0:
             return 0
-        return max(s.txn_chunk_rows, 0)
+        if s.routed:
+            return s.txn_chunk_rows
+        if s.exactly_once or s.txn_atomic or s.relay_dir:
+            return 0
+        return s.txn_chunk_rows
 
     def translate(self, items) -> list[tuple[int, Txn | None, int]]:
         """``(commit_ts, payload)`` in commit order (possibly packed) →
@@ -258,7 +287,7 @@ class RowKeeper(SchemaAt):
                             commit_ts, extra=txn_fields(commit_ts))
                 out.append((commit_ts, None, 0))
                 continue
-            txn, chunks = translate_or_chunk(translator, payload, max_rows)
+            txn, chunks = self._open(commit_ts, payload, max_rows)
             del payload  # a chunked one's payload is held by its chunks only
             if chunks is not None:
                 dmls, last = next(chunks)
@@ -302,6 +331,111 @@ class RowKeeper(SchemaAt):
             steps.append(FlushStep(FLUSH))
             planner.reset()
             self._chunked = None
+
+    def translate_more(self, items) -> tuple[list, bool]:
+        """:meth:`translate` with large transactions in chunks (the causality mode; the
+        merger calls it through ``translate_more`` when the keeper has one): ``(out,
+        more)``; ``more``: this keeper still holds work (a large transaction's next
+        chunks, or items queued behind it), so the merger calls again, with no new items
+        if none are ready, exactly as for :meth:`translate_routed`.
+
+        A transaction of more than :meth:`chunk_rows` row changes is decoded one chunk
+        per call (never whole). Each chunk but the last is an item ``(commit_ts, txn,
+        schema_version, chunk)`` (chunk 1, 2, ...; a chunk whose rows were all filtered
+        out is not sent); the last one is the usual ``(commit_ts, txn | None,
+        schema_version)``, always sent: the coordinator
+        (:meth:`~tidb_binlog.drainer.sinks.mysql.coordinator.Coordinator.apply`) lets
+        the checkpoint pass ``commit_ts`` only once it and every chunk before it were
+        applied. Items arriving meanwhile wait in this keeper's queue, undecoded."""
+        max_rows = self.chunk_rows()
+        if not max_rows:
+            return self.translate(items), False
+        if not self._placed:
+            raise PipelineReset("the schema keeper restarted: its schema must be rebuilt at "
+                                "the checkpoint before it translates")
+        queue = self._queue
+        queue.extend(keeper_items(items))  # a large payload: a view, not a copy
+        out: list = []
+        if self._chunks is not None:
+            self._next_unrouted_chunk(out)
+        translator = self.translator
+        while self._chunks is None and queue:
+            commit_ts, payload = queue.popleft()
+            if commit_ts in self._ignored_ts:
+                log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
+                            commit_ts, extra=txn_fields(commit_ts))
+                out.append((commit_ts, None, 0))
+                continue
+            txn, chunks = self._open(commit_ts, payload, max_rows)
+            del payload  # a chunked one's payload is held by its chunks only
+            if chunks is not None:
+                self._chunks = _Chunks(commit_ts, chunks)
+                self._next_unrouted_chunk(out)
+                if self._chunks is not None:
+                    log.info("transaction at commit_ts %s has more than %d row changes: "
+                             "applying it in chunks (not atomically: exactly-once is off)",
+                             commit_ts, max_rows, extra=txn_fields(commit_ts))
+                continue
+            out.append((commit_ts, self._filter(txn), translator.keeper.schema_version))
+        return out, self._chunks is not None or bool(queue)
+
+    def _next_unrouted_chunk(self, out: list) -> None:
+        """The large transaction's next chunk into ``out`` (see :meth:`translate_more`)."""
+        c = self._chunks
+        dmls, last = next(c.chunks)
+        txn = self._filter(Txn.of_dmls(c.commit_ts, dmls))
+        del dmls
+        version = self.translator.keeper.schema_version
+        if last:
+            self._chunks = None
+            out.append((c.commit_ts, txn, version))
+        elif txn is not None and txn.dmls:
+            c.chunk += 1
+            out.append((c.commit_ts, txn, version, c.chunk))
+
+    def _open(self, commit_ts: int, payload, max_rows: int
+              ) -> tuple[Txn | None, Iterator | None]:
+        """:func:`translate_or_chunk`, with loop control's verdict on a large transaction
+        taken before its first chunk: one carrying our channel's mark is dropped here,
+        ``(None, None)``, its other rows never decoded."""
+        txn, chunks = translate_or_chunk(self.translator, payload, max_rows)
+        loopback = self._loopback
+        if chunks is not None and loopback is not None and loopback.loopback_control:
+            if loopback.drops(commit_ts, self._mark_rows(commit_ts, payload)):
+                chunks.close()
+                return None, None
+        return txn, chunks
+
+    def _mark_rows(self, commit_ts: int, payload) -> list[DML]:
+        """The mark table's row changes (``retl._drainer_repl_mark``) of a large DML
+        binlog, decoded alone: the payload is read in place (translate/wire.py knows
+        each mutation's table id before any row is decoded), the other tables' rows are
+        skipped. Only called when :func:`translate_or_chunk` chunked the payload, so it
+        is a well-formed binlog; read from bytes only (``TaskSettings.ref_above`` is 0
+        with loop control: no reference reaches a keeper with it)."""
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise TypeError("loop control needs the large transaction's payload as bytes; "
+                            f"got {type(payload).__name__} (a binlog served by reference: "
+                            "set [syncer] large-binlog-bytes = 0 with loopback-control)")
+        wire = read_binlog(payload)
+        prewrite = WirePrewrite(wire.prewrite_value)
+        translator = self.translator
+        version = prewrite.schema_version
+        translator._schema_at(version)  # the schema the chunks will be decoded with
+        keeper = translator.keeper
+        rows: list[DML] = []
+        for mut in prewrite.mutations:
+            try:
+                database, table = keeper.names(mut.table_id)
+            except SchemaError:
+                continue  # an unknown table is never the mark table (its chunk will say so)
+            if table.lower() != MARK_TABLE or database.lower() != MARK_DATABASE:
+                continue
+            # the translator's own row walk (same package), for this one mutation only
+            for part in translator._mutation_slices(commit_ts, version, mut,
+                                                    len(mut.sequence) + 1):
+                rows.extend(part)
+        return rows
 
     def _filter(self, txn: Txn | None) -> Txn | None:
         """A DDL of an ignored database is dropped (its rows never left the translator);

@@ -59,7 +59,7 @@ from tidb_binlog.drainer.pipeline.gate import PipelineReset, SequenceGate
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
 from tidb_binlog.drainer.relay.log import RelayLog
-from tidb_binlog.errors import ConfigError, TransientDownstreamError
+from tidb_binlog.errors import ConfigError, ProtocolError, TransientDownstreamError
 from tidb_binlog.logs import txn
 from tidb_binlog.packed import unpack
 
@@ -172,12 +172,20 @@ class Coordinator:
         try:
             translated = unpack(translated)
             if self.relay is not None:  # durable before any worker sees a row of it
+                self._relay_whole(translated)
                 self.relay.append(translated)
-            for commit_ts, txn, version in translated:
+            for item in translated:
+                if len(item) == 4:  # a large transaction's chunk, not its last
+                    self._apply_chunk(*item)
+                    continue
+                commit_ts, txn, version = item
+                rows = len(txn.dmls) if txn is not None else 0
+                if self._chunked_ts:  # its last chunk
+                    rows += self._end_chunks(commit_ts)
                 for action in self.dispatcher.add(commit_ts, txn, version):
                     self._perform(action)
-                if txn is not None and txn.dmls:
-                    self.advancer.add_rows(commit_ts, len(txn.dmls))
+                if rows:
+                    self.advancer.add_rows(commit_ts, rows)
             for action in self.dispatcher.drain():
                 self._perform(action)
             self._send_queued()
@@ -185,6 +193,44 @@ class Coordinator:
             self.gate.failed()
             raise
         return self._batch_done()
+
+    def _apply_chunk(self, commit_ts: int, txn: Txn, version: int, chunk: int) -> None:
+        """One non-last chunk (module doc): its rows go out now, acked for nothing."""
+        if self._chunked_ts != commit_ts:
+            if self._chunked_ts:
+                raise ProtocolError(f"chunk {chunk} of the transaction at commit_ts "
+                                    f"{commit_ts} arrived while the one at "
+                                    f"{self._chunked_ts} had not ended")
+            # what is pending goes first: a Send never mixes counted parts with a chunk's
+            for action in self.dispatcher.drain():
+                self._perform(action)
+            self._send_queued()
+            self._chunked_ts, self._chunked_rows = commit_ts, 0
+        for action in self.dispatcher.add_chunk(commit_ts, txn.dmls):
+            if isinstance(action, Send):
+                self._track(self.workers.execute(action.worker, list(action.parts)),
+                            _Call(None, 0))
+            else:
+                self._perform(action)
+        self._chunked_rows += len(txn.dmls)
+
+    def _end_chunks(self, commit_ts: int) -> int:
+        """Before the last chunk: wait until every chunk was applied; their rows."""
+        if commit_ts != self._chunked_ts:
+            raise ProtocolError(f"the transaction at commit_ts {self._chunked_ts} was handed "
+                                f"in chunks but the next item is at {commit_ts}, not its "
+                                "last chunk")
+        for action in self.dispatcher.end_chunks():
+            self._perform(action)
+        rows, self._chunked_ts, self._chunked_rows = self._chunked_rows, 0, 0
+        return rows
+
+    def _relay_whole(self, translated: list) -> None:
+        """A relay record holds a whole transaction (the keeper never chunks with one)."""
+        if any(len(item) == 4 for item in translated):
+            raise ConfigError("a task with a relay log got a transaction in chunks; the "
+                              "relay log takes transactions whole: restart the task",
+                              key="syncer.relay.log-dir")
 
     def apply_routed(self, seq: int, plan: list[PlanStep], payloads: list) -> int:
         """Carry out one batch the keeper routed (exactly-once): ``plan`` from
@@ -254,6 +300,8 @@ class Coordinator:
             self._send_queued()
         self._collect(block=True)
         cp = self.advancer.final()
+        if self._chunked_ts:  # chunks of a transaction above it are applied downstream
+            cp = dataclasses.replace(cp, consistent=False)
         self.store.save(cp)
         self._relay_gc(cp)
         if self.relay is not None:  # unlock it: a resumed task's coordinator opens it again
@@ -289,6 +337,10 @@ class Coordinator:
                                          txn_atomic=self.settings.txn_atomic)
             self._outstanding: dict[Any, _Call] = {}  # worker call handle -> what it carries
             self._queued: dict[int, list[Send]] = {}  # Sends not yet handed to a worker
+            # a large transaction being applied in chunks (causality mode): its commit_ts
+            # (0: none) and the rows of its chunks so far
+            self._chunked_ts = 0
+            self._chunked_rows = 0
             self.start_checkpoint = cp
 
     def _batch_done(self) -> int:
