@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.test_drainer_txn_chunks import _col, _job, _Meta, inserts
+from tests.unit.test_pipeline_coordinator import Store
 from tidb_binlog import binlog as bl
-from tidb_binlog.codec import Datum, encode_old_row, encode_value
+from tidb_binlog.codec import Datum, encode_old_row
 from tidb_binlog.codec import mysql as m
 from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema, Txn
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
@@ -19,8 +21,6 @@ from tidb_binlog.drainer.translate.keeper import RowKeeper
 from tidb_binlog.errors import ConfigError, ProtocolError
 from tidb_binlog.model import ActionType, CIStr, DBInfo, TableInfo
 from tidb_binlog.packed import pack, unpack
-from tests.unit.test_drainer_txn_chunks import _col, _job, _Meta, inserts
-from tests.unit.test_pipeline_coordinator import Store
 
 CHANNEL = 7
 
