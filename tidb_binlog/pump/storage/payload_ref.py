@@ -21,17 +21,20 @@ checks the binlog's structure as it walks it.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.pump.storage.protowire import BINLOG_WIRE_TYPES, read_varint, varint
 from tidb_binlog.pump.storage.vlog import HEADER_SIZE, ValuePointer
 
-__all__ = ["ServedLayout", "served_layout", "read_range", "LAYOUT_READ_BYTES"]
+__all__ = ["ServedLayout", "served_layout", "read_range", "LAYOUT_READ_BYTES",
+           "MMAP_RANGE_BYTES"]
 
 _U64 = (1 << 64) - 1
 LAYOUT_READ_BYTES = 4096  # one pread of a record's first bytes (its small fields)
 _MAX_HEADER_BYTES = 20    # a tag and a length varint: at most 10 bytes each
+MMAP_RANGE_BYTES = 1 << 20  # a range read this large goes into its own mmap (read_range)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,10 +137,17 @@ def served_layout(vlog, c: bl.Binlog, pptr: ValuePointer, first: bytes, length: 
     return ServedLayout(pptr.fid, tuple(pieces), size)
 
 
-def read_range(vlog, layout: ServedLayout, offset: int, n: int) -> bytearray:
+def read_range(vlog, layout: ServedLayout, offset: int, n: int) -> bytearray | mmap.mmap:
     """Bytes ``[offset, offset+n)`` of the payload (the caller checks the bounds): one
-    ``bytearray`` of ``n`` bytes, the value-log pieces ``preadv``'d into it."""
-    out = bytearray(n)
+    writable buffer of ``n`` bytes, the value-log pieces ``preadv``'d into it.
+
+    From :data:`MMAP_RANGE_BYTES` on the buffer is an anonymous ``mmap``, unmapped when
+    the last reference goes: a reader walks a transaction in ranges of several MiB, on
+    whichever of the actor's threads runs the call, and glibc kept such ``bytearray``
+    buffers in its per-thread arenas (its mmap threshold grows to the largest block
+    freed): the pump actor held 145 MiB after serving 200 MiB in 8 MiB ranges, 0 with
+    ``mmap``."""
+    out = mmap.mmap(-1, n) if n >= MMAP_RANGE_BYTES else bytearray(n)
     view = memoryview(out)
     at = 0  # payload offset where the current piece starts
     end = offset + n
