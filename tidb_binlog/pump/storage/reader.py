@@ -34,6 +34,10 @@ splicing (:func:`spliced_commit`): the Prewrite's fields are sliced out of the r
 as read and joined once with the Commit's own, byte for byte what protobuf would write,
 without the three copies of the value that parsing, setting and serializing make.
 
+With ``ref_above > 0`` a Commit whose filled payload would be that large comes as a
+:class:`~tidb_binlog.binlog_ref.BinlogRef` instead, never built (:mod:`.payload_ref`
+sizes it from the records' layout); :meth:`CommitReader.read_payload` reads ranges of it.
+
 Skipped: a CRC-valid record that is not a binlog (a writer's bug; logged once, as
 recovery ignores it). Skipped (TiDB's behaviour): a Commit whose Prewrite is not on this pump (never
 written here, or purged by GC), logged once per start_ts and counted under
@@ -278,8 +282,9 @@ class CommitReader:
         ``commit_ts`` (a Commit filled with its Prewrite's fields), read from the value
         log: the Commit record (small), the Prewrite's field headers, then only the
         requested range of its value (:mod:`.payload_ref`). The record is looked up by
-        ``commit_ts`` on every call (a layout read before is reused while the index
-        still names the same Prewrite file), so it works the same after a restart.
+        ``commit_ts`` through the index (the layouts of the last few are kept, in memory
+        only, while their value-log file exists: the bytes they point at never change),
+        so it works the same after a restart.
         Raises StorageError when nothing is served under ``commit_ts`` here,
         ProtocolError for a range outside the payload, CorruptRecord for a damaged
         record."""
