@@ -249,6 +249,7 @@ def test_coordinator_applies_chunks_and_holds_the_checkpoint_until_the_last():
     sent = sorted(d.values["id"] for _, parts in calls.calls for _, ds in parts for d in ds)
     assert sent == list(range(1, 9))
     assert coord.status().applied_rows == 8
+    assert coord.status().extra["txn_chunks"] == 2
 
 
 def test_coordinator_flushes_every_chunk_before_registering_the_last():

@@ -127,6 +127,7 @@ class Coordinator:
         # applied_rows, ddl_jobs and resets live in the Advancer and are saved with the
         # checkpoint, so they survive our restarts.
         self.routed_batches = 0  # batches the keeper routed (apply_routed)
+        self.txn_chunks = 0  # chunks of large transactions applied before their last (apply)
         self.last_apply_s = 0.0
         # Per acknowledged worker call, newest last: (its parts' commit_ts, wall time they
         # were committed downstream); kept per call (not per part) so the ack path does
@@ -213,6 +214,7 @@ class Coordinator:
             else:
                 self._perform(action)
         self._chunked_rows += len(txn.dmls)
+        self.txn_chunks += 1
 
     def _end_chunks(self, commit_ts: int) -> int:
         """Before the last chunk: wait until every chunk was applied; their rows."""
@@ -317,7 +319,8 @@ class Coordinator:
             flushes=self.dispatcher.flushes, outstanding=len(self._outstanding),
             last_apply_s=self.last_apply_s, ddl_jobs=cp.ddl_jobs, resets=cp.resets,
             savepoints=getattr(self.store, "saves", 0),
-            extra={"routed_batches": self.routed_batches, **self._relay_status()})
+            extra={"routed_batches": self.routed_batches, "txn_chunks": self.txn_chunks,
+                   **self._relay_status()})
 
     def apply_samples(self) -> list[tuple[int, float]]:
         """Take the ``(commit_ts, committed_at_s)`` samples recorded since the last call
