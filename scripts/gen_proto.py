@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 PROTO_DIR = Path(__file__).resolve().parent.parent / "tidb_binlog" / "proto"
-PROTOS = ["binlog.proto", "pump.proto", "cistern.proto", "pb_binlog.proto", "secondary_binlog.proto"]
-GRPC_PROTOS = ["pump.proto", "cistern.proto"]
+PROTOS = ["binlog.proto", "pump.proto", "cistern.proto", "pb_binlog.proto", "secondary_binlog.proto",
+          "pump_stream.proto"]
+GRPC_PROTOS = ["pump.proto", "cistern.proto", "pump_stream.proto"]
 
 
 def generate(out_dir: Path) -> None:

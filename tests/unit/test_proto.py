@@ -178,7 +178,8 @@ def test_generated_code_matches_a_fresh_generation(tmp_path):
     assert proc.returncode == 0, f"gen_proto.py failed:\n{proc.stdout}\n{proc.stderr}"
     fresh = sorted(p.name for g in GENERATED_GLOBS for p in tmp_path.glob(g))
     committed = sorted(p.name for g in GENERATED_GLOBS for p in PROTO_DIR.glob(g))
-    assert len(fresh) == 5 + 5 + 2  # _pb2.py and .pyi per proto, _grpc for pump and cistern
+    # _pb2.py and .pyi per proto, _grpc for pump, cistern and pump_stream
+    assert len(fresh) == 6 + 6 + 3
     assert fresh == committed, f"generated files differ in name: {fresh} vs {committed}"
     problems = []
     for name in fresh:
@@ -270,3 +271,31 @@ def test_grpc_method_paths():
     channel = Recorder()
     pump_pb2_grpc.PumpStub(channel)
     assert sorted(channel.paths) == ["/binlog.Pump/PullBinlogs", "/binlog.Pump/WriteBinlog"]
+
+
+def test_pump_stream_service():
+    """Our own client-streaming write (pump_stream.proto), not part of TiDB's protocol:
+    its method path, and chunk fields whose hand-written encoding (pump_client.transport,
+    pump.stream_write) must keep these numbers and types."""
+    from tidb_binlog.proto import pump_stream_pb2, pump_stream_pb2_grpc
+
+    service = pump_stream_pb2.DESCRIPTOR.services_by_name["PumpStream"]
+    method = service.methods_by_name["WriteBinlogChunks"]
+    assert (method.client_streaming, method.server_streaming) == (True, False)
+    chunk = pump_stream_pb2.DESCRIPTOR.message_types_by_name["BinlogChunk"]
+    assert [_describe(f) for f in sorted(chunk.fields, key=lambda f: f.number)] == [
+        ("clusterID", 1, U64, OPT), ("total_size", 2, U64, OPT),
+        ("crc32c", 3, FD.TYPE_UINT32, OPT), ("data", 4, BYTES, OPT)]
+    resp = pump_stream_pb2.DESCRIPTOR.message_types_by_name["WriteBinlogChunksResp"]
+    assert [_describe(f) for f in resp.fields] == [("errmsg", 1, STR, OPT)]
+
+    class Recorder:
+        def __init__(self):
+            self.paths = []
+
+        def stream_unary(self, path, **kw):
+            self.paths.append(path)
+
+    channel = Recorder()
+    pump_stream_pb2_grpc.PumpStreamStub(channel)
+    assert channel.paths == ["/binlog_stream.PumpStream/WriteBinlogChunks"]

@@ -29,6 +29,19 @@
     ts, after everything before it was sent (TiDB's pump also ends the stream with an
     error when it cannot read; the drainer stops there instead of skipping it).
 
+``binlog_stream.PumpStream/WriteBinlogChunks(stream BinlogChunk) -> WriteBinlogChunksResp``
+    Our own client-streaming write (pump_stream.proto) for large binlogs, used by our
+    pump client only (TiDB keeps WriteBinlog): the first message carries clusterID,
+    total_size and crc32c, every message up to 4 MiB of the binlog. Each chunk is
+    written to a spill file as it arrives (:mod:`.stream_write`), never collected in
+    memory; then size and crc32c are checked, and the node's rules and the storage's
+    write (dedupe, group commit, fdatasync before the answer) run as for WriteBinlog,
+    the value log appending the record from the file. Refusals are an ``errmsg`` as
+    for WriteBinlog: a wrong cluster id and a paused pump (for a Prewrite) at the
+    first message, a stream longer or shorter than announced, a checksum mismatch, a
+    deadline passed. The spill file has no name and goes with the call (a crash or a
+    cancel leaves nothing; ``<data-dir>/spill/`` is cleared at start-up).
+
 Threads: the server runs on its own asyncio event loop thread (``pump-grpc``),
 so the standalone process and the Ray actor (whose own threads stay free) host
 it alike. A write costs that thread the request's decode, checks and framing,
@@ -52,6 +65,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import tempfile
 import threading
 import time
 from concurrent import futures
@@ -61,6 +75,13 @@ import grpc
 
 from tidb_binlog.errors import BinlogError, ConfigError, DamagedBinlog, PurgedError
 from tidb_binlog.proto import pump_pb2
+from tidb_binlog.pump.stream_write import (
+    SPILL_DIR_NAME,
+    SpillFile,
+    clear_spill_dir,
+    looks_like_prewrite,
+    parse_chunk,
+)
 from tidb_binlog.pump.transport import (
     MAX_GRPC_MESSAGE_BYTES,
     message_options,
@@ -75,11 +96,12 @@ from tidb_binlog.pump.wire import (
 from tidb_binlog.security import refused_peer
 
 __all__ = ["PumpServicer", "PumpGrpcServer", "build_server", "method_handlers", "new_event_loop",
-           "EVENT_LOOP_ENV"]
+           "EVENT_LOOP_ENV", "stream_method_handlers"]
 
 log = logging.getLogger(__name__)
 
 SERVICE = "binlog.Pump"
+STREAM_SERVICE = "binlog_stream.PumpStream"
 EVENT_LOOP_ENV = "TIDB_BINLOG_EVENT_LOOP"
 SLOW_RPC_S = 1.0
 START_TIMEOUT_S = 30.0
@@ -118,8 +140,17 @@ class PumpServicer:
     """
 
     def __init__(self, node, *, pull_wait_s: float = 0.5, pull_batch_bytes: int = 4 << 20,
-                 prefetch_threads: int = 16):
+                 prefetch_threads: int = 16, spill_dir: str | os.PathLike | None = None):
         self.node = node
+        # Streamed binlogs are received into files here: <data-dir>/spill for a storage
+        # with a directory (cleared of a crash's leftovers now), else a temporary dir.
+        if spill_dir is None:
+            data_dir = getattr(node.storage, "dir", None)
+            spill_dir = Path(data_dir) / SPILL_DIR_NAME if data_dir is not None else \
+                Path(tempfile.gettempdir())
+            if data_dir is not None:
+                clear_spill_dir(spill_dir)
+        self.spill_dir = Path(spill_dir)
         self.metrics = node.metrics
         self.stopping = threading.Event()
         self.pull_wait_s = pull_wait_s
@@ -129,6 +160,8 @@ class PumpServicer:
                                                     thread_name_prefix="pump-pull")
         self._write_ok = self.metrics.rpc_duration_s.labels("WriteBinlog", "succ")
         self._write_fail = self.metrics.rpc_duration_s.labels("WriteBinlog", "fail")
+        self._chunks_ok = self.metrics.rpc_duration_s.labels("WriteBinlogChunks", "succ")
+        self._chunks_fail = self.metrics.rpc_duration_s.labels("WriteBinlogChunks", "fail")
 
     async def WriteBinlog(self, request, context):
         start_s = time.perf_counter()
@@ -158,11 +191,60 @@ class PumpServicer:
             log.warning("WriteBinlog took %.3f s", elapsed_s)
         return EMPTY_WRITE_RESP
 
-    def _failed(self, start_s: float, errmsg: str) -> bytes:
+    def _failed(self, start_s: float, errmsg: str, method: str = "WriteBinlog") -> bytes:
         self.metrics.loss_binlog_count.inc()
-        self._write_fail.observe(time.perf_counter() - start_s)
-        log.warning("WriteBinlog refused: %s", errmsg)
+        (self._write_fail if method == "WriteBinlog" else self._chunks_fail).observe(
+            time.perf_counter() - start_s)
+        log.warning("%s refused: %s", method, errmsg)
+        # WriteBinlogChunksResp has WriteBinlogResp's wire form (errmsg = field 1)
         return pump_pb2.WriteBinlogResp(errmsg=errmsg).SerializeToString()
+
+    async def WriteBinlogChunks(self, chunks, context):
+        """The streaming write (module docstring): chunks into a spill file, checks,
+        then the node and storage as for WriteBinlog; an ``errmsg`` for any refusal."""
+        start_s = time.perf_counter()
+        method = "WriteBinlogChunks"
+        spill = None
+        try:
+            first = None
+            async for chunk in chunks:
+                if first is None:
+                    first = chunk
+                    self.node.check_cluster(chunk.cluster_id)
+                    if looks_like_prewrite(chunk.data):
+                        self.node.check_prewrite_accepted()  # before receiving the rest
+                    spill = SpillFile(self.spill_dir)
+                if spill.size + len(chunk.data) > first.total_size:
+                    return self._failed(start_s, f"streamed binlog is longer than the "
+                                        f"{first.total_size} bytes its stream announced: "
+                                        "malformed stream; not stored", method)
+                spill.write(chunk.data)
+                chunk = None  # its bytes go before the next chunk arrives
+            if first is None:
+                return self._failed(start_s, "empty stream: no BinlogChunk received; "
+                                    "not stored", method)
+            spill.check(first.total_size, first.crc32c)
+            remaining_s = context.time_remaining()
+            if remaining_s is not None and remaining_s <= 0:
+                return self._failed(start_s, "deadline exceeded before the write: not stored "
+                                    "(the client gave up while the stream was received)",
+                                    method)
+            durable = self.node.submit_binlog_file(first.cluster_id, spill)
+            if durable is not None:
+                await durable
+        except BinlogError as exc:
+            return self._failed(start_s, str(exc), method)
+        except Exception as exc:   # a bug or foreign error: still an answer, and logged
+            log.exception("WriteBinlogChunks failed unexpectedly")
+            return self._failed(start_s, f"internal error: {type(exc).__name__}: {exc}", method)
+        finally:
+            if spill is not None:
+                spill.discard()   # the file goes with its last reference (no name on disk)
+        elapsed_s = time.perf_counter() - start_s
+        self._chunks_ok.observe(elapsed_s)
+        if elapsed_s > SLOW_RPC_S:
+            log.warning("WriteBinlogChunks of %d bytes took %.3f s", first.total_size, elapsed_s)
+        return EMPTY_WRITE_RESP
 
     def _read_ahead(self, since_commit_ts: int) -> tuple[int, list[bytes]]:
         """On a prefetch thread: the next batch above ``since_commit_ts`` as serialized
@@ -245,6 +327,20 @@ def method_handlers(servicer: PumpServicer,
         "PullBinlogs": grpc.unary_stream_rpc_method_handler(
             pull, request_deserializer=pump_pb2.PullBinlogReq.FromString,
             response_serializer=_pass_through),
+    }
+
+
+def stream_method_handlers(servicer: PumpServicer, allowed_cn: tuple[str, ...] = ()
+                           ) -> dict[str, grpc.RpcMethodHandler]:
+    """``binlog_stream.PumpStream``'s method (pump_stream.proto, ours): chunks parsed by
+    :func:`.stream_write.parse_chunk` (data a view, not a copy), the same common-name
+    check as :func:`method_handlers`."""
+    write = servicer.WriteBinlogChunks
+    if allowed_cn:
+        write = _cn_checked_unary(write, allowed_cn)
+    return {
+        "WriteBinlogChunks": grpc.stream_unary_rpc_method_handler(
+            write, request_deserializer=parse_chunk, response_serializer=_pass_through),
     }
 
 
@@ -343,6 +439,10 @@ async def _start(servicer, addr: str, socket_path: str, creds, options,
     handlers = method_handlers(servicer, allowed_cn)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     server.add_registered_method_handlers(SERVICE, handlers)
+    stream_handlers = stream_method_handlers(servicer, allowed_cn)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(STREAM_SERVICE,
+                                                                          stream_handlers),))
+    server.add_registered_method_handlers(STREAM_SERVICE, stream_handlers)
     try:
         try:
             port = server.add_insecure_port(addr) if creds is None else \

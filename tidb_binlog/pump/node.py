@@ -253,20 +253,58 @@ class PumpNode:
         return asyncio.get_running_loop().run_in_executor(None, self.storage.write_binlog, b,
                                                           payload)
 
-    def _admit(self, cluster_id: int, payload: bytes) -> bl.Binlog | None:
-        """Cluster id, decoding (once), probe (None), Prewrite only when accepting."""
+    def submit_binlog_file(self, cluster_id: int, spill):
+        """:meth:`submit_binlog` of a binlog received into a spill file (the streaming
+        write, :mod:`tidb_binlog.pump.stream_write`): the same rules, the header fields
+        read from a map of the file, the record appended from the file by the storage
+        (``write_binlog_file_async``), so the binlog is never in memory whole. A storage
+        that cannot append from a file (the in-memory test storage) gets the bytes."""
+        write_file = getattr(self.storage, "write_binlog_file_async", None)
+        if write_file is None:
+            return self.submit_binlog(cluster_id, spill.read_all())
+        self.check_cluster(cluster_id)
+        mapped = spill.mapped() if spill.size else None
+        try:
+            view = memoryview(mapped) if mapped is not None else memoryview(b"")
+            try:
+                b = self._admit(cluster_id, view)
+            finally:
+                view.release()
+        finally:
+            if mapped is not None:
+                try:
+                    mapped.close()
+                except BufferError:  # a view held by a raised error's frames: freed with it
+                    pass
+        if b is None:
+            return None
+        self._last_write_s = self._clock()
+        return write_file(b, spill.source(), spill.crc)
+
+    def check_cluster(self, cluster_id: int) -> None:
+        """Raise ClusterIDMismatch (TiDB's message) unless ``cluster_id`` is this pump's."""
         if cluster_id != self.cluster_id:
             raise ClusterIDMismatch(f"cluster ID are mismatch, {cluster_id} vs {self.cluster_id}",
                                     expected=self.cluster_id, got=cluster_id)
+
+    def check_prewrite_accepted(self) -> None:
+        """Raise StateError unless a Prewrite would be accepted now (online, after the
+        start's Notify round): what a paused or starting pump answers."""
+        if not (self._accepting and self._state == ONLINE):
+            state = self._state if self._state != ONLINE else "starting (notifying drainers)"
+            raise StateError(f"no online: {state}", state=self._state)
+
+    def _admit(self, cluster_id: int, payload: bytes) -> bl.Binlog | None:
+        """Cluster id, decoding (once), probe (None), Prewrite only when accepting."""
+        self.check_cluster(cluster_id)
         if len(payload) >= LARGE_PAYLOAD_BYTES and getattr(self.storage, "STORES_PAYLOAD", False):
             b = binlog_header(payload)  # a storage that stores the payload needs no more
         else:
-            b = bl.decode(payload)
+            b = bl.decode(bytes(payload) if isinstance(payload, memoryview) else payload)
         if bl.is_probe(b):
             return None
-        if b.tp == bl.BinlogType.PREWRITE and not (self._accepting and self._state == ONLINE):
-            state = self._state if self._state != ONLINE else "starting (notifying drainers)"
-            raise StateError(f"no online: {state}", state=self._state)
+        if b.tp == bl.BinlogType.PREWRITE:
+            self.check_prewrite_accepted()
         return b
 
     def write_fake_binlog(self) -> int:

@@ -90,6 +90,8 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 
+import google_crc32c
+
 from tidb_binlog.binlog import Binlog, BinlogType, encode, probe
 from tidb_binlog.errors import (
     BinlogError,
@@ -111,12 +113,13 @@ from tidb_binlog.pump_client.transport import (
     DEFAULT_MAX_MESSAGE_SIZE_BYTES,
     PumpChannel,
     PumpTLS,
+    StreamUnsupported,
     write_request_bytes,
     write_request_head,
 )
 
 __all__ = ["PumpClient", "PumpClientTimeout", "WriteResult", "LOCAL_PUMP_ID",
-           "DEFAULT_MIN_WRITE_BYTES_PER_S", "scaled_timeout_s"]
+           "DEFAULT_MIN_WRITE_BYTES_PER_S", "DEFAULT_STREAM_ABOVE_BYTES", "scaled_timeout_s"]
 
 log = logging.getLogger("tidb_binlog.pump_client")
 
@@ -134,19 +137,43 @@ DEFAULT_MIN_WRITE_BYTES_PER_S = 8 << 20
 # WriteBinlogReq message holding a copy of it, no serialization copy per attempt).
 LARGE_REQUEST_BYTES = 1 << 20
 
+# A binlog this large goes through the streaming write (WriteBinlogChunks, 4 MiB
+# chunks sliced from the request buffer) when the pump serves it: neither gRPC on
+# this side nor the pump holds it whole. Below it, one WriteBinlog message costs less.
+DEFAULT_STREAM_ABOVE_BYTES = 8 << 20
+_CRC_PIECE_BYTES = 1 << 20
+
 
 class _Serialized:
     """A pre-serialized WriteBinlogReq; ``len()`` is its payload's size (what the
-    deadlines scale with)."""
+    deadlines scale with). The payload is the request's last ``size`` bytes; its
+    crc32c is computed once, when it is first streamed."""
 
-    __slots__ = ("request", "size")
+    __slots__ = ("request", "size", "_crc")
 
     def __init__(self, request: bytes, size: int):
         self.request = request
         self.size = size
+        self._crc: int | None = None
 
     def __len__(self) -> int:
         return self.size
+
+    def payload_view(self) -> memoryview:
+        return memoryview(self.request)[len(self.request) - self.size:]
+
+    def crc32c(self) -> int:
+        if self._crc is None:
+            self._crc = _crc32c(self.payload_view())
+        return self._crc
+
+
+def _crc32c(view: memoryview) -> int:
+    """crc32c of a possibly large view in 1 MiB pieces (the library takes bytes only)."""
+    crc = 0
+    for off in range(0, len(view), _CRC_PIECE_BYTES):
+        crc = google_crc32c.extend(crc, bytes(view[off:off + _CRC_PIECE_BYTES]))
+    return crc
 
 
 def scaled_timeout_s(base_s: float, nbytes: int, min_bytes_per_s: float) -> float:
@@ -175,6 +202,7 @@ class PumpClient:
                  probe_interval_s: float = 30.0, watch_timeout_s: float = 10.0,
                  max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
                  min_write_bytes_per_s: float = DEFAULT_MIN_WRITE_BYTES_PER_S,
+                 stream_above_bytes: int = DEFAULT_STREAM_ABOVE_BYTES,
                  tls: PumpTLS | None = None, async_workers: int = 4,
                  rng: random.Random | None = None):
         if strategy == LOCAL and not local_socket:
@@ -185,6 +213,10 @@ class PumpClient:
             raise ValueError(f"min_write_bytes_per_s must be positive (bytes per second the "
                              f"deadlines of big payloads are scaled by), got "
                              f"{min_write_bytes_per_s!r}")
+        if stream_above_bytes < 0:
+            raise ValueError(f"stream_above_bytes must be 0 (never stream) or the payload size "
+                             f"from which a binlog is streamed in chunks, got "
+                             f"{stream_above_bytes!r}")
         if cluster_id is None:
             if registry is None:
                 raise ValueError("cluster_id is required when there is no registry")
@@ -194,6 +226,7 @@ class PumpClient:
         self.rpc_timeout_s = rpc_timeout_s
         self.commit_retry_s = commit_retry_s
         self.min_write_bytes_per_s = min_write_bytes_per_s
+        self.stream_above_bytes = stream_above_bytes
         self._retry_interval_s = retry_interval_s
         self._commit_backoff_max_s = commit_backoff_max_s
         self._max_message_size_bytes = max_message_size_bytes
@@ -579,13 +612,31 @@ class PumpClient:
         commit's dropped (``forget_ts``) in the same lock section as the outcome.
         """
         try:
-            if isinstance(payload, _Serialized):
-                errmsg = self._channel(entry).write_request(payload.request, timeout_s)
+            channel = self._channel(entry)
+            errmsg = None
+            if 0 < self.stream_above_bytes <= len(payload) and channel.streams:
+                try:
+                    errmsg = self._stream(channel, payload, timeout_s)
+                except StreamUnsupported:
+                    errmsg = None   # another build of pump: WriteBinlog, in this attempt
+            if errmsg is not None:
+                pass
+            elif isinstance(payload, _Serialized):
+                errmsg = channel.write_request(payload.request, timeout_s)
             else:
-                errmsg = self._channel(entry).write(self.cluster_id, payload, timeout_s)
+                errmsg = channel.write(self.cluster_id, payload, timeout_s)
         except UnavailableError as exc:
             errmsg = str(exc)
         return self._outcome(entry, errmsg, remember_ts=remember_ts, forget_ts=forget_ts)
+
+    def _stream(self, channel: PumpChannel, payload, timeout_s: float) -> str:
+        """One WriteBinlogChunks of ``payload`` (a :class:`_Serialized` request's payload
+        or bytes), sliced in chunks from the buffer it is in: no copy of it whole."""
+        if isinstance(payload, _Serialized):
+            view, crc = payload.payload_view(), payload.crc32c()
+        else:
+            view, crc = memoryview(payload), google_crc32c.value(bytes(payload))
+        return channel.write_stream(self.cluster_id, view, crc, timeout_s)
 
     def _outcome(self, entry: PumpEntry, errmsg: str, *, remember_ts: int | None = None,
                  forget_ts: int | None = None) -> str | None:

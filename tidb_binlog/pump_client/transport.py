@@ -20,6 +20,12 @@ channel runs again. So :meth:`PumpChannel.reset` only swaps the channel out and 
 short-lived daemon thread closes the old one; its in-flight calls end ``CANCELLED``
 (an ``UnavailableError`` like any other, so prewrites fail over and commits retry).
 
+Large binlogs (:meth:`PumpChannel.write_stream`) go through our own client-streaming
+``binlog_stream.PumpStream/WriteBinlogChunks`` (pump_stream.proto) in chunks of 4 MiB
+sliced from the caller's buffer, so gRPC never copies the binlog whole; a pump that
+answers ``UNIMPLEMENTED`` (another build, TiDB's) raises :class:`StreamUnsupported` and
+the channel remembers it until it is reset (the client then uses ``WriteBinlog``).
+
 Addresses are ``host:port`` or a unix socket (``unix:/path`` or a bare absolute
 path). TLS is optional (:class:`PumpTLS`); message size limits apply to both
 directions.
@@ -40,7 +46,7 @@ from tidb_binlog.security import client_tls_paths, tls_hint
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE_BYTES", "PumpTLS", "PumpChannel", "grpc_target",
            "channel_options", "translate_error", "close_in_background", "write_request_bytes",
-           "write_request_head"]
+           "write_request_head", "StreamUnsupported", "chunk_messages", "STREAM_CHUNK_BYTES"]
 
 # gRPC's largest message (a signed 32-bit length); TiDB's own limit is the same order.
 DEFAULT_MAX_MESSAGE_SIZE_BYTES = (1 << 31) - 1
@@ -49,6 +55,8 @@ log = logging.getLogger("tidb_binlog.pump_client")
 
 _NOT_RETRYABLE = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT)
 _WRITE_METHOD = "/binlog.Pump/WriteBinlog"
+_STREAM_METHOD = "/binlog_stream.PumpStream/WriteBinlogChunks"
+STREAM_CHUNK_BYTES = 4 << 20  # data per BinlogChunk (pump_stream.proto)
 _U64 = (1 << 64) - 1
 
 
@@ -77,6 +85,25 @@ def write_request_bytes(cluster_id: int, parts: list) -> bytes:
     request = b"".join([write_request_head(cluster_id, size), *parts])
     parts.clear()
     return request
+
+
+def chunk_messages(cluster_id: int, payload: memoryview, crc32c: int,
+                   chunk_bytes: int = STREAM_CHUNK_BYTES):
+    """Serialized ``BinlogChunk`` messages of ``payload`` (a memoryview): the first with
+    clusterID, total_size and crc32c. Each message is built when gRPC asks for it, from
+    a slice of ``payload`` (one copy of at most ``chunk_bytes``, freed once sent)."""
+    total = len(payload)
+    head = b"".join((b"\x08" + _varint(cluster_id) if cluster_id else b"",
+                     b"\x10" + _varint(total) if total else b"",
+                     b"\x18" + _varint(crc32c) if crc32c else b""))
+    for off in range(0, max(total, 1), chunk_bytes):
+        piece = payload[off:off + chunk_bytes]
+        yield b"".join((head, b"\x22", _varint(len(piece)), piece))
+        head = b""
+
+
+class StreamUnsupported(Exception):
+    """The pump does not serve ``WriteBinlogChunks`` (UNIMPLEMENTED): use WriteBinlog."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +191,9 @@ class PumpChannel:
         # (None until dialled and after reset()).
         self._call = None
         self._raw_call = None  # the same method taking a pre-serialized request
+        self._stream_call = None  # WriteBinlogChunks (pump_stream.proto)
+        # False once the pump answered UNIMPLEMENTED to a streamed write (until reset)
+        self.streams = True
 
     def _dial(self):
         with self._lock:
@@ -177,6 +207,10 @@ class PumpChannel:
                 self._call = pump_pb2_grpc.PumpStub(self._channel).WriteBinlog
                 self._raw_call = self._channel.unary_unary(
                     _WRITE_METHOD, request_serializer=None,  # bytes as they are
+                    response_deserializer=pump_pb2.WriteBinlogResp.FromString)
+                self._stream_call = self._channel.stream_unary(
+                    _STREAM_METHOD, request_serializer=None,
+                    # WriteBinlogChunksResp has WriteBinlogResp's wire form
                     response_deserializer=pump_pb2.WriteBinlogResp.FromString)
             return self._call
 
@@ -203,6 +237,29 @@ class PumpChannel:
         try:
             return call(request, timeout=timeout_s).errmsg
         except grpc.RpcError as exc:
+            raise self.translate(exc) from exc
+        except ValueError as exc:  # grpc: "Cannot invoke RPC on closed channel!"
+            raise self._reset_race(exc) from exc
+
+    def write_stream(self, cluster_id: int, payload: memoryview, crc32c: int,
+                     timeout_s: float) -> str:
+        """Send one binlog through ``WriteBinlogChunks`` in chunks sliced from
+        ``payload``; the pump's errmsg ("" = stored). Raises :class:`StreamUnsupported`
+        when the pump lacks the service (and remembers it: :attr:`streams`)."""
+        call = self._stream_call
+        if call is None:
+            self._dial()
+            call = self._stream_call
+            if call is None:
+                raise self._reset_race(ValueError("reset while dialling"))
+        try:
+            return call(chunk_messages(cluster_id, payload, crc32c), timeout=timeout_s).errmsg
+        except grpc.RpcError as exc:
+            if hasattr(exc, "code") and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self.streams = False
+                log.info("pump %s at %s does not serve WriteBinlogChunks (%s); large binlogs "
+                         "go through WriteBinlog", self.node_id, self.addr, exc.details())
+                raise StreamUnsupported(exc.details()) from exc
             raise self.translate(exc) from exc
         except ValueError as exc:  # grpc: "Cannot invoke RPC on closed channel!"
             raise self._reset_race(exc) from exc
@@ -249,7 +306,8 @@ class PumpChannel:
         channel (None when there was none), for a caller that may wait for it."""
         with self._lock:
             channel, self._channel, self._call = self._channel, None, None
-            self._raw_call = None
+            self._raw_call = self._stream_call = None
+            self.streams = True  # a restarted pump may be another build
         if channel is None:
             return None
         return close_in_background(channel, f"{self.node_id} at {self.addr}")

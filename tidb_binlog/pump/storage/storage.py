@@ -70,6 +70,7 @@ from tidb_binlog.pump.storage.missing_commits import MissingCommits
 from tidb_binlog.pump.storage.reader import CommitReader
 from tidb_binlog.pump.storage.sorter import Sorter
 from tidb_binlog.pump.storage.vlog import (
+    FileRange,
     ValueLog,
     ValuePointer,
     payload_crc,
@@ -315,6 +316,15 @@ class Storage:
         group = self._enqueue(*self._framed(binlog, payload))
         return self._committer.follow_async(group, asyncio.get_running_loop())
 
+    def write_binlog_file_async(self, binlog: bl.Binlog, source: FileRange, crc: int):
+        """:meth:`write_binlog_async` of a payload held in a file (the streaming write's
+        spill): ``source`` is appended from that file by the value log (no copy in
+        memory), ``crc`` is its crc32c, already checked by the caller. Same checks,
+        duplicate-Prewrite dedupe, group commit and fdatasync before the future
+        completes. The file must stay unchanged until then."""
+        group = self._enqueue(*self._framed(binlog, source, crc=crc))
+        return self._committer.follow_async(group, asyncio.get_running_loop())
+
     def _enqueue(self, item: tuple, ts: int, crc: int):
         """Queue a framed binlog, or find the same Prewrite already stored or in flight
         (see "Duplicate Prewrites" in the module docstring); the group to wait for."""
@@ -337,9 +347,11 @@ class Storage:
                 self._prewrites.popitem(last=False)
             return group
 
-    def _framed(self, binlog: bl.Binlog, payload: bytes | None) -> tuple[tuple, int, int]:
+    def _framed(self, binlog: bl.Binlog, payload, crc: int | None = None
+                ) -> tuple[tuple, int, int]:
         """Validate ``binlog`` and frame it: ``(group-commit item, its max ts, payload
-        crc)``; a large payload's record is ``(header, payload)``, not a copy."""
+        crc)``; a large payload's record is ``(header, payload)``, not a copy (a
+        :class:`FileRange` payload always, with its ``crc`` given)."""
         tp, start_ts, commit_ts = binlog.tp, binlog.start_ts, binlog.commit_ts
         if tp not in (_PREWRITE, _COMMIT, _ROLLBACK):
             raise ProtocolError(f"binlog type {tp} (start_ts {start_ts}) is not stored by a pump; "
@@ -357,8 +369,9 @@ class Storage:
         if payload is None:
             payload = binlog.SerializeToString()
         key_ts = start_ts if tp == _PREWRITE else commit_ts
-        crc = _checksum(payload)
-        if len(payload) >= LARGE_RECORD_BYTES:
+        if crc is None:
+            crc = _checksum(payload)
+        if len(payload) >= LARGE_RECORD_BYTES or isinstance(payload, FileRange):
             record = (record_header(len(payload), crc), payload)
         else:
             record = record_header(len(payload), crc) + bytes(payload)

@@ -28,6 +28,7 @@ Rules:
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -56,6 +57,7 @@ __all__ = [
     "ValueLog",
     "BlockReader",
     "BLOCK_READ_BYTES",
+    "FileRange",
 ]
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,30 @@ class ValuePointer(NamedTuple):
         if len(raw) != POINTER_SIZE:
             raise StorageError(f"value pointer must be {POINTER_SIZE} bytes, got {len(raw)}: {raw!r}")
         return cls(*_POINTER.unpack(raw))
+
+
+_COPY_PIECE_BYTES = 1 << 20  # the read/write fallback of a FileRange copy
+_COPY_FALLBACK_ERRNOS = (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF)
+
+
+class FileRange:
+    """``length`` bytes of an open file from ``offset``: a payload :meth:`ValueLog.append`
+    copies into the log from that file (``copy_file_range``, in the kernel) instead of
+    from memory. A large binlog received by the streaming write is spilled to a file and
+    appended this way, so the pump never holds it. ``owner`` is the object keeping the
+    file descriptor open (``fileno()``); the range holds a reference to it, so the file
+    stays open while the record waits in the group-commit queue even if the receiver
+    already gave up on it."""
+
+    __slots__ = ("owner", "offset", "length")
+
+    def __init__(self, owner, offset: int, length: int):
+        self.owner = owner
+        self.offset = offset
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
 
 
 def encode_record(payload: bytes) -> bytes:
@@ -294,7 +320,8 @@ class ValueLog:
         """Append pre-framed records; return where they start. Durable on return if ``sync``.
 
         ``buf`` is one bytes-like, or a list of them written back to back with
-        ``writev`` (a large payload is appended from the caller's buffer, uncopied)."""
+        ``writev`` (a large payload is appended from the caller's buffer, uncopied);
+        a :class:`FileRange` in the list is copied from its file."""
         seg = self._segments[self._active_fid]
         if seg.size >= self.file_size_bytes and seg.size > 0:
             self.rotate()
@@ -331,6 +358,50 @@ class ValueLog:
         return start
 
     def _writev(self, bufs: list) -> int:
+        """Write ``bufs`` back to back (runs of buffers with ``writev``, a
+        :class:`FileRange` with :meth:`_copy_range`); the bytes written."""
+        total, run = 0, []
+        for b in bufs:
+            if isinstance(b, FileRange):
+                if run:
+                    total += self._writev_buffers(run)
+                    run = []
+                self._copy_range(b)
+                total += b.length
+            else:
+                run.append(b)
+        if run:
+            total += self._writev_buffers(run)
+        return total
+
+    def _copy_range(self, src: FileRange) -> None:
+        """Append ``src`` from its file: ``copy_file_range`` (no user-space copy), or
+        1 MiB ``pread``/``write`` pieces where the kernel or file systems refuse it."""
+        fd = src.owner.fileno()
+        off, left = src.offset, src.length
+        fast = hasattr(os, "copy_file_range")
+        while left > 0:
+            n = -1
+            if fast:
+                try:
+                    n = os.copy_file_range(fd, self._wfd, min(left, 1 << 30), off)
+                except OSError as exc:
+                    if exc.errno not in _COPY_FALLBACK_ERRNOS:
+                        raise
+                    fast = False
+            if n < 0:
+                piece = os.pread(fd, min(left, _COPY_PIECE_BYTES), off)
+                n = len(piece)
+                view, written = memoryview(piece), 0
+                while written < n:
+                    written += os.write(self._wfd, view[written:])
+            if n == 0:
+                raise OSError(errno.EIO, f"source file ended {left} bytes before the end of "
+                                         f"the record being appended from it")
+            off += n
+            left -= n
+
+    def _writev_buffers(self, bufs: list) -> int:
         """Write ``bufs`` back to back (partial writes resumed); the bytes written."""
         views = [memoryview(b).cast("B") for b in bufs]
         total = sum(v.nbytes for v in views)
