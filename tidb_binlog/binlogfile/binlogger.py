@@ -11,7 +11,9 @@ Damage followed by valid records is left alone: readers skip it and count it.
 
 **Write.** :meth:`write_tail` appends one framed payload and returns the
 :class:`Pos` just after it; :meth:`write_many` does the same for a list with
-one ``write`` per segment touched. Once a segment reaches ``max_file_size_bytes``
+one ``write`` per segment touched; :meth:`write_streamed` appends one record whose
+payload is read from a file in blocks (a large transaction's record, never held
+whole). Once a segment reaches ``max_file_size_bytes``
 the next record goes to a new segment (suffix + 1; the full one is fdatasync'ed
 before it is left). An empty payload writes nothing (TiDB's behaviour) and
 returns the current position. Writes are not synced: :meth:`sync` fdatasyncs
@@ -36,9 +38,17 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from tidb_binlog.binlogfile.files import Pos, binlog_name, binlog_names, is_contiguous
-from tidb_binlog.binlogfile.framing import Damage, encode_record, scan
+from tidb_binlog.binlogfile.framing import (
+    Damage,
+    crc_extend,
+    encode_record,
+    record_header,
+    record_trailer,
+    scan,
+)
 from tidb_binlog.binlogfile.reader import WalkStats, segments, walk
 from tidb_binlog.errors import StorageError
 
@@ -167,6 +177,34 @@ class Binlogger:
         if chunk:
             self._append(chunk, offset)
         return out
+
+    def write_streamed(self, head: bytes, body: BinaryIO, body_size: int,
+                       block_bytes: int = 1 << 20) -> Pos:
+        """Append one record whose payload is ``head`` then ``body_size`` bytes read from
+        ``body`` (from its position), ``block_bytes`` at a time: the header (with the
+        size) first, the CRC as the blocks go by, the trailer last, so the payload is
+        never in memory whole. A crash in between leaves a record running past the end
+        of the file, a torn tail the next open truncates (as for :meth:`write_many`).
+        Rotation as for :meth:`write_many`: the record stays in one segment."""
+        self._check_open()
+        size = len(head) + body_size
+        crc = crc_extend(0, head)
+        end = self.offset + size + 16
+        self._append([record_header(size), head], self.offset + 12 + len(head))
+        left = body_size
+        while left:
+            data = body.read(min(block_bytes, left))
+            if not data:
+                raise StorageError(f"the record's body ended {left} bytes short of "
+                                   f"{body_size} while appending it to {self.path}")
+            crc = crc_extend(crc, data)
+            self._append([data], self.offset + len(data))
+            left -= len(data)
+        self._append([record_trailer(crc)], end)
+        pos = Pos(self.suffix, end)
+        if end >= self.max_file_size_bytes:
+            self._rotate()
+        return pos
 
     def _append(self, frames: list[bytes], end: int) -> None:
         data = b"".join(frames)

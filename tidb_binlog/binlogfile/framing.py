@@ -33,7 +33,8 @@ from typing import BinaryIO, NamedTuple
 import google_crc32c
 
 __all__ = ["MAGIC", "HEADER_SIZE", "TRAILER_SIZE", "RECORD_OVERHEAD", "Record", "Damage",
-           "encode_record", "scan", "find_magic"]
+           "encode_record", "record_header", "record_trailer", "crc_extend", "scan",
+           "find_magic"]
 
 MAGIC = 0x1C1B0504
 _HEADER = struct.Struct("<IQ")
@@ -44,6 +45,7 @@ RECORD_OVERHEAD = HEADER_SIZE + TRAILER_SIZE
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
 _SEEK_CHUNK = 1 << 16
 _crc = google_crc32c.value
+crc_extend = google_crc32c.extend  # crc_extend(crc, more_bytes): the CRC-32C of both
 
 
 class Record(NamedTuple):
@@ -68,6 +70,16 @@ def encode_record(payload: bytes) -> bytes:
     """Frame one payload."""
     return b"".join((_HEADER.pack(MAGIC, len(payload)), payload,
                      _TRAILER.pack(_crc(payload))))
+
+
+def record_header(size: int) -> bytes:
+    """The 12 bytes before a payload of ``size`` bytes (a record written in pieces)."""
+    return _HEADER.pack(MAGIC, size)
+
+
+def record_trailer(crc: int) -> bytes:
+    """The 4 bytes after a payload whose CRC-32C is ``crc``."""
+    return _TRAILER.pack(crc)
 
 
 def _read_at(f: BinaryIO, off: int, end: int) -> Record | str:

@@ -35,6 +35,19 @@ non-nullable ``tp``, ``commit_ts``, ``column.name``, ``column.mysql_type`` and
 Fake binlogs, skipped DDLs, and transactions whose every row belongs to an
 ignored schema (``ignore_schemas``) or a truncated table produce ``None``.
 :func:`decode_columns` reads a ``row`` element back (for readers such as reparo).
+
+**Large transactions in parts.** :meth:`PbTranslator.chunks` hands a DML binlog of
+more than ``max_rows`` row changes out as parts: each the serialized ``DMLData`` of at
+most ``max_rows`` events (protobuf writes a repeated field as its elements back to
+back, so the parts concatenated are the ``DMLData`` of every event, byte for byte).
+The record is that concatenation behind :func:`record_head` (``tp``, ``commit_ts``
+and the ``dml_data`` field's tag and length): byte-identical to what
+:meth:`PbTranslator.translate` builds whole, so a reader (reparo, TiDB's) sees one
+ordinary record. The head needs the total length, known after the last part: the file
+sink spills the parts and writes the record at the last one
+(``drainer/sinks/file/README.md``). The binlog is read in place
+(:mod:`~tidb_binlog.drainer.translate.wire`): no ``PrewriteValue`` message, and the
+events of one part at a time.
 """
 
 from __future__ import annotations
@@ -59,12 +72,13 @@ from tidb_binlog.codec.datum import Kind
 from tidb_binlog.codec.mytime import format_time
 from tidb_binlog.drainer.apply.sql import is_create_database, quote_name
 from tidb_binlog.drainer.translate.txn import HIDDEN_HANDLE, TableView, Translator, default_value
+from tidb_binlog.drainer.translate.wire import WireBinlog, WirePrewrite, read_binlog
 from tidb_binlog.errors import CodecError, ProtocolError, SchemaError
 from tidb_binlog.model import ColumnInfo, TableInfo
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 
 __all__ = ["PbTranslator", "type_to_str", "pb_datum", "ddl_record", "decode_columns", "PbColumn",
-           "record_commit_ts", "is_ddl_record"]
+           "record_commit_ts", "is_ddl_record", "RecordPart", "record_head"]
 
 UTC = datetime.UTC
 
@@ -165,6 +179,24 @@ def ddl_record(commit_ts: int, database: str, query: str) -> bytes:
                      ddl_query=query.encode("utf-8")).SerializeToString()
 
 
+def record_head(commit_ts: int, events_size: int) -> bytes:
+    """The bytes of a DML record before its events: ``tp``, ``commit_ts`` and the
+    ``dml_data`` field's tag (3, length-delimited) and length, as protobuf writes them;
+    followed by ``events_size`` bytes of serialized ``DMLData`` it is the record."""
+    head = pb.Binlog(tp=pb.DML, commit_ts=commit_ts).SerializeToString()
+    return head + b"\x1a" + _uvarint(events_size)
+
+
+class RecordPart(NamedTuple):
+    """One part of a large transaction's record (:meth:`PbTranslator.chunks`), the
+    keeper's item for the file sink: ``events`` the serialized ``DMLData`` of a chunk's
+    events, ``chunk`` 1, 2, ..., ``last``: the record is complete after it."""
+
+    events: bytes
+    chunk: int
+    last: bool
+
+
 class _Col(NamedTuple):
     info: ColumnInfo
     ft: m.FieldType
@@ -200,15 +232,47 @@ class PbTranslator:
         events = out.dml_data.events
         for mut in pv.mutations:
             try:
-                self._mutation(binlog.commit_ts, pv.schema_version, mut, events)
+                for _ in self._mutation(binlog.commit_ts, pv.schema_version, mut, events):
+                    pass
             except CodecError as exc:
-                raise CodecError(
-                    f"cannot decode a row of table id {mut.table_id} in the transaction at "
-                    f"commit_ts {binlog.commit_ts} (start_ts {binlog.start_ts}): {exc}",
-                    offset=exc.offset, flag=exc.flag) from exc
+                raise _row_error(exc, mut, binlog) from exc
         if not events:
             return None
         return out.SerializeToString()
+
+    # -- large transactions, in parts --------------------------------------------------------
+    def chunks(self, payload, max_rows: int):
+        """The parts of a Commit binlog's record when it may hold more than ``max_rows``
+        row changes (see the module doc), else None (translate it whole).
+
+        ``payload``: the binlog's bytes (or a view), read in place. An iterator of
+        ``(events, last)``: ``events`` the serialized ``DMLData`` of at most ``max_rows``
+        events (empty only for the last part), ``last`` set on the final one; decoded
+        lazily, one part per ``next``."""
+        if max_rows < 1 or len(payload) <= 4 * max_rows:
+            return None
+        wire = read_binlog(payload)
+        if wire is None or not Translator.may_exceed(wire, max_rows):
+            return None  # malformed: the whole path's protobuf parse reports it
+        return self._parts(wire, max_rows)
+
+    def _parts(self, wire: WireBinlog, max_rows: int):
+        commit_ts = wire.commit_ts
+        prewrite = WirePrewrite(wire.prewrite_value)  # checks the structure first
+        version = prewrite.schema_version
+        self.keeper.apply_until(version)
+        part = pb.DMLData()
+        events = part.events
+        for mut in prewrite.mutations:
+            try:
+                for _ in self._mutation(commit_ts, version, mut, events):
+                    if len(events) >= max_rows:
+                        data = part.SerializeToString()
+                        del events[:]  # in place: the row walk holds this container
+                        yield data, False
+            except CodecError as exc:
+                raise _row_error(exc, mut, wire) from exc
+        yield part.SerializeToString(), True
 
     # -- rows ------------------------------------------------------------------------------
     def _columns(self, view: TableView) -> tuple[tuple[_Col, ...], dict[int, _Col]]:
@@ -223,7 +287,9 @@ class PbTranslator:
             entry = self._cols[id(view)] = (view, cols, {c.info.id: c for c in cols})
         return entry[1], entry[2]
 
-    def _mutation(self, commit_ts: int, version: int, mut, events) -> None:
+    def _mutation(self, commit_ts: int, version: int, mut, events):
+        """Add the mutation's events to ``events``, yielding after each one (the parts
+        path cuts there)."""
         if self.keeper.is_truncated(mut.table_id):
             return
         view = self.translator.view(mut.table_id)
@@ -262,6 +328,7 @@ class PbTranslator:
             else:
                 ev.tp = pb.Delete
                 ev.row.extend(self._delete(view, cols, rows[i]))
+            yield
 
     def _value(self, c: _Col, d: Datum) -> bytes:
         return encode_value([pb_datum(d, c.ft, self.tz)])
@@ -311,6 +378,12 @@ class PbTranslator:
             raise SchemaError(f"deleted row of {view.schema.qualified_name} holds none of its "
                               "columns; the row does not match the table schema")
         return out
+
+
+def _row_error(exc: CodecError, mut, binlog) -> CodecError:
+    return CodecError(f"cannot decode a row of table id {mut.table_id} in the transaction at "
+                      f"commit_ts {binlog.commit_ts} (start_ts {binlog.start_ts}): {exc}",
+                      offset=exc.offset, flag=exc.flag)
 
 
 # -- reading records back -------------------------------------------------------------------

@@ -46,6 +46,17 @@ through the pipeline's :class:`~tidb_binlog.drainer.pipeline.gate.SequenceGate`
 (``saved_commit_ts``, ``records``, ...) in ``extra``. It does not count replays
 (``resets`` is left to the merger's count).
 
+**Large transactions in parts.** A transaction of more than ``txn-chunk-rows`` row
+changes arrives as :class:`~tidb_binlog.drainer.translate.pb.RecordPart` items (the pb
+keeper's chunks), each ``(commit_ts, part, schema_version)``. The parts' bytes go to a
+spill file (``<dir>/.record.spill``); at the last one the record is appended from it
+(:meth:`Binlogger.write_streamed <tidb_binlog.binlogfile.Binlogger.write_streamed>`:
+header with the total size, :func:`~tidb_binlog.drainer.translate.pb.record_head`, the
+parts, CRC), the same bytes the whole path writes, in one segment. ``commit_ts`` moves
+(and may be saved) only then; a crash before it loses only the spill (removed at reset,
+rebuilt by the replay), a crash while the record is appended leaves a torn tail the
+reset truncates: the transaction is in the files once, whole, or not at all.
+
 **Retention.** With ``retention_s > 0`` segments not modified for that long are
 removed at reset and then every ``gc_interval_s`` (1 h), the newest kept.
 """
@@ -53,15 +64,22 @@ removed at reset and then every ``gc_interval_s`` (1 h), the newest kept.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from tidb_binlog.binlogfile import SEGMENT_SIZE_BYTES, Binlogger, Pos
 from tidb_binlog.binlogfile.reader import segments, walk
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint, start_commit_ts
 from tidb_binlog.drainer.pipeline.gate import SequenceGate
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
-from tidb_binlog.drainer.translate.pb import is_ddl_record, record_commit_ts
+from tidb_binlog.drainer.translate.pb import (
+    RecordPart,
+    is_ddl_record,
+    record_commit_ts,
+    record_head,
+)
 from tidb_binlog.errors import ProtocolError, StorageError
 from tidb_binlog.packed import unpack
 
@@ -71,6 +89,45 @@ log = logging.getLogger(__name__)
 
 SAVE_INTERVAL_S = 3.0
 GC_INTERVAL_S = 3600.0
+SPILL_FILE = ".record.spill"  # a large transaction's parts until its last one
+
+
+class _Spill:
+    """The parts of one large transaction's record so far, in a file."""
+
+    def __init__(self, path, commit_ts: int):
+        self.path = path
+        self.commit_ts = commit_ts
+        self.size = 0
+        self.parts = 0
+        try:
+            self.file = open(path, "w+b")  # noqa: SIM115 (closed by discard())
+        except OSError as exc:
+            raise StorageError(f"cannot create the spill file {path} for the transaction at "
+                               f"commit_ts {commit_ts}: {exc}") from exc
+
+    def add(self, events: bytes) -> None:
+        try:
+            self.file.write(events)
+        except OSError as exc:
+            raise StorageError(f"cannot write to the spill file {self.path} (transaction at "
+                               f"commit_ts {self.commit_ts}): {exc}; check the disk's "
+                               "space") from exc
+        self.size += len(events)
+        self.parts += 1
+
+    def discard(self) -> None:
+        self.file.close()
+        _remove_spill(self.path)
+
+
+def _remove_spill(path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise StorageError(f"cannot remove the spill file {path}: {exc}") from exc
 
 
 class FileSink:
@@ -97,6 +154,8 @@ class FileSink:
         self.skipped = 0          # items at or below what was written (replays)
         self.trimmed_bytes = 0    # dropped above the savepoint at resets
         self.gc_files = 0
+        self.parts = 0            # parts of large transactions received
+        self._spill: _Spill | None = None
         self._ddl_unsaved = False
         self._last_save_s = 0.0
         self._last_gc_s = 0.0
@@ -107,6 +166,7 @@ class FileSink:
         if self.binlogger is not None:
             self.binlogger.close()
             self.binlogger = None
+        self._drop_spill()
         binlogger = Binlogger(self.directory, self.max_file_size_bytes)
         try:
             loaded = self.store.load()
@@ -132,8 +192,10 @@ class FileSink:
         self._gc(now, force=True)
         return cp
 
-    def apply(self, items: list[tuple[int, bytes | None, int]]) -> int:
-        """Append the records of ``items`` (commit order); save when due."""
+    def apply(self, items: list[tuple[int, bytes | RecordPart | None, int]]) -> int:
+        """Append the records of ``items`` (commit order); save when due. A
+        :class:`RecordPart` is spilled; its transaction's record is appended at its last
+        part (module doc)."""
         binlogger = self._open()
         payloads = []
         last_ts, version, ddl = self.written_ts, self.schema_version, False
@@ -141,15 +203,17 @@ class FileSink:
             if commit_ts <= last_ts:
                 self.skipped += 1
                 continue
+            if type(record) is RecordPart:
+                self._write(binlogger, payloads)  # the records before it first
+                if not self._add_part(binlogger, commit_ts, record):
+                    continue  # commit_ts moves at the last part only
+                record = None  # appended
             last_ts = commit_ts
             version = max(version, schema_version)
             if record is not None:
                 payloads.append(record)
                 ddl = ddl or is_ddl_record(record)
-        if payloads:
-            binlogger.write_many(payloads)
-            self.records += len(payloads)
-            self.ddl_records += sum(map(is_ddl_record, payloads)) if ddl else 0
+        self._write(binlogger, payloads)
         self.written_ts, self.schema_version = last_ts, version
         self._ddl_unsaved = self._ddl_unsaved or ddl
         self._maybe_save(self.clock())
@@ -164,8 +228,10 @@ class FileSink:
         return self.written_ts
 
     def close(self) -> Checkpoint:
-        """Sync, save the final checkpoint (``consistent = true``), close the files."""
+        """Sync, save the final checkpoint (``consistent = true``), close the files. A
+        large transaction still in parts is not in the checkpoint: dropped (replayed)."""
         binlogger = self._open()
+        self._drop_spill()
         binlogger.sync()
         cp = Checkpoint(self.written_ts, consistent=True, schema_version=self.schema_version)
         self.store.save(cp)
@@ -184,6 +250,8 @@ class FileSink:
                 "schema_version": self.schema_version, "records": self.records,
                 "ddl_records": self.ddl_records, "skipped": self.skipped,
                 "trimmed_bytes": self.trimmed_bytes, "gc_files": self.gc_files,
+                "parts": self.parts,
+                "spilled_bytes": self._spill.size if self._spill is not None else 0,
                 "position": tuple(b.position) if b is not None else None,
                 "savepoints": getattr(self.store, "saves", 0)}
 
@@ -192,6 +260,56 @@ class FileSink:
         if self.binlogger is None:
             raise StorageError("the file sink is not open: reset() it first")
         return self.binlogger
+
+    def _write(self, binlogger: Binlogger, payloads: list[bytes]) -> None:
+        """Append whole records (and empty ``payloads``)."""
+        if not payloads:
+            return
+        binlogger.write_many(payloads)
+        self.records += len(payloads)
+        self.ddl_records += sum(map(is_ddl_record, payloads))
+        payloads.clear()
+
+    def _add_part(self, binlogger: Binlogger, commit_ts: int, part: RecordPart) -> bool:
+        """Spill one part; at the last one append the record. Whether it was the last."""
+        spill = self._spill
+        if spill is not None and spill.commit_ts != commit_ts:
+            raise ProtocolError(f"file sink: a part of the transaction at commit_ts {commit_ts} "
+                                f"arrived while the one at {spill.commit_ts} had {spill.parts} "
+                                "part(s) and no last one; the keeper's chunks are out of order")
+        expected = spill.parts + 1 if spill is not None else 1
+        if part.chunk != expected:
+            raise ProtocolError(f"file sink: part {part.chunk} of the transaction at commit_ts "
+                                f"{commit_ts} arrived, part {expected} was expected")
+        if spill is None:
+            spill = self._spill = _Spill(self.directory_path / SPILL_FILE, commit_ts)
+        spill.add(part.events)
+        self.parts += 1
+        if not part.last:
+            return False
+        self._spill = None
+        try:
+            if spill.size:
+                spill.file.seek(0)
+                binlogger.write_streamed(record_head(commit_ts, spill.size), spill.file,
+                                         spill.size)
+                self.records += 1
+        finally:
+            spill.discard()
+        return True
+
+    def _drop_spill(self) -> None:
+        """Forget a large transaction half received (a reset: the replay brings it again);
+        a spill file left by a crash goes too."""
+        if self._spill is not None:
+            self._spill.discard()
+            self._spill = None
+        else:
+            _remove_spill(self.directory_path / SPILL_FILE)
+
+    @property
+    def directory_path(self) -> Path:
+        return Path(self.directory)
 
     def _maybe_save(self, now: float) -> None:
         if self.written_ts == self.saved.commit_ts and not self._ddl_unsaved:
