@@ -11,16 +11,21 @@ import pytest
 
 from tests.unit.test_drainer_txn_chunks import _col, _job, _Meta, inserts
 from tests.unit.test_pipeline_coordinator import Store
+from tests.unit.test_relay import Applier
+from tests.unit.test_relay import Store as RelayStore
 from tidb_binlog import binlog as bl
 from tidb_binlog.codec import Datum, encode_old_row
 from tidb_binlog.codec import mysql as m
 from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema, Txn
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.relay import RelayLog, recover, relay_records
+from tidb_binlog.drainer.relay.record import record_position, txn_record
 from tidb_binlog.drainer.sinks.mysql.coordinator import Coordinator
 from tidb_binlog.drainer.translate.keeper import RowKeeper
-from tidb_binlog.errors import ConfigError, ProtocolError
+from tidb_binlog.errors import ProtocolError
 from tidb_binlog.model import ActionType, CIStr, DBInfo, TableInfo
 from tidb_binlog.packed import pack, unpack
+from tidb_binlog.reparo.decode import decode_binlog
 
 CHANNEL = 7
 
@@ -110,7 +115,7 @@ def test_chunk_rows_per_mode():
     assert keeper(5).chunk_rows() == 5                            # causality mode
     assert keeper(5, loopback=True).chunk_rows() == 5             # loop control too
     assert keeper(5, txn_atomic=True).chunk_rows() == 0           # one downstream txn each
-    assert keeper(5, relay_dir="/tmp/r").chunk_rows() == 0        # relay records whole
+    assert keeper(5, relay_dir="/tmp/r").chunk_rows() == 5        # a relay record a chunk
     assert keeper(5, exactly_once=True, relay_dir="/tmp/r").chunk_rows() == 0  # not routed
     assert keeper(0).chunk_rows() == 0
 
@@ -272,7 +277,7 @@ def test_coordinator_close_mid_transaction_is_not_consistent():
     assert cp.commit_ts == 50 and cp.consistent is False
 
 
-def test_coordinator_rejects_chunks_out_of_order_and_with_a_relay():
+def test_coordinator_rejects_chunks_out_of_order():
     coord, _ = coordinator()
     coord.apply(0, [(60, Txn.of_dmls(60, dmls(1)), 0, 1)])
     with pytest.raises(ProtocolError, match="not its last chunk"):
@@ -281,10 +286,6 @@ def test_coordinator_rejects_chunks_out_of_order_and_with_a_relay():
     coord.apply(0, [(60, Txn.of_dmls(60, dmls(1)), 0, 1)])
     with pytest.raises(ProtocolError, match="had not ended"):
         coord.apply(1, [(70, Txn.of_dmls(70, dmls(2)), 0, 1)])
-    coord, _ = coordinator()
-    coord.relay = object()  # any relay: chunks must never reach one
-    with pytest.raises(ConfigError, match="relay log takes transactions whole"):
-        coord.apply(0, [(60, Txn.of_dmls(60, dmls(1)), 0, 1)])
 
 
 def test_keeper_and_coordinator_together_apply_every_row_once():
@@ -299,3 +300,99 @@ def test_keeper_and_coordinator_together_apply_every_row_once():
     sent = sorted(d.values["id"] for _, parts in calls.calls for _, ds in parts for d in ds)
     assert sent == sorted([*range(100, 103), *range(10), 200])
     assert coord.status().applied_rows == 14
+
+
+# -- the relay log: one record per chunk, written before the chunk is applied -----------------
+
+def test_a_chunk_record_carries_its_number_and_more_and_reads_as_its_rows():
+    rec = txn_record(60, Txn.of_dmls(60, dmls(1, 2)), 3, chunk=2, more=True)
+    assert record_position(rec) == (60, True)
+    assert [d.values["id"] for d in decode_binlog(rec).dmls] == [1, 2]  # other readers
+    assert record_position(txn_record(60, Txn.of_dmls(60, dmls(3)), 3, chunk=3)) == (60, False)
+    assert record_position(txn_record(70, Txn(70, dmls(4)), 3)) == (70, False)
+    with pytest.raises(ProtocolError, match="relay record"):
+        record_position(rec[:-1] + b"\xff")
+
+
+def relay_coordinator(tmp_path, workers: HeldWorkers) -> Coordinator:
+    settings = TaskSettings(cluster_id=1, worker_count=2, txn_batch=1000, exactly_once=False,
+                            initial_commit_ts=0, save_interval_s=0.0, relay_dir=str(tmp_path),
+                            relay_max_file_size=1)
+    seen = workers.execute
+
+    def execute(worker, parts):  # what the relay log holds when a worker gets rows
+        workers.relayed.append((parts, list(relay_records(tmp_path, 0))))
+        return seen(worker, parts)
+
+    workers.relayed = []
+    workers.execute = execute
+    coord = Coordinator(settings, workers, Store(),
+                        open_relay=lambda: RelayLog(tmp_path, max_file_size_bytes=1))
+    coord.reset()
+    return coord
+
+
+def test_each_chunk_is_relayed_before_it_is_applied_and_files_wait_for_the_last(tmp_path):
+    workers = HeldWorkers(2)
+    coord = relay_coordinator(tmp_path, workers)
+    coord.apply(0, [(50, Txn(50, dmls(1)), 0), (60, Txn.of_dmls(60, dmls(2, 3)), 0, 1)])
+    coord.apply(1, [(60, Txn.of_dmls(60, dmls(4)), 0, 2)])
+    for parts, relayed in workers.relayed:
+        ids = {d.values["id"] for _, ds in parts for d in ds}
+        in_log = {d.values["id"] for _, rec in relayed for d in decode_binlog(rec).dmls}
+        assert ids <= in_log
+    workers.release()
+    coord.idle()
+    # saved at 50: the files of the open transaction's chunks stay (1-byte files: one
+    # record each, the current one is never removed)
+    assert [ts for ts, _ in relay_records(tmp_path, 0)] == [60, 60]
+    coord.apply(2, [(60, Txn.of_dmls(60, dmls(5)), 0), (70, Txn(70, dmls(6)), 0)])
+    workers.release()
+    assert coord.idle() == 70
+    assert [ts for ts, _ in relay_records(tmp_path, 0)] == []  # all applied: removed
+    coord.close()
+
+
+def test_a_replay_rewrites_the_open_transaction_and_skips_what_is_whole(tmp_path):
+    relay = RelayLog(tmp_path)
+    relay.append([(50, Txn(50, dmls(1)), 0), (60, Txn.of_dmls(60, dmls(2, 3)), 0, 1)])
+    relay.close()
+    relay = RelayLog(tmp_path)  # a restarted task: the log ends inside 60
+    assert (relay.last_ts, relay.open_ts) == (60, 60)
+    # the replay from the checkpoint (below 50): 50 is whole in the log, 60 comes again
+    # from its first chunk (maybe cut elsewhere) and is written again, to its last chunk
+    assert relay.append([(50, Txn(50, dmls(1)), 0), (60, Txn.of_dmls(60, dmls(2)), 0, 1)]) == 1
+    assert relay.append([(60, Txn.of_dmls(60, dmls(3, 4)), 0, 2)]) == 1
+    assert relay.append([(60, None, 0), (70, Txn(70, dmls(5)), 0)]) == 2  # last: all filtered
+    assert relay.open_ts == 0
+    assert relay.append([(60, Txn(60, dmls(9)), 0)]) == 0  # whole in the log now
+    relay.close()
+    positions = [record_position(rec) for _, rec in relay_records(tmp_path, 0)]
+    assert positions == [(50, False), (60, True), (60, True), (60, True), (60, False),
+                         (70, False)]
+
+
+def test_recovery_applies_a_chunked_transaction_only_with_its_last_chunk(tmp_path):
+    relay = RelayLog(tmp_path)
+    relay.append([(50, Txn(50, dmls(1)), 0), (60, Txn.of_dmls(60, dmls(2, 3)), 0, 1)])
+    relay.append([(60, Txn.of_dmls(60, dmls(4)), 0)])
+    relay.append([(70, Txn(70, dmls(5)), 0), (80, Txn.of_dmls(80, dmls(6, 7)), 0, 1)])
+    relay.close()
+    from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint  # the test's only use
+    store, applier = RelayStore(Checkpoint(40, consistent=False)), Applier()
+    summary = recover(tmp_path, store, applier)
+    # 60 is whole (its last chunk is there): applied chunk by chunk; 80 is not: left to
+    # the replay, and the checkpoint stays below it, not consistent (the crashed run may
+    # have applied its first chunk)
+    assert [(t.commit_ts, [d.values["id"] for d in t.dmls]) for t in applier.txns] == [
+        (50, [1]), (60, [2, 3]), (60, [4]), (70, [5])]
+    assert (store.saved[-1].commit_ts, store.saved[-1].consistent) == (70, False)
+    assert summary.partial_ts == 80 and "NOT consistent" in summary.describe()
+    # a chunked transaction abandoned mid-log (a later run skipped it): recovery stops
+    # before it, so the checkpoint never passes it
+    relay = RelayLog(tmp_path)
+    relay.append([(90, Txn(90, dmls(8)), 0)])
+    relay.close()
+    store, applier = RelayStore(Checkpoint(40, consistent=False)), Applier()
+    assert recover(tmp_path, store, applier).partial_ts == 80
+    assert store.saved[-1].commit_ts == 70

@@ -20,6 +20,14 @@ record is built from those values, in the file sink's format, which reparo's
   the task's schema version after this transaction. Recovery saves it with the
   checkpoint, so a later run's schema keeper rebuilds the schema *including* the DDLs
   the recovery applied.
+- **fields 16 and 17** (varints, skipped the same way): a large transaction applied in
+  chunks (exactly-once off, ``txn-chunk-rows``) is one record per chunk, each written
+  and synced before that chunk is applied: field 16 is the chunk's number (1, 2, ...),
+  field 17 is 1 on every chunk but the last ("more of this transaction follows").
+  A reader that does not know them sees several records with the same ``commit_ts``,
+  each holding some of its rows, in order. Recovery
+  (:func:`~tidb_binlog.drainer.relay.recover.recover`) applies a transaction only if
+  its last record (field 17 absent) is in the log: :func:`record_position`.
 """
 
 from __future__ import annotations
@@ -35,10 +43,15 @@ from tidb_binlog.drainer.translate.pb import ddl_record
 from tidb_binlog.errors import CodecError, ProtocolError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 
-__all__ = ["txn_record", "record_schema_version", "SCHEMA_VERSION_FIELD"]
+__all__ = ["txn_record", "record_schema_version", "record_position", "SCHEMA_VERSION_FIELD",
+           "CHUNK_FIELD", "MORE_FIELD"]
 
 SCHEMA_VERSION_FIELD = 15
 """The pb field number of the schema version in a relay record (not in pb_binlog.proto)."""
+CHUNK_FIELD = 16
+"""A chunk's number (1, 2, ...) in a large transaction written in chunks (module doc)."""
+MORE_FIELD = 17
+"""1 on every chunk of such a transaction but its last (module doc)."""
 
 _TAG = bytes(((SCHEMA_VERSION_FIELD << 3) | 0,))  # varint wire type
 _EVENT_TYPES = {DMLType.INSERT: pb.Insert, DMLType.UPDATE: pb.Update, DMLType.DELETE: pb.Delete}
@@ -114,8 +127,10 @@ def _columns(values: dict, old: dict | None, where: str) -> list[bytes]:
     return out
 
 
-def txn_record(commit_ts: int, txn: Txn, schema_version: int) -> bytes:
-    """The relay record of one translated transaction (see the module doc).
+def txn_record(commit_ts: int, txn: Txn, schema_version: int, *, chunk: int = 0,
+               more: bool = False) -> bytes:
+    """The relay record of one translated transaction (see the module doc); ``chunk``
+    (> 0) and ``more``: it is that chunk of a large transaction, not its last if ``more``.
 
     The bytes are written field by field (what protobuf itself writes for these
     messages, checked in the tests): building ``pb`` objects per column cost
@@ -132,7 +147,54 @@ def txn_record(commit_ts: int, txn: Txn, schema_version: int) -> bytes:
                               b"\x18" + _uvarint(_EVENT_TYPES[dml.tp]) + row))
         body = b"\x08" + _uvarint(pb.DML) + b"\x10" + _uvarint(commit_ts) + \
             _ld(3, b"".join(events))
-    return body + _TAG + _uvarint(schema_version)
+    tail = _TAG + _uvarint(schema_version)
+    if chunk:
+        tail += _uvarint(CHUNK_FIELD << 3) + _uvarint(chunk)
+    if more:
+        tail += _uvarint(MORE_FIELD << 3) + _SMALL[1]
+    return body + tail
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise ProtocolError("relay record: truncated or overlong varint")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def record_position(payload: bytes) -> tuple[int, bool]:
+    """``(commit_ts, more)`` of a relay record: its commit_ts, and whether it is a chunk
+    of a large transaction with more chunks after it (field 17). Reads the top-level
+    fields only (a chunk's rows are skipped by their length: no protobuf parse of the
+    record). ProtocolError when it is not a relay record."""
+    buf = payload if isinstance(payload, bytes) else bytes(payload)
+    pos, end = 0, len(buf)
+    commit_ts, more = None, False
+    while pos < end:
+        key, pos = _read_uvarint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _read_uvarint(buf, pos)
+            if field == 2:
+                commit_ts = value - (1 << 64) if value >= 1 << 63 else value
+            elif field == MORE_FIELD:
+                more = value != 0
+        elif wire == 2:
+            length, pos = _read_uvarint(buf, pos)
+            pos += length
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        else:
+            raise ProtocolError(f"relay record: unexpected wire type {wire} of field {field}")
+    if pos != end or commit_ts is None:
+        raise ProtocolError("relay record: truncated, or no commit_ts")
+    return commit_ts, more
 
 
 def record_schema_version(b: pb.Binlog) -> int | None:

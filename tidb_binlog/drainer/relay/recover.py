@@ -15,6 +15,17 @@ path (:class:`~tidb_binlog.reparo.apply.MysqlApplier`, passed in), then saves th
 checkpoint ``consistent = true`` at the last relayed commit_ts with the schema version
 that record carries. The downstream then equals the upstream as of that commit_ts.
 
+**Chunks** (a large transaction applied in chunks with exactly-once off, one record per
+chunk, relay/record.py): a transaction is applied only if its last chunk is in the log.
+One whose last chunk is missing (the crash came between its chunks) ends the recovery
+there (it is the log's last transaction, unless a later run skipped it, e.g. with
+``ignore-txn-commit-ts``: then what follows it waits too, so the checkpoint never
+passes it), and the checkpoint is then saved **not** consistent: the crashed run may
+have applied some of its chunks (each was written here first), so the downstream may
+hold part of that transaction, which only the upstream can complete. The next start with the upstream
+reachable replays from the checkpoint (the transaction whole again, in safe mode); a
+recovery run again meanwhile does the same as this one.
+
 Whether to run it is the caller's decision (:func:`needs_recovery` plus "the upstream
 cannot be reached"); nothing here talks to Ray or the registry.
 """
@@ -34,7 +45,7 @@ from tidb_binlog.drainer.apply.dml import Txn
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.checkpoint.store import CheckpointStore, MySQLCheckpointStore
 from tidb_binlog.drainer.relay.log import relay_records
-from tidb_binlog.drainer.relay.record import record_schema_version
+from tidb_binlog.drainer.relay.record import record_position, record_schema_version
 from tidb_binlog.errors import ConfigError, ProtocolError
 from tidb_binlog.reparo.apply import MysqlApplier
 from tidb_binlog.reparo.decode import binlog_to_txn, parse_binlog
@@ -66,14 +77,21 @@ class RecoverySummary:
     ddls: int
     schema_version: int
     relay_dir: str
+    partial_ts: int = 0  # a chunked transaction whose last chunk was not in the log
 
     def describe(self) -> str:
         if not self.records:
             return (f"relay log recovery: nothing in {self.relay_dir} above the checkpoint "
                     f"{self.from_ts}; checkpoint marked consistent at {self.to_ts}")
-        return (f"relay log recovery: applied {self.records} transaction(s) ({self.rows} row "
+        text = (f"relay log recovery: applied {self.records} record(s) ({self.rows} row "
                 f"change(s), {self.ddls} DDL(s)) from {self.relay_dir} in safe mode; the "
-                f"checkpoint moved from {self.from_ts} to {self.to_ts}, consistent")
+                f"checkpoint moved from {self.from_ts} to {self.to_ts}")
+        if not self.partial_ts:
+            return text + ", consistent"
+        return (text + f", NOT consistent: the transaction at commit_ts {self.partial_ts} "
+                "was being applied in chunks and its last chunk never reached the relay log, "
+                "so the downstream may hold part of it; start the task with the upstream "
+                "reachable: it replays that transaction whole from the checkpoint")
 
 
 def needs_recovery(checkpoint: Checkpoint | None) -> bool:
@@ -99,8 +117,11 @@ def recover(relay_dir: str | os.PathLike, store: CheckpointStore, applier: Appli
                           "start the drainer with the upstream reachable",
                           key="syncer.relay.log-dir")
     last_ts, version, records = cp.commit_ts, cp.schema_version, 0
+    partial_ts = _first_partial(path, cp.commit_ts)
     stats = WalkStats()
     for commit_ts, payload in relay_records(path, cp.commit_ts, stats=stats):
+        if partial_ts and commit_ts >= partial_ts:
+            break
         b = parse_binlog(payload)
         try:
             txn = binlog_to_txn(b)
@@ -113,12 +134,30 @@ def recover(relay_dir: str | os.PathLike, store: CheckpointStore, applier: Appli
         if carried is not None:
             version = carried
     applier.finish()
-    done = dataclasses.replace(cp, commit_ts=last_ts, schema_version=version, consistent=True)
+    done = dataclasses.replace(cp, commit_ts=last_ts, schema_version=version,
+                               consistent=not partial_ts)
     store.save(done)
     summary = RecoverySummary(cp.commit_ts, last_ts, records, applier.rows, applier.ddls,
-                              version, str(path))
-    log.info("%s", summary.describe())
+                              version, str(path), partial_ts)
+    if partial_ts:
+        log.warning("%s", summary.describe())
+    else:
+        log.info("%s", summary.describe())
     return summary
+
+
+def _first_partial(path: Path, after_ts: int) -> int:
+    """The first commit_ts above ``after_ts`` of a chunked transaction whose last chunk
+    is not in the log (its newest record says more follows; 0: none). A first walk
+    reading only the records' top-level fields, so the apply walk knows before a
+    transaction's first chunk whether to apply it."""
+    first, open_ts = 0, 0
+    for _, payload in relay_records(path, after_ts):
+        commit_ts, more = record_position(payload)
+        if open_ts and commit_ts != open_ts:  # the open one never got its last chunk
+            first = first or open_ts
+        open_ts = commit_ts if more else 0
+    return first or open_ts
 
 
 def recover_if_needed(settings, upstream_error: Callable[[], str | None]

@@ -196,8 +196,9 @@ class RowKeeper(SchemaAt):
           ``txn-atomic`` off: each chunk is applied like a batch of its rows, committed
           on its own (TiDB Binlog's non-atomic apply; a replay re-applies it in safe
           mode). With exactly-once on (a relay log turns routing off) or ``txn-atomic``
-          a transaction must reach the downstream as one, so it stays whole; a relay log
-          takes transactions whole too (one relay record each, :mod:`..relay`).
+          a transaction must reach the downstream as one, so it stays whole. A relay
+          log writes each chunk as its own record before it is applied
+          (:mod:`tidb_binlog.drainer.relay`).
 
         Loop control no longer forces whole transactions: the loop verdict is decided
         from the mark table's rows alone before the first chunk (:meth:`_own_mark`)."""
@@ -206,7 +207,7 @@ class RowKeeper(SchemaAt):
             return 0
         if s.routed:
             return s.txn_chunk_rows
-        if s.exactly_once or s.txn_atomic or s.relay_dir:
+        if s.exactly_once or s.txn_atomic:
             return 0
         return s.txn_chunk_rows
 

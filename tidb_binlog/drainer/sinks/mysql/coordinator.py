@@ -33,6 +33,8 @@ batch's transactions are written and fdatasync'ed to it before any of them goes 
 worker, and a relay file is removed once a *saved* checkpoint passed its last record.
 It needs the transactions themselves, so a task with a relay log runs :meth:`apply`
 (the keeper does not route: :attr:`~tidb_binlog.drainer.pipeline.settings.TaskSettings.routed`).
+A large transaction in chunks (exactly-once off) is written one record per chunk, each
+synced before that chunk goes to a worker (relay/log.py).
 """
 
 from __future__ import annotations
@@ -173,8 +175,7 @@ class Coordinator:
         try:
             translated = unpack(translated)
             if self.relay is not None:  # durable before any worker sees a row of it
-                self._relay_whole(translated)
-                self.relay.append(translated)
+                self.relay.append(translated)  # a chunk: that chunk, before it is applied
             for item in translated:
                 if len(item) == 4:  # a large transaction's chunk, not its last
                     self._apply_chunk(*item)
@@ -226,13 +227,6 @@ class Coordinator:
             self._perform(action)
         rows, self._chunked_ts, self._chunked_rows = self._chunked_rows, 0, 0
         return rows
-
-    def _relay_whole(self, translated: list) -> None:
-        """A relay record holds a whole transaction (the keeper never chunks with one)."""
-        if any(len(item) == 4 for item in translated):
-            raise ConfigError("a task with a relay log got a transaction in chunks; the "
-                              "relay log takes transactions whole: restart the task",
-                              key="syncer.relay.log-dir")
 
     def apply_routed(self, seq: int, plan: list[PlanStep], payloads: list) -> int:
         """Carry out one batch the keeper routed (exactly-once): ``plan`` from
