@@ -219,7 +219,7 @@ class PumpServicer:
                                         f"{first.total_size} bytes its stream announced: "
                                         "malformed stream; not stored", method)
                 spill.write(chunk.data)
-                chunk = None  # its bytes go before the next chunk arrives
+                chunk.data = chunk = None  # its message goes before the next one arrives
             if first is None:
                 return self._failed(start_s, "empty stream: no BinlogChunk received; "
                                     "not stored", method)

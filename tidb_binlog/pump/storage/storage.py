@@ -40,7 +40,9 @@ pointer per start_ts). TiDB's pump stores every copy it receives.
 
 Large payloads (at least ``LARGE_RECORD_BYTES``) are framed as ``(header, payload)``
 and appended with ``writev`` from the caller's buffer (see :mod:`.group_commit`): no
-framed copy of a 200 MB Prewrite.
+framed copy of a 200 MB Prewrite. A payload held in a file (the streaming write's spill,
+:meth:`Storage.write_binlog_file_async`) is framed as ``(header, FileRange)`` and the
+value log copies it from that file (``copy_file_range``): never in memory.
 """
 
 from __future__ import annotations
