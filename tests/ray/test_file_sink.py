@@ -151,7 +151,9 @@ def check_shop(recs, up_db):
 def test_workload_through_two_pumps_into_files(stack):
     up_db, cluster, upstream, started, data_dir = stack
     upstream.ddl("CREATE DATABASE wl")
-    drainer = Drainer.start(file_config(data_dir), registry=cluster.registry)
+    # small chunks: the large transaction below reaches the files in record parts
+    drainer = Drainer.start(file_config(data_dir, **{"syncer.txn-chunk-rows": 25}),
+                            registry=cluster.registry)
     started.append(drainer)
     writer = Writer(upstream).start()
     try:
@@ -159,11 +161,18 @@ def test_workload_through_two_pumps_into_files(stack):
         writer.wait_txns(150)
     finally:
         writer.stop()
+    with upstream.session("shop") as s:  # 300 inserts and 100 updates in one transaction
+        txn = s.begin()
+        txn.insert("t", [{"id": 10**6 + i, "name": f"big{i}", "amount": "7.00"}
+                         for i in range(300)])
+        txn.update("t", {"amount": "8.00"}, "id >= %s AND id < %s", (10**6, 10**6 + 100))
+        large_ts = txn.commit()
     upstream.ddl("ALTER TABLE shop.t ADD COLUMN note VARCHAR(8) DEFAULT 'x'")
     upstream.flush()
     drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=180)
     st = drainer.status()
     assert st["state"] == "running" and len(st["pumps"]) == 2 and st["resets"] == 0, st
+    assert st["parts"] >= 400 // 25, st  # the large one came in parts, assembled whole
     final = drainer.stop()
     started.remove(drainer)
     assert final["consistent"] is True
@@ -171,8 +180,10 @@ def test_workload_through_two_pumps_into_files(stack):
     assert saved.consistent and saved.commit_ts == final["commit_ts"]
 
     recs = read_records(data_dir)
-    check_once_in_order(recs, writer.commit_tss)
+    check_once_in_order(recs, [*writer.commit_tss, large_ts])
     check_shop(recs, up_db)
+    (large,) = [r for r in recs if r.commit_ts == large_ts]
+    assert len(large.dml_data.events) == 400
     ddls = [r.ddl_query for r in recs if r.tp == pb.DDL]
     assert b"use `shop`; ALTER TABLE shop.t ADD COLUMN note VARCHAR(8) DEFAULT 'x';" in ddls
     assert b"CREATE DATABASE wl;" in ddls
