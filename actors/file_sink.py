@@ -10,7 +10,10 @@ They take the schema keeper's and the coordinator's places in the pipeline (see
 - :class:`PbKeeperActor` is a shell around :class:`~tidb_binlog.drainer.translate.keeper.PbKeeper`
   (same ``reset(schema_version)``, history-job waiting and "refuse until placed" rule
   as the schema keeper): ``translate(items)`` returns ``(commit_ts, pb record bytes |
-  None, schema_version)``, honouring ``ignore-schemas`` and ``ignore-txn-commit-ts``.
+  None, schema_version)``, honouring ``ignore-schemas`` and ``ignore-txn-commit-ts``;
+  ``translate_more(items)`` (what the merger calls) hands a transaction of more than
+  ``txn-chunk-rows`` row changes out one ``RecordPart`` per call, which the sink
+  spills and appends as one record at the last part.
 - :class:`FileSinkActor` is a shell around
   :class:`~tidb_binlog.drainer.sinks.file.sink.BinlogFileSink`, the
   :class:`~tidb_binlog.drainer.pipeline.sink.Sink` of the files (``reset``, ``apply``
