@@ -37,6 +37,7 @@ Prints, last::
     .venv/bin/python bench/large_txn.py --rows 1000000            # ~200 MB of row data
     .venv/bin/python bench/large_txn.py --rows 2000000 --workers 2
     .venv/bin/python bench/large_txn.py --rows 1000000 --txn-chunk-rows 0   # unchunked
+    .venv/bin/python bench/large_txn.py --rows 1000000 --no-exactly-once    # causality mode
     .venv/bin/python bench/large_txn.py --rows 1000000 --keeper-only [--trace]
     .venv/bin/python bench/large_txn.py --rows 1000000 --sink parquet [--txn-chunk-rows 0]
 
@@ -125,11 +126,13 @@ def rows_of(n: int, row_bytes: int):
         yield {"k": i, "c": chunk[off:off + c_len], "pad": pad}
 
 
-def keeper_only(rows: int, row_bytes: int, chunk_rows: int, trace: bool = False) -> str:
+def keeper_only(rows: int, row_bytes: int, chunk_rows: int, trace: bool = False,
+                exactly_once: bool = True) -> str:
     """The schema keeper's peak memory for one large transaction, in this process (no Ray,
     no servers): a Commit binlog of ``rows`` inserts of about ``row_bytes`` bytes each
     (TiDB's row format, as the pump serves it), packed as the merger hands it on, through
-    :meth:`RowKeeper.translate_routed` until it answers no ``more`` (each call's result
+    :meth:`RowKeeper.translate_routed` (``exactly_once`` false: :meth:`RowKeeper.translate_more`,
+    the causality mode) until it answers no ``more`` (each call's result
     dropped, as the actor's are once returned). Peak RSS growth (VmHWM, reset first)
     over the RSS before the packed batch was built, as a multiple of the binlog's size;
     with ``trace`` also tracemalloc's peak of Python allocations (slower; it tells what
@@ -198,8 +201,8 @@ def keeper_only(rows: int, row_bytes: int, chunk_rows: int, trace: bool = False)
     payload = payload.replace(b"\x08\x00\x10", b"\x08\x01\x10", 1)
     payload = payload.replace(b"\x18\x00", b"\x18\x64", 1)  # commit_ts 100 (start_ts 99)
     size = len(payload)
-    keeper = RowKeeper(TaskSettings(cluster_id=1, worker_count=2, txn_chunk_rows=chunk_rows),
-                       Meta(), 2)
+    keeper = RowKeeper(TaskSettings(cluster_id=1, worker_count=2, txn_chunk_rows=chunk_rows,
+                                    exactly_once=exactly_once), Meta(), 2)
     keeper.reset(2)
     gc.collect()
     _release()
@@ -213,10 +216,13 @@ def keeper_only(rows: int, row_bytes: int, chunk_rows: int, trace: bool = False)
     calls, n = 0, 0
     more = True
     while more:
-        out = keeper.translate_routed(items if calls == 0 else pack([]), 2)
-        more = out[-1]
+        if exactly_once:
+            out = keeper.translate_routed(items if calls == 0 else pack([]), 2)
+            more = out[-1]
+            n += len(out[1]) + len(out[2])
+        else:
+            out, more = keeper.translate_more(items if calls == 0 else pack([]))
         calls += 1
-        n += len(out[1]) + len(out[2])
         del out
         if calls == 1:
             del items
@@ -225,6 +231,7 @@ def keeper_only(rows: int, row_bytes: int, chunk_rows: int, trace: bool = False)
     tracemalloc.stop()
     growth = peak.stop()[pid]
     return (f"RESULT keeper_only rows={rows} data_mb={size / MB:.1f} chunk_rows={chunk_rows} "
+            f"exactly_once={exactly_once} "
             f"calls={calls} s={elapsed:.1f} peak_rss={growth / size:.2f}x "
             f"peak_traced={traced / size:.2f}x")
 
@@ -254,6 +261,9 @@ def main(argv=None) -> int:
                    help="data bytes per row (c is sized to fit; at least ~80)")
     p.add_argument("--workers", type=int, default=2, help="syncer.worker-count")
     p.add_argument("--txn-batch", type=int, default=1000, help="syncer.txn-batch")
+    p.add_argument("--no-exactly-once", action="store_true",
+                   help="syncer.exactly-once = false (the causality mode: chunks applied "
+                        "non-atomically)")
     p.add_argument("--txn-chunk-rows", type=int, default=50_000,
                    help="syncer.txn-chunk-rows (0: the transaction decoded and applied whole)")
     p.add_argument("--sink", choices=["mysql", "file", "parquet"], default="mysql",
@@ -271,7 +281,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.keeper_only:
-        print(keeper_only(args.rows, args.row_bytes, args.txn_chunk_rows, args.trace))
+        print(keeper_only(args.rows, args.row_bytes, args.txn_chunk_rows, args.trace,
+                          not args.no_exactly_once))
         return 0
 
     base = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-large-txn-"))
@@ -300,6 +311,7 @@ def main(argv=None) -> int:
             drainer = Drainer.start(load_drainer_config(None, {
                 **to, "syncer.worker-count": args.workers, "syncer.txn-batch": args.txn_batch,
                 "syncer.txn-chunk-rows": args.txn_chunk_rows, "initial-commit-ts": 0,
+                "syncer.exactly-once": not args.no_exactly_once,
                 "addr": "127.0.0.1:0"}), registry=cluster.registry)
             ddl_ts = cluster.get_ts()
             while True:  # the task runs and has applied the DDL: its actors are settled
