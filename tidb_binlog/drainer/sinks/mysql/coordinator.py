@@ -12,7 +12,18 @@ It issues the flushes and owns the checkpoint (TiDB Binlog's ``drainer/syncer.go
 - :meth:`Coordinator.apply` (the causality mode): its
   :class:`~tidb_binlog.drainer.apply.dispatch.Dispatcher` splits the Txns, detects conflicts
   and emits Send/Flush/RunDDL; the Sends of one batch go out as one ``execute`` call
-  per worker.
+  per worker. **Large transactions** (exactly-once off, ``txn-chunk-rows``): the keeper
+  (``RowKeeper.translate_more``) hands one over in chunks, ``(commit_ts, txn, version,
+  chunk)`` for each but the last; each chunk is dispatched like a batch of its rows
+  (conflict detection per chunk, :meth:`Dispatcher.add_chunk
+  <tidb_binlog.drainer.apply.dispatch.Dispatcher.add_chunk>`) and committed on its own,
+  counted for nothing in the checkpoint; before the last chunk every worker is flushed
+  and the last one is registered as the transaction, so the checkpoint passes
+  ``commit_ts`` only once every chunk was applied. A crash in between leaves the
+  applied chunks downstream (non-atomic, as TiDB Binlog without exactly-once) until the
+  replay from the checkpoint applies the whole transaction again (idempotent where this
+  mode's replays are: safe mode, merge's REPLACE; drainer README "Large transactions
+  with exactly-once off").
 
 **Back-pressure.** At most ``2 x workers`` worker calls are outstanding; past that it
 waits until at most ``workers`` are. **Checkpoint.** The
