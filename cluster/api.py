@@ -31,6 +31,7 @@ past it, naming what it waited for.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -38,11 +39,11 @@ from pathlib import Path
 from actors.ray_calls import RayCalls
 from actors.task_record import record_actor_name, start_task_record
 from cluster.drainer import STATUS_TIMEOUT_S, STOP_TIMEOUT_S, Drainer
-from cluster.drainer import _first_line as first_line
-from cluster.drainer import _is_auth_failure as is_auth_failure
-from cluster.drainer import _token_hint as token_hint
 from cluster.launch import LocalCluster, PumpOptions
+from cluster.ray_join import first_line, is_auth_failure, token_hint
 from cluster.registry import REGISTRY_NAME, connect_registry, get_or_create_registry
+from cluster.task_attach import named_task_roles
+from cluster.task_reads import restarting_actor
 from tidb_binlog.config import DrainerConfig, load_drainer_config
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.names import (
@@ -52,6 +53,7 @@ from tidb_binlog.drainer.pipeline.names import (
 )
 from tidb_binlog.drainer.pipeline.task_status import (
     PAUSED,
+    RESTARTING,
     STOPPED,
     UNREACHABLE,
     TaskStatus,
@@ -242,6 +244,7 @@ class ReplicationTask:
     def __init__(self, cluster: Cluster, name: str):
         self.cluster = cluster
         self.name = name
+        self._restart_seen: dict[str, float] = {}  # role -> first seen restarting
 
     def __repr__(self) -> str:
         return f"ReplicationTask({self.name!r}, namespace={self.cluster.namespace!r})"
@@ -249,7 +252,9 @@ class ReplicationTask:
     # -- observing ----------------------------------------------------------------------
     def status(self, timeout: float = STATUS_TIMEOUT_S) -> TaskStatus:
         """Where the task stands (:class:`TaskStatus`), each actor answering within
-        ``timeout``; a task that should run but does not answer is ``unreachable``."""
+        ``timeout``. While Ray restarts one of its actors: ``restarting``, with
+        ``TaskStatus.restarting`` naming it (and since when this handle sees it restart);
+        a task that should run but does not answer otherwise is ``unreachable``."""
         rec = self._record(timeout)
         cfg = rec["cfg"]
         sink = _sink_kind(cfg)
@@ -257,11 +262,26 @@ class ReplicationTask:
             return TaskStatus.not_running(self.name, rec["state"],
                                           checkpoint_ts=rec["last_checkpoint_ts"],
                                           worker_count=cfg.syncer.worker_count, sink=sink)
-        try:
+        try:  # a restart of an attached actor: Drainer.status reports it
             report = self._drainer(timeout).status(timeout)
         except (UnavailableError, PipelineReset) as exc:  # restarting, or its node is gone
+            # the merger restarting fails the attach itself: ask Ray's control store
+            restart = restarting_actor(named_task_roles(
+                self.name, self.cluster.namespace, sink, cfg.syncer.worker_count),
+                self._restart_seen)
+            if restart is not None:
+                return TaskStatus.not_running(self.name, RESTARTING, restarting=restart,
+                                              worker_count=cfg.syncer.worker_count,
+                                              sink=sink)
             return TaskStatus.not_running(self.name, UNREACHABLE, error=str(exc),
                                           worker_count=cfg.syncer.worker_count, sink=sink)
+        restart = report.get("restarting")
+        if restart is not None:  # each call attaches anew: "since" is this handle's
+            report = {**report, "restarting": dataclasses.replace(
+                restart, since_s=self._restart_seen.setdefault(restart.actor,
+                                                               restart.since_s))}
+        else:
+            self._restart_seen.clear()
         return TaskStatus.from_report(self.name, report, sink=sink,
                                       worker_count=cfg.syncer.worker_count)
 
@@ -281,7 +301,7 @@ class ReplicationTask:
         deadline = time.monotonic() + timeout
         st = self.status(timeout)
         while st.checkpoint_ts < target:
-            if st.state not in ("running", "starting", UNREACHABLE):  # Ray restarts actors
+            if st.state not in ("running", "starting", UNREACHABLE, RESTARTING):  # Ray restarts
                 raise UnavailableError(f"task {self.name!r} is {st.state}, not syncing"
                                        + (f": {st.error}" if st.error else ""))
             if time.monotonic() > deadline:

@@ -287,6 +287,10 @@ def _follow(drainer, console, threads, stats, errors, extract_physical):
             st = drainer.status()
             if st["state"] == "failed":
                 raise UnavailableError(f"replication task failed: {st['error']}")
+            if st["state"] == "restarting":  # its counters read 0 until the actor is back
+                live.update(f"Ray is restarting the drainer's {st['restarting'].actor} "
+                            "actor; it replays from its checkpoint once back")
+                continue
             now = time.monotonic()
             rate = (st["applied_rows"] - last_rows) / max(now - last_t, 1e-6)
             last_rows, last_t = st["applied_rows"], now

@@ -65,49 +65,28 @@ in safe mode for this run.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-import os
-import socket
-import time
 
-from actors.drainer import CoordinatorActor, MergerActor, SchemaKeeperActor
-from actors.file_sink import start_file_sink_actors
-from actors.parquet_sink import start_parquet_sink_actors
-from actors.ray_calls import GetTimeoutError, RayCalls
-from actors.syncer_workers import start_sql_workers
-from cluster.registry import REGISTRY_NAME, connect_registry
-from tidb_binlog.config import DrainerConfig, split_registry
-from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore
-from tidb_binlog.drainer.pipeline.names import (
-    DEFAULT_NAMESPACE,
-    UPSTREAM_META_KEY,
-    check_task_name,
-    sink_role,
-    task_actor_name,
-)
+from actors.ray_calls import RayCalls
+from cluster.downstream_check import DOWNSTREAM_RETRY_S, DOWNSTREAM_WAIT_S, check_downstream
+from cluster.ray_join import choose_ray_address, join_cluster
+from cluster.relay_recovery import recover_from_relay_log
+from cluster.task_actors import STATUS_TIMEOUT_S, STOP_TIMEOUT_S, TaskActors, answer
+from cluster.task_attach import attach_task_actors
+from cluster.task_reads import read_status, read_task_state, wait_for_checkpoint
+from cluster.task_start import start_task_actors
+from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
-from tidb_binlog.drainer.relay.recover import recover_if_needed
-from tidb_binlog.drainer.service.node import ServiceSettings
-from tidb_binlog.errors import (
-    ConfigError,
-    DownstreamError,
-    TransientDownstreamError,
-    UnavailableError,
-)
+from tidb_binlog.errors import UnavailableError
 from tidb_binlog.node import PAUSED
 
+# The handle lives here; the work is in one module per responsibility (cluster/README.md,
+# "Replication task modules"). Callers import these names from cluster.drainer.
 __all__ = ["Drainer", "join_cluster", "choose_ray_address", "check_downstream",
-           "recover_from_relay_log", "DOWNSTREAM_WAIT_S"]
+           "recover_from_relay_log", "DOWNSTREAM_WAIT_S", "DOWNSTREAM_RETRY_S",
+           "STATUS_TIMEOUT_S", "STOP_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
-
-STATUS_TIMEOUT_S = 30.0
-"""Default bound of :meth:`Drainer.status` / :meth:`Drainer.task_state`."""
-STOP_TIMEOUT_S = 180.0
-"""Default bound of :meth:`Drainer.stop` (the merger gives its thread 60 s, then waits
-for the SQL workers and saves the final checkpoint)."""
 
 
 class Drainer:
@@ -125,6 +104,16 @@ class Drainer:
         self.addr: str = addresses.get("addr", "")            # Cistern gRPC (registry host)
         self.status_addr: str = addresses.get("status_addr", "")  # HTTP status and metrics
         self._stopped: dict | None = None
+        self._restart_seen: dict[str, float] = {}  # role -> first seen restarting (status)
+
+    @classmethod
+    def _of(cls, actors: TaskActors) -> Drainer:
+        return cls(actors.settings, actors.merger, actors.keeper, actors.coordinator,
+                   actors.workers, actors.addresses)
+
+    def _actors(self) -> TaskActors:
+        return TaskActors(self.settings, self.merger, self.keeper, self.coordinator,
+                          self.workers)
 
     @classmethod
     def start(cls, cfg, *, registry=None, upstream_meta: dict | None = None,
@@ -164,122 +153,12 @@ class Drainer:
         with a relay log and the file/Parquet sinks stay pinned to this driver's node:
         their address or directories are this host's.
         """
-        if detached and not name:
-            raise ConfigError("a detached replication task needs a name (it is found again "
-                              "by it)", key="name")
-        if name is not None:
-            try:
-                check_task_name(name)
-            except ValueError as exc:
-                raise ConfigError(str(exc), key="name") from None
-        if cfg.syncer.db_type not in ("mysql", "tidb", "file", "parquet"):
-            raise ConfigError(f"db-type {cfg.syncer.db_type!r} is not supported by the Ray "
-                              "drainer yet; use mysql, tidb, file or parquet",
-                              key="syncer.db-type")
-        file_sink = cfg.syncer.db_type == "file"
-        parquet_sink = cfg.syncer.db_type == "parquet"
-        if registry is None and pumps is None:
-            raise ConfigError("no registry and no pumps given: the drainer cannot find its "
-                              "pumps", key="registry")
-        if upstream_meta is None:
-            upstream_meta = _upstream_meta_from(registry)
-        if registry is not None:  # the registry's cluster id is the one pumps use (PD's)
-            cfg = dataclasses.replace(cfg, cluster_id=registry.cluster_id())
-        settings = TaskSettings.from_config(cfg, upstream_meta=upstream_meta,
-                                            **settings_overrides)
-        layout = None
-        if not (file_sink or parquet_sink):  # a downstream we cannot use fails the start here
-            layout = check_downstream(settings, wait_s=downstream_wait_s)
-        if addr is None and cfg.addr == _default_addr():
-            addr = "127.0.0.1:0"  # see the module doc: tasks and tests share hosts
-        if namespace is None:
-            namespace = getattr(registry, "namespace", None) or DEFAULT_NAMESPACE
-        names: dict[str, str | None] = {"merger": None, "keeper": None, "sink": None}
-        if name is not None:
-            settings = dataclasses.replace(settings, task=name, namespace=namespace)
-            if RayCalls.find_actor(task_actor_name(name, "merger"), namespace) is not None:
-                raise ConfigError(f"a replication task named {name!r} already runs in Ray "
-                                  f"namespace {namespace!r}; stop or remove it first, or pick "
-                                  "another name", key="name")
-            names = {"merger": task_actor_name(name, "merger"),
-                     "keeper": task_actor_name(name, "keeper"),
-                     "sink": task_actor_name(name, sink_role(settings.sink))}
-        service = ServiceSettings.from_config(cfg, namespace=namespace, addr=addr,
-                                              status_addr=status_addr,
-                                              node_id=node_id) if serve else None
-        opts = dict(max_restarts=-1, max_task_retries=0, num_cpus=0,
-                    namespace=namespace if name else None,
-                    lifetime="detached" if detached else None)
-        keeper = coordinator = merger = None
-        workers: list = []
-        drainer = cls(settings, None, None, None, workers)
-        try:
-            if file_sink:  # pb records in [syncer.to] dir: no SQL workers, no downstream
-                settings = dataclasses.replace(settings, downstream=None, exactly_once=False,
-                                               worker_count=1, sink="file")
-                names["sink"] = task_actor_name(name, "file-sink") if name else None
-                drainer.settings = settings
-                keeper, coordinator = start_file_sink_actors(
-                    cfg, settings, names={"keeper": names["keeper"], "sink": names["sink"]},
-                    **opts)
-            elif parquet_sink:  # a Parquet lake in [syncer.to] dir: no SQL workers
-                settings = dataclasses.replace(settings, downstream=None, exactly_once=False,
-                                               worker_count=1, sink="parquet")
-                names["sink"] = task_actor_name(name, "parquet-sink") if name else None
-                drainer.settings = settings
-                keeper, coordinator = start_parquet_sink_actors(
-                    cfg, settings, names={"keeper": names["keeper"], "sink": names["sink"]},
-                    **opts)
-            else:
-                worker_overrides = {}
-                if layout is not None and layout.safe_mode:  # another count's replay window
-                    worker_overrides["safe_mode_until_ts"] = layout.safe_mode_until_ts
-                workers.extend(start_sql_workers(
-                    settings, name_prefix=name, namespace=opts["namespace"],
-                    lifetime=opts["lifetime"], resources=resources, **worker_overrides))
-                # a named task's actors get no handles: they look their peers up by name
-                coordinator = RayCalls.start_actor(
-                    CoordinatorActor, settings, None if name else workers,
-                    options={**opts, "concurrency_groups": {"status": 1},
-                             "name": names["sink"],
-                             # its relay log is a local directory: keep it on this node
-                             **({"scheduling_strategy": RayCalls.pinned()}
-                                if settings.relay_dir else {"resources": resources})})
-                keeper = RayCalls.start_actor(SchemaKeeperActor, settings,
-                                              options={**opts, "name": names["keeper"],
-                                                       "resources": resources})
-            drainer.keeper, drainer.coordinator = keeper, coordinator
-            peers = (None, None, None) if name else (keeper, coordinator, workers)
-            merger = RayCalls.start_actor(  # pinned here: addr is this host's
-                MergerActor, settings, peers[0], peers[1], pumps, registry=registry,
-                service=service, workers=peers[2],
-                options={**opts, "max_concurrency": 8, "name": names["merger"],
-                         "scheduling_strategy": RayCalls.pinned()})
-            drainer.merger = merger
-        except BaseException:
-            drainer._kill()
-            raise
-        try:
-            addresses = _answer(RayCalls.call(merger, "addresses"), "merger", "addresses()",
-                                start_timeout_s)
-        except BaseException:
-            drainer._kill()
-            raise
-        drainer.node_id = addresses["node_id"]
-        drainer.addr = addresses["addr"]
-        drainer.status_addr = addresses["status_addr"]
-        # Online (and merging) before returning: a pump started afterwards notifies us.
-        state = RayCalls.get(RayCalls.call(merger, "wait_started", start_timeout_s))
-        if state == "starting":
-            log.warning("the replication task is still starting after %.0f s (reading the "
-                        "checkpoint from the downstream?); see status()", start_timeout_s)
-        log.info("replication task started: %s, %d SQL worker(s), downstream %s%s",
-                 f"pumps {sorted(pumps)}" if pumps is not None else "pumps from the registry",
-                 len(workers), settings.downstream.address if settings.downstream else
-                 f"files in {cfg.syncer.to.dir}",
-                 f"; drainer {drainer.node_id} serving Cistern gRPC on {drainer.addr}, HTTP "
-                 f"status on {drainer.status_addr}" if serve else "")
-        return drainer
+        return cls._of(start_task_actors(
+            cfg, registry=registry, upstream_meta=upstream_meta, pumps=pumps,
+            namespace=namespace, addr=addr, status_addr=status_addr, node_id=node_id,
+            serve=serve, start_timeout_s=start_timeout_s,
+            downstream_wait_s=downstream_wait_s, name=name, detached=detached,
+            resources=resources, **settings_overrides))
 
     @classmethod
     def attach(cls, name: str, namespace: str = DEFAULT_NAMESPACE,
@@ -287,41 +166,21 @@ class Drainer:
         """The running named task ``name`` in ``namespace`` (started by any driver), found
         by its actors' names. UnavailableError when it does not run there, or when its
         merger does not answer within ``timeout``."""
-        merger = RayCalls.find_actor(task_actor_name(name, "merger"), namespace)
-        if merger is None:
-            raise UnavailableError(f"no replication task named {name!r} runs in Ray "
-                                   f"namespace {namespace!r} (no actor "
-                                   f"{task_actor_name(name, 'merger')!r}); see "
-                                   "Cluster.tasks() for the running ones")
-        settings = _answer(RayCalls.call(merger, "task_settings"), "merger",
-                           "task_settings()", timeout)
-        addresses = _answer(RayCalls.call(merger, "addresses"), "merger", "addresses()",
-                            timeout)
-
-        def find(role: str):
-            return RayCalls.find_actor(task_actor_name(name, role), namespace)
-
-        workers = [find(f"worker-{i}") for i in range(settings.worker_count)
-                   ] if settings.sink == "mysql" else []
-        return cls(settings, merger, find("keeper"), find(sink_role(settings.sink)),
-                   [w for w in workers if w is not None], addresses)
+        return cls._of(attach_task_actors(name, namespace, timeout))
 
     # -- observing ------------------------------------------------------------------------
     def status(self, timeout: float = STATUS_TIMEOUT_S) -> dict:
         """Merger state and error, pump positions, checkpoint and apply counters. Each
         actor has ``timeout`` seconds to answer (UnavailableError names the one that
-        did not: busy, restarting, or its node is gone)."""
-        deadline = time.monotonic() + timeout
-        merger = _answer(RayCalls.call(self.merger, "status"), "merger", "status()", timeout)
-        coord = _answer(RayCalls.call_group(self.coordinator, "status", "status"),
-                        "coordinator", "status()", max(deadline - time.monotonic(), 0.0),
-                        budget=timeout)
-        return {**merger, **{f"checkpoint_{k}" if k == "commit_ts" else k: v
-                             for k, v in coord.items()}}
+        did not: busy, or its node is gone). While Ray restarts one of the task's actors
+        the answer is ``state`` ``restarting``, with ``restarting`` an
+        :class:`~tidb_binlog.drainer.pipeline.task_status.ActorRestart` naming it and the
+        checkpoint and counters at 0 (unknown meanwhile; see :mod:`cluster.task_reads`)."""
+        return read_status(self._actors(), timeout, self._restart_seen)
 
     def task_state(self, timeout: float = STATUS_TIMEOUT_S) -> dict:
         """The merger's status alone (cheap): ``state``, ``error``, ``node_state``, ..."""
-        return _answer(RayCalls.call(self.merger, "status"), "merger", "status()", timeout)
+        return read_task_state(self._actors(), timeout)
 
     def checkpoint_ts(self, timeout: float = STATUS_TIMEOUT_S) -> int:
         return self.status(timeout)["checkpoint_commit_ts"]
@@ -330,26 +189,8 @@ class Drainer:
                             poll_s: float = 0.2) -> dict:
         """Block until the checkpoint reaches ``commit_ts``, at most ``timeout_s`` in all
         (status calls included); raise UnavailableError on failure or timeout, saying
-        what it waited for and where the task stands."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                st = self.status(timeout=max(deadline - time.monotonic(), 0.1))
-            except UnavailableError as exc:
-                raise UnavailableError(f"waited {timeout_s:g} s for the checkpoint to reach "
-                                       f"{commit_ts}: {exc}") from exc
-            if st["state"] == "failed":
-                raise UnavailableError(f"replication task failed: {st['error']}")
-            if st["checkpoint_commit_ts"] >= commit_ts:
-                return st
-            if time.monotonic() > deadline:
-                raise UnavailableError(
-                    f"waited {timeout_s:g} s for the checkpoint to reach {commit_ts}: it is at "
-                    f"{st['checkpoint_commit_ts']} (task {st['state']}, "
-                    f"{st.get('pending', 0)} item(s) pending in the coordinator, "
-                    f"{st.get('outstanding', 0)} worker call(s) outstanding, pump positions "
-                    f"{st.get('pump_positions')})")
-            time.sleep(poll_s)
+        what it waited for and where the task stands. A restarting actor is waited for."""
+        return wait_for_checkpoint(self.status, commit_ts, timeout_s, poll_s)
 
     # -- stopping ---------------------------------------------------------------------------
     def stop(self, final_state: str = PAUSED, timeout: float = STOP_TIMEOUT_S) -> dict:
@@ -363,12 +204,12 @@ class Drainer:
             return self._stopped
         ref = RayCalls.call(self.merger, "stop", final_state)
         try:
-            self._stopped = _answer(ref, "merger", f"stop({final_state!r})", timeout)
+            self._stopped = answer(ref, "merger", f"stop({final_state!r})", timeout)
         except UnavailableError as exc:
             stage = "unknown (the merger does not answer status() either)"
             try:
-                stage = _answer(RayCalls.call(self.merger, "status"), "merger", "status()",
-                                5.0).get("stop_stage") or "not started"
+                stage = answer(RayCalls.call(self.merger, "status"), "merger", "status()",
+                               5.0).get("stop_stage") or "not started"
             except Exception as status_exc:  # noqa: BLE001 - the stage is a best effort
                 log.debug("merger status unavailable: %s", status_exc)
             self._stopped = {"error": f"{exc}; it was at: {stage}"}
@@ -379,246 +220,4 @@ class Drainer:
         return self._stopped
 
     def _kill(self) -> None:
-        for actor in [self.merger, self.keeper, self.coordinator, *self.workers]:
-            if actor is not None:
-                RayCalls.kill(actor)
-
-
-def _answer(ref, actor: str, call: str, timeout: float, *, budget: float | None = None):
-    """``ray.get(ref)`` within ``timeout`` seconds; an actor that does not answer is an
-    UnavailableError naming it, the call and the wait."""
-    try:
-        return RayCalls.get_within(ref, timeout)
-    except GetTimeoutError:
-        raise UnavailableError(
-            f"the drainer's {actor} actor did not answer {call} within "
-            f"{budget if budget is not None else timeout:.3g} s (busy, restarting, or its node "
-            "is gone; see the drainer log and `ray list actors`)") from None
-
-
-def _default_addr() -> str:
-    return next(f.default for f in dataclasses.fields(DrainerConfig) if f.name == "addr")
-
-
-def join_cluster(cfg, *, ray_address: str | None = None):
-    """``(registry client, namespace)`` for drainer.toml's ``registry``, on Ray.
-
-    Which Ray, as ``ray.init()`` chooses (:func:`choose_ray_address`): ``ray_address``
-    (``--ray-address``), else ``$RAY_ADDRESS``, else the cluster ``ray start`` recorded
-    on this host, else a new local Ray. ``"auto"`` (join whatever Ray runs on this host)
-    only when given explicitly. The log says which cluster was joined and why. A
-    host:port where nothing answers, or a cluster asking for an auth token, is an
-    :class:`UnavailableError` saying what to set, at once.
-    ``registry = "<namespace>[/<actor name>]"`` names the registry actor ("" =
-    namespace ``tidb-binlog``, the default actor name).
-    """
-    namespace, name = split_registry(cfg.registry) or (DEFAULT_NAMESPACE, REGISTRY_NAME)
-    if not RayCalls.is_initialized():
-        address, why = choose_ray_address(ray_address, os.environ.get("RAY_ADDRESS"),
-                                          _recorded_ray_cluster())
-        if address is not None and why == _RECORDED and _refused(address) is not None:
-            log.warning("the Ray cluster `ray start` recorded on this host (%s) does not "
-                        "answer: starting a local Ray instead", address)
-            address, why = None, "the recorded `ray start` cluster is gone"
-        if address is None:
-            log.info("starting a local Ray (%s; set --ray-address or $RAY_ADDRESS to join "
-                     "a cluster)", why)
-            RayCalls.init(address="local", namespace=namespace, log_to_driver=False,
-                          include_dashboard=False)
-        else:
-            _init_ray(address, why, namespace)
-        log.info("joined the Ray cluster at %s (%s), namespace %r",
-                 RayCalls.gcs_address(), why, namespace)
-    return connect_registry(namespace=namespace, name=name), namespace
-
-
-_RECORDED = "the cluster `ray start` recorded on this host"
-
-
-def choose_ray_address(flag: str | None, env_value: str | None,
-                       recorded: str | None) -> tuple[str | None, str]:
-    """``(address, why)``: the Ray cluster to join and where that choice came from, or
-    ``(None, why)`` to start a local Ray: ``ray.init()``'s order, with ``"auto"``
-    honoured only when it was given."""
-    if flag:
-        return flag, "from --ray-address"
-    if env_value:
-        return env_value, "from $RAY_ADDRESS"
-    if recorded:
-        return recorded, _RECORDED
-    return None, "no --ray-address, no $RAY_ADDRESS, no `ray start` cluster on this host"
-
-
-def _recorded_ray_cluster() -> str | None:
-    return RayCalls.recorded_cluster()
-
-
-def _refused(address: str, timeout_s: float = 5.0) -> str | None:
-    """Why nothing answers at a ``host:port`` Ray address (None: something does, or the
-    address is not host:port). ``ray.init`` itself retries such an address for a long
-    time, printing its own warnings, before it gives up."""
-    if address == "auto" or "://" in address:
-        return None
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        return None
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            return None
-    except OSError as exc:
-        return exc.strerror or str(exc)
-
-
-def _init_ray(address: str, why: str, namespace: str) -> None:
-    fix = ("check --ray-address / $RAY_ADDRESS (the cluster's GCS host:port, as `ray start "
-           "--head` prints it), or unset both to start a local Ray")
-    reason = _refused(address)
-    if reason is not None:
-        raise UnavailableError(f"cannot join the Ray cluster at {address!r} ({why}): nothing "
-                               f"answers there ({reason}); {fix}")
-    try:
-        RayCalls.init(address=address, namespace=namespace, log_to_driver=False)
-    except Exception as exc:
-        if _is_auth_failure(exc):
-            raise UnavailableError(
-                f"the Ray cluster at {address!r} ({why}) refused us: it requires token "
-                "authentication; set RAY_AUTH_MODE=token and the cluster's token in "
-                "RAY_AUTH_TOKEN (or a file named by RAY_AUTH_TOKEN_PATH, or "
-                "~/.ray/auth_token), then start the drainer again") from exc
-        if isinstance(exc, ConnectionError):
-            raise UnavailableError(f"cannot join the Ray cluster at {address!r} ({why}): "
-                                   f"{_first_line(exc)}; {fix}{_token_hint()}") from exc
-        raise
-
-
-def _is_auth_failure(exc: BaseException) -> bool:
-    """Whether ``ray.init`` failed because the cluster wants a token we did not give
-    (Ray raises AuthenticationError, or a ConnectionError naming the refusal)."""
-    if type(exc).__name__ == "AuthenticationError":
-        return True
-    text = str(exc).lower()
-    return "unauthenticated" in text or "auth token" in text or "authentication" in text
-
-
-def _token_hint(env=None, home: str | None = None) -> str:
-    """What to add when a join failed and this process has no Ray token: a cluster with
-    token authentication refuses such a driver, and Ray 2.60's ConnectionError then says
-    only "Failed to connect to Ray cluster" (the refusal is in Ray's C++ log lines)."""
-    env = os.environ if env is None else env
-    token_file = os.path.join(home or os.path.expanduser("~"), ".ray", "auth_token")
-    if (env.get("RAY_AUTH_MODE", "").lower() == "token" or env.get("RAY_AUTH_TOKEN")
-            or env.get("RAY_AUTH_TOKEN_PATH") or os.path.exists(token_file)):
-        return ""
-    return ("; if the cluster uses token authentication, set RAY_AUTH_MODE=token and its "
-            "token in RAY_AUTH_TOKEN (or a file named by RAY_AUTH_TOKEN_PATH, or "
-            "~/.ray/auth_token)")
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
-
-
-
-DOWNSTREAM_WAIT_S = 30.0
-"""How long the start waits for a downstream that does not answer (connection refused,
-timeout, too many connections...) before it gives up; tried every
-:data:`DOWNSTREAM_RETRY_S`. A downstream that *refuses* the drainer (access denied, a
-missing privilege) fails the start at once: waiting cannot fix it."""
-DOWNSTREAM_RETRY_S = 1.0
-
-# Server error codes -> what the user should check (the rest: the generic hint).
-_REFUSAL_HINTS = {
-    1045: "check [syncer.to] user and password (empty ones come from $MYSQL_USER / "
-          "$MYSQL_PSWD)",
-    1044: "grant the [syncer.to] user CREATE, SELECT, INSERT, UPDATE and DELETE on the "
-          "checkpoint schema ([syncer.to.checkpoint] schema) and the replicated schemas",
-    1142: "grant the [syncer.to] user CREATE, SELECT, INSERT, UPDATE and DELETE on the "
-          "checkpoint schema ([syncer.to.checkpoint] schema) and the replicated schemas",
-    1049: "create the database or fix [syncer.to] / [syncer.to.checkpoint] schema",
-}
-
-
-def recover_from_relay_log(cfg, *, ray_address: str | None = None):
-    """Recovery mode, before a task starts (TiDB's ``feedByRelayLogIfNeed``): the
-    :class:`~tidb_binlog.drainer.relay.recover.RecoverySummary` when it ran (then do not
-    start the task: the upstream is gone), else None.
-
-    It runs when drainer.toml has ``[syncer.relay] log-dir``, the downstream checkpoint
-    is not consistent, and joining Ray (``ray_address``, as :func:`join_cluster`) or
-    asking the registry for its pumps fails: the relay log is applied in safe mode and
-    the checkpoint saved consistent at the last relayed commit_ts.
-    ``tidb-binlog drainer`` calls it first; call it before :meth:`Drainer.start`."""
-    settings = TaskSettings.from_config(cfg, upstream_meta={})
-
-    def upstream_error() -> str | None:
-        try:
-            registry, _ = join_cluster(cfg, ray_address=ray_address)
-            registry.nodes("pumps")
-        except UnavailableError as exc:
-            return exc.message
-        return None
-
-    return recover_if_needed(settings, upstream_error)
-
-
-def check_downstream(settings: TaskSettings, *, wait_s: float | None = None,
-                     sleep=time.sleep, clock=time.monotonic):
-    """Check at start, in every mode, that the downstream takes the drainer: connect as
-    ``[syncer.to]``, set the session up, create the checkpoint table if missing and read
-    the checkpoint row; in exactly-once mode also reconcile the SQL workers' progress
-    rows with ``worker-count`` (``check_workers`` of
-    :mod:`tidb_binlog.drainer.checkpoint.store`; its decision is returned, else None).
-
-    TiDB's drainer also exits when its downstream cannot be used at start, while an
-    outage *after* the start is ridden out (the pipeline retries). Here:
-
-    - a refusal (access denied, a missing privilege, a bad session parameter): raises
-      :class:`~tidb_binlog.errors.DownstreamError` at once, with what to check;
-    - no answer (refused connection, timeout, a server shutting down): retried every
-      :data:`DOWNSTREAM_RETRY_S` for ``wait_s`` (default :data:`DOWNSTREAM_WAIT_S`),
-      then raises :class:`~tidb_binlog.errors.UnavailableError` naming the wait.
-    """
-    wait_s = DOWNSTREAM_WAIT_S if wait_s is None else wait_s
-    address = settings.downstream.address
-    deadline = clock() + wait_s
-    attempts = 0
-    while True:
-        attempts += 1
-        store = MySQLCheckpointStore(settings.downstream, settings.cluster_id,
-                                     schema=settings.checkpoint_schema,
-                                     table=settings.checkpoint_table, attempts=1)
-        try:
-            store.load()
-            if not settings.exactly_once:
-                return None
-            return store.check_workers(settings.worker_count,
-                                       progress_schema=settings.checkpoint_schema)
-        except TransientDownstreamError as exc:
-            detail = exc.message.removesuffix("; will retry")
-            if clock() >= deadline:
-                raise UnavailableError(
-                    f"cannot start: the downstream {address} did not answer within "
-                    f"{wait_s:g} s ({attempts} attempt(s), {DOWNSTREAM_RETRY_S:g} s apart); "
-                    f"last error: {detail}; check [syncer.to] host and port and that the "
-                    "server runs, then start the drainer again") from exc
-            if attempts == 1:
-                log.warning("the downstream %s does not answer yet (%s); retrying every "
-                            "%g s for up to %g s", address, detail, DOWNSTREAM_RETRY_S, wait_s)
-            sleep(DOWNSTREAM_RETRY_S)
-        except DownstreamError as exc:
-            hint = _REFUSAL_HINTS.get(exc.code, "check [syncer.to] and the downstream server")
-            raise DownstreamError(f"cannot start: the downstream {address} refused the "
-                                  f"drainer: {exc.message}; {hint}", sql=exc.sql,
-                                  code=exc.code) from exc
-        finally:
-            store.close()
-
-
-def _upstream_meta_from(registry) -> dict:
-    text = registry.kv_get(UPSTREAM_META_KEY) if registry is not None else None
-    if not text:
-        raise ConfigError("the upstream meta location is unknown: no registry entry "
-                          f"{UPSTREAM_META_KEY!r}; pass upstream_meta= or start the upstream "
-                          "with a registry", key=UPSTREAM_META_KEY)
-    return json.loads(text)
+        self._actors().kill()

@@ -125,15 +125,15 @@ def test_ray_address_is_chosen_as_ray_init_does_with_auto_only_when_asked():
 def test_a_ray_cluster_wanting_a_token_is_reported_as_an_auth_problem(monkeypatch):
     import ray
 
-    import cluster.drainer as drainer_mod
+    import cluster.ray_join as ray_join
 
     def refuse(**kw):
         raise ConnectionError("Failed to connect to GCS: UNAUTHENTICATED: invalid token")
 
-    monkeypatch.setattr(drainer_mod, "_refused", lambda address: None)  # something listens
+    monkeypatch.setattr(ray_join, "_refused", lambda address: None)  # something listens
     monkeypatch.setattr(ray, "init", refuse)
     with pytest.raises(UnavailableError) as info:
-        drainer_mod._init_ray("10.0.0.9:6379", "from --ray-address", "ns")
+        ray_join._init_ray("10.0.0.9:6379", "from --ray-address", "ns")
     assert str(info.value) == (
         "the Ray cluster at '10.0.0.9:6379' (from --ray-address) refused us: it requires "
         "token authentication; set RAY_AUTH_MODE=token and the cluster's token in "

@@ -111,8 +111,25 @@ def test_submit_from_one_driver_supervise_from_another_and_two_tasks_side_by_sid
 
     # Ray restarts a killed actor of the task from its settings alone (its creator is
     # gone): the coordinator finds its workers by name, the merger resets the pipeline.
+    # Meanwhile a status poll answers "restarting", naming the actor, instead of raising.
+    # A restart may end before a poll sees it: then the actor is killed again (no timing).
     coordinator = ray.get_actor("orders-coordinator", namespace=ns)
     ray.kill(coordinator, no_restart=False)
+    polled: list[str] = []
+
+    def seen_restarting():
+        st = task.status(timeout=30)
+        polled.append(st.state)
+        if st.state == "restarting":
+            return st
+        assert st.state in ("running", "starting"), (st, polled)
+        ray.kill(coordinator, no_restart=False)
+        return None
+
+    st = wait_until(seen_restarting, timeout_s=120, what="a restarting status")
+    assert st.restarting.actor == "coordinator" and st.error is None
+    assert st.restarting.name == "orders-coordinator" and st.restarting.since_s > 0
+    assert st.worker_count == 2 and not st.ok
     write(upstream, 100, 3)
     task.wait_synced(timeout=180)
     assert rows(down_db, "shop.t") == rows(up_db, "shop.t")

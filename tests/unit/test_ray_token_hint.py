@@ -11,22 +11,22 @@ from tidb_binlog.errors import UnavailableError
 
 
 def test_the_hint_appears_only_without_any_token(tmp_path):
-    from cluster.drainer import _token_hint
+    from cluster.ray_join import token_hint
 
-    hint = _token_hint({}, home=str(tmp_path))
+    hint = token_hint({}, home=str(tmp_path))
     assert "set RAY_AUTH_MODE=token" in hint and "RAY_AUTH_TOKEN" in hint
-    assert _token_hint({"RAY_AUTH_TOKEN": "abc"}, home=str(tmp_path)) == ""
-    assert _token_hint({"RAY_AUTH_MODE": "token"}, home=str(tmp_path)) == ""
-    assert _token_hint({"RAY_AUTH_TOKEN_PATH": "/t"}, home=str(tmp_path)) == ""
+    assert token_hint({"RAY_AUTH_TOKEN": "abc"}, home=str(tmp_path)) == ""
+    assert token_hint({"RAY_AUTH_MODE": "token"}, home=str(tmp_path)) == ""
+    assert token_hint({"RAY_AUTH_TOKEN_PATH": "/t"}, home=str(tmp_path)) == ""
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text("abc")
-    assert _token_hint({}, home=str(tmp_path)) == ""
+    assert token_hint({}, home=str(tmp_path)) == ""
 
 
 def test_a_refused_join_without_a_token_names_the_token(monkeypatch, tmp_path):
     import ray
 
-    import cluster.drainer as drainer_mod
+    import cluster.ray_join as ray_join
 
     def refuse(**kw):  # what ray.init raised when the GCS answered InvalidAuthToken
         raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6379")
@@ -34,10 +34,10 @@ def test_a_refused_join_without_a_token_names_the_token(monkeypatch, tmp_path):
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr(drainer_mod, "_refused", lambda address: None)  # something listens
+    monkeypatch.setattr(ray_join, "_refused", lambda address: None)  # something listens
     monkeypatch.setattr(ray, "init", refuse)
     with pytest.raises(UnavailableError) as info:
-        drainer_mod._init_ray("127.0.0.1:6379", "from --ray-address", "ns")
+        ray_join._init_ray("127.0.0.1:6379", "from --ray-address", "ns")
     text = str(info.value)
     assert "Failed to connect to Ray cluster" in text
     assert "if the cluster uses token authentication, set RAY_AUTH_MODE=token" in text
