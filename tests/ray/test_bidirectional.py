@@ -39,6 +39,10 @@ def drainer_config(target_db, target_namespace, initial_ts):
         "syncer.to.emulated-tidb-registry": target_namespace,
         "syncer.loopback-control": True, "syncer.channel-id": CHANNEL,
         "syncer.worker-count": 2, "syncer.txn-batch": 4, "initial-commit-ts": initial_ts,
+        # a worker's downstream transaction (up to 4 rows + the mark) that comes back
+        # with more than 3 row changes gets its loop verdict before its first chunk
+        # (how many batch that full is depends on timing: not asserted)
+        "syncer.txn-chunk-rows": 3,
         "detect-interval": 30, "addr": "127.0.0.1:0"})
 
 
