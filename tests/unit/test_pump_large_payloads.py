@@ -231,3 +231,28 @@ def test_a_payload_in_a_file_is_appended_from_it_and_reads_back(tmp_path):
         s.write_binlog(binlog_header(payload), payload)
     assert (tmp_path / "a" / "value" / "000001.vlog").read_bytes()[:HEADER_SIZE + len(payload)] \
         == (tmp_path / "b" / "value" / "000001.vlog").read_bytes()[:HEADER_SIZE + len(payload)]
+
+
+def test_a_file_range_is_copied_in_pieces_where_copy_file_range_is_refused(tmp_path,
+                                                                           monkeypatch):
+    import errno
+    import os
+
+    from tidb_binlog.pump.storage.vlog import FileRange, ValueLog, encode_record
+
+    def refused(*args):
+        raise OSError(errno.EXDEV, "cross-device")
+
+    monkeypatch.setattr(os, "copy_file_range", refused, raising=False)
+    payload = bytes(range(256)) * 9000  # > one 1 MiB piece
+    src = tmp_path / "src"
+    src.write_bytes(b"xx" + payload)
+    record = encode_record(payload)
+    with open(src, "rb") as f:
+        log = ValueLog(tmp_path / "value", file_size_bytes=1 << 30, sync=False,
+                       ts_of=lambda p: 1)
+        try:
+            log.append([record[:HEADER_SIZE], FileRange(f, 2, len(payload))], 1)
+        finally:
+            log.close()
+    assert (tmp_path / "value" / "000001.vlog").read_bytes()[:len(record)] == record
