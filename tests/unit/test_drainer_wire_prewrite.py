@@ -52,13 +52,16 @@ def test_packed_sequence_unknown_fields_and_enum_values():
     assert WirePrewrite(pv).schema_version == 7
 
 
-@pytest.mark.parametrize("bad", [
+MALFORMED = [
     b"\x12\x05\x08",  # a mutation longer than the value
     b"\x08",  # a truncated varint
     b"\x08" + b"\xff" * 11,  # a varint of 11 bytes
     b"\x12\x02\x12\x05",  # a row longer than its mutation
     b"\x0b",  # wire type 3 (a group)
-])
+]
+
+
+@pytest.mark.parametrize("bad", MALFORMED)
 def test_malformed_bytes_raise_protocol_error_up_front(bad):
     with pytest.raises(ProtocolError):
         bl.decode_prewrite_value(bad)  # protobuf refuses them too
