@@ -49,7 +49,13 @@ restarted actor needs nothing its creator held.
 from __future__ import annotations
 
 from actors.process import setup_actor_logging, tune_gc
-from actors.ray_calls import PipelineCalls, RayCalls, WorkerCalls, mirror_metrics
+from actors.ray_calls import (
+    PipelineCalls,
+    PumpPayloadSource,
+    RayCalls,
+    WorkerCalls,
+    mirror_metrics,
+)
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.checkpoint.store import CheckpointStore, MySQLCheckpointStore
 from tidb_binlog.drainer.pipeline.driver import TaskDriver
@@ -131,9 +137,14 @@ class KeeperShell:
 
     def __init__(self, settings: TaskSettings, schema_version: int = 0, meta=None):
         setup_actor_logging()  # node_id on every log line (actors/process.py)
+        namespace = settings.namespace
+
+        def open_ref(ref) -> PumpPayloadSource:  # a large binlog, read from its pump
+            return PumpPayloadSource(ref, namespace)
+
         self.keeper = self.keeper_class(
             settings, meta if meta is not None else UpstreamMeta(settings.upstream_meta),
-            schema_version)
+            schema_version, open_ref=open_ref)
         tune_gc()
 
     def reset(self, schema_version: int) -> int:
@@ -153,6 +164,11 @@ class KeeperShell:
 
     def schema_version(self) -> int:
         return self.keeper.schema_version()
+
+    def ref_stats(self) -> dict:
+        """The references this keeper read (``SchemaAt.ref_stats``): how many, the range
+        reads and bytes, and how many it read whole."""
+        return dict(self.keeper.ref_stats)
 
 
 class SchemaKeeperActor(KeeperShell):

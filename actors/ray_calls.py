@@ -26,12 +26,14 @@ import ray.util.metrics
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
-from tidb_binlog.errors import BinlogError, UnavailableError
+from tidb_binlog.drainer.pipeline.names import pump_actor_name
+from tidb_binlog.errors import BinlogError, ProtocolError, UnavailableError
 from tidb_binlog.metrics_mirror import MetricsMirror
 from tidb_binlog.packed import unpack
 
 __all__ = ["RayCalls", "PipelineReset", "WorkerCalls", "PumpPullCalls", "PipelineCalls",
-           "GetTimeoutError", "RayError", "RayTaskError", "RayActorError"]
+           "GetTimeoutError", "RayError", "RayTaskError", "RayActorError",
+           "PumpPayloadSource"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ RayTaskError = ray.exceptions.RayTaskError
 """A remote method raised (its ``cause`` is the exception): the registry client re-raises
 a remote BinlogError as itself."""
 RayActorError = ray.exceptions.RayActorError
+READ_PAYLOAD_TIMEOUT_S = 120.0
+"""How long the keeper waits for one range of a referenced binlog from its pump."""
 _UNAVAILABLE = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
                 ray.exceptions.ObjectLostError)
 
@@ -363,11 +367,15 @@ class WorkerCalls:
 class PumpPullCalls:
     """:class:`~tidb_binlog.drainer.source.pump_source.ActorPumpSource`'s calls to a PumpActor."""
 
-    def pull(self, actor, since_commit_ts: int, max_bytes: int, timeout_s: float):
+    def pull(self, actor, since_commit_ts: int, max_bytes: int, timeout_s: float, *,
+             ref_above: int = 0):
         """``(batch_ref, watermark_ref)`` of one ``PumpActor.pull``; the batch comes packed
-        (:mod:`tidb_binlog.packed`), :meth:`get` of it unpacks."""
+        (:mod:`tidb_binlog.packed`), :meth:`get` of it unpacks. ``ref_above`` > 0: Commit
+        binlogs of that many bytes or more come as ``BinlogRef`` items
+        (:class:`PumpPayloadSource` reads them)."""
+        extra = {"ref_above": ref_above} if ref_above > 0 else {}
         return actor.pull.options(num_returns=2).remote(since_commit_ts, max_bytes, timeout_s,
-                                                        packed=True)
+                                                        packed=True, **extra)
 
     def ready(self, refs: Sequence, timeout_s: float) -> set:
         """The refs already resolved, waiting up to ``timeout_s`` for the first one."""
@@ -386,6 +394,62 @@ class PumpPullCalls:
         except ray.exceptions.RayActorError as exc:
             raise UnavailableError(f"{what}: the pump actor is unavailable ({exc}); "
                                    "start fetching again from the last watermark") from exc
+
+
+class PumpPayloadSource:
+    """A :class:`~tidb_binlog.binlog_ref.ByteSource` over the PumpActor that serves a
+    referenced binlog: :meth:`read` is one ``PumpActor.read_payload(commit_ts, offset,
+    n)`` call. The actor is found by its name (``pump_actor_name(ref.node_id)``) in
+    ``namespace``, the task's (where the merger found it: it asks for references only
+    then), at the first read and again after a failed one. A pump actor that is gone,
+    restarting or not answering within ``timeout_s`` is an
+    :class:`~tidb_binlog.errors.UnavailableError` (the keeper turns it into a pipeline
+    reset: replay from the checkpoint); an error the pump raised (the binlog is gone from
+    its storage, a range outside it) arrives as itself and stops the task."""
+
+    __slots__ = ("ref", "namespace", "timeout_s", "size", "_actor")
+
+    def __init__(self, ref, namespace: str, timeout_s: float = READ_PAYLOAD_TIMEOUT_S):
+        self.ref = ref
+        self.namespace = namespace
+        self.timeout_s = timeout_s
+        self.size = ref.size
+        self._actor = None
+
+    def _what(self, offset: int, n: int) -> str:
+        return (f"reading {n} bytes at {offset} of the binlog at commit_ts "
+                f"{self.ref.commit_ts} from pump {self.ref.node_id}")
+
+    def read(self, offset: int, n: int):
+        n = max(0, min(n, self.size - offset))
+        if offset < 0 or offset > self.size:
+            raise ValueError(f"{self._what(offset, n)}: outside its {self.size} bytes")
+        if not n:
+            return b""
+        actor = self._actor
+        if actor is None:
+            name = pump_actor_name(self.ref.node_id)
+            actor = self._actor = RayCalls.find_actor(name, self.namespace)
+            if actor is None:
+                raise UnavailableError(f"{self._what(offset, n)}: no actor {name!r} in Ray "
+                                       f"namespace {self.namespace!r} (the pump is gone)")
+        try:
+            data = ray.get(actor.read_payload.remote(self.ref.commit_ts, offset, n),
+                           timeout=self.timeout_s)
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, BinlogError):
+                raise exc.cause from None
+            raise
+        except (*_UNAVAILABLE, ray.exceptions.GetTimeoutError) as exc:
+            self._actor = None  # looked up again: the pump may come back under its name
+            raise UnavailableError(f"{self._what(offset, n)}: the pump actor is "
+                                   f"unavailable ({type(exc).__name__})") from exc
+        if type(data) is not bytes:  # out of band: a view over the object store, no copy
+            data = memoryview(data)
+        if len(data) != n:
+            raise ProtocolError(f"{self._what(offset, n)}: the pump answered {len(data)} "
+                                "bytes")
+        return data
 
 
 class PipelineCalls:

@@ -33,13 +33,21 @@ Prints, last::
 
     RESULT large_txn rows=<n> data_mb=<mb> commit_s=<s> apply_s=<s> first_apply_s=<s>
     RESULT large_txn_mem <kind>=<x>x ...   (peak RSS growth / data size, per process)
+    RESULT large_txn_private <kind>=<x>x ...   (the same of RssAnon, private memory only:
+                                               no object-store pages; sampled every 50 ms)
 
     .venv/bin/python bench/large_txn.py --rows 1000000            # ~200 MB of row data
     .venv/bin/python bench/large_txn.py --rows 2000000 --workers 2
     .venv/bin/python bench/large_txn.py --rows 1000000 --txn-chunk-rows 0   # unchunked
     .venv/bin/python bench/large_txn.py --rows 1000000 --no-exactly-once    # causality mode
+    .venv/bin/python bench/large_txn.py --rows 1000000 --large-binlog-bytes 0  # no refs
     .venv/bin/python bench/large_txn.py --rows 1000000 --keeper-only [--trace]
     .venv/bin/python bench/large_txn.py --rows 1000000 --sink parquet [--txn-chunk-rows 0]
+
+``--large-binlog-bytes`` (default 8 MiB): the drainer's ``[syncer] large-binlog-bytes``:
+the transaction's Commit binlog goes pump → keeper by reference (the merger never holds
+it, the keeper reads it in ranges); ``0``: whole, as before. ``refs`` / ``ref_reads``:
+what the keeper read that way.
 
 ``--keeper-only``: the schema keeper alone, in this process (:func:`keeper_only`).
 """
@@ -82,6 +90,9 @@ class PeakRss:
         self.pids = pids
         self.base = {pid: _status_kb(pid, "VmRSS") for pid in pids}
         self.sampled = dict(self.base)
+        # private memory alone (RssAnon: no object-store or file pages), sampled
+        self.anon_base = {pid: _status_kb(pid, "RssAnon") for pid in pids}
+        self.anon = dict(self.anon_base)
         self.hwm_reset: set[int] = set()
         for pid in pids:
             try:
@@ -98,6 +109,13 @@ class PeakRss:
         while not self._stop.wait(0.05):
             for pid in self.pids:
                 self.sampled[pid] = max(self.sampled[pid], _status_kb(pid, "VmRSS"))
+                self.anon[pid] = max(self.anon[pid], _status_kb(pid, "RssAnon"))
+
+    def private(self) -> dict[int, float]:
+        """pid -> peak growth of its private memory (RssAnon, sampled every 50 ms: a
+        shorter spike can be missed) in bytes, after :meth:`stop`."""
+        return {pid: max(self.anon[pid] - self.anon_base[pid], 0) * 1024.0
+                for pid in self.pids}
 
     def stop(self) -> dict[int, float]:
         """pid -> peak growth in bytes."""
@@ -251,7 +269,9 @@ def main(argv=None) -> int:
 
     from cluster.drainer import Drainer
     from cluster.launch import LocalCluster
+    from tidb_binlog.binlog_ref import DEFAULT_REF_ABOVE_BYTES
     from tidb_binlog.config import load_drainer_config
+    from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
     from tidb_binlog.testing.mariadb import MariaDBServer
     from tidb_binlog.upstream import Upstream
 
@@ -266,6 +286,8 @@ def main(argv=None) -> int:
                         "non-atomically)")
     p.add_argument("--txn-chunk-rows", type=int, default=50_000,
                    help="syncer.txn-chunk-rows (0: the transaction decoded and applied whole)")
+    p.add_argument("--large-binlog-bytes", type=int, default=DEFAULT_REF_ABOVE_BYTES,
+                   help="syncer.large-binlog-bytes (0: the pumps send every binlog whole)")
     p.add_argument("--sink", choices=["mysql", "file", "parquet"], default="mysql",
                    help="syncer.db-type: the drainer writes the downstream MariaDB (default), "
                         "the file sink's binlog files or the Parquet lake (both in the work "
@@ -286,12 +308,14 @@ def main(argv=None) -> int:
         return 0
 
     base = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-large-txn-"))
+    # the default namespace: an unnamed drainer task's keeper looks the pumps up there to
+    # read large binlogs by reference (TaskSettings.namespace; elsewhere they come whole)
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
-             namespace="bench-large-txn", object_store_memory=300 << 20)
+             namespace=DEFAULT_NAMESPACE, object_store_memory=300 << 20)
     up_db = MariaDBServer(base, name="lt-up").start()
     down_db = MariaDBServer(base, name="lt-down").start()
     cluster = LocalCluster(base / "cluster", pumps=2, upstream_params=up_db.params(),
-                           namespace="bench-large-txn").start()
+                           namespace=DEFAULT_NAMESPACE).start()
     client = cluster.pump_client()
     upstream = Upstream(up_db.params(), client, cluster.get_ts)
     drainer = None
@@ -312,6 +336,7 @@ def main(argv=None) -> int:
                 **to, "syncer.worker-count": args.workers, "syncer.txn-batch": args.txn_batch,
                 "syncer.txn-chunk-rows": args.txn_chunk_rows, "initial-commit-ts": 0,
                 "syncer.exactly-once": not args.no_exactly_once,
+                "syncer.large-binlog-bytes": args.large_binlog_bytes,
                 "addr": "127.0.0.1:0"}), registry=cluster.registry)
             ddl_ts = cluster.get_ts()
             while True:  # the task runs and has applied the DDL: its actors are settled
@@ -406,6 +431,13 @@ def main(argv=None) -> int:
             after = [at for _, at in samples if at >= commit_wall]
             first_s = (min(after) - commit_wall) if after else apply_s
         growth = peak.stop()
+        private = peak.private()
+        refs = {}
+        if drainer is not None:  # the keeper's reads of binlogs served by reference
+            refs = ray.get(drainer.keeper.ref_stats.remote())
+            print(f"keeper: {refs.get('refs', 0)} binlogs read by reference, "
+                  f"{refs.get('reads', 0)} reads, {refs.get('bytes', 0) / MB:.1f} MB",
+                  flush=True)
         if drainer is not None and failed is None and args.sink != "file":
             if args.sink == "parquet":  # the lake's committed rows of the table
                 # deferred like the imports above (the bench's start-up)
@@ -424,17 +456,21 @@ def main(argv=None) -> int:
         for pid, kind in sorted(pids.items(), key=lambda kv: kv[1]):
             counts[kind] = counts.get(kind, 0) + 1
             label = kind if list(pids.values()).count(kind) == 1 else f"{kind}{counts[kind]}"
-            mem.append((label, growth[pid]))
+            mem.append((label, growth[pid], private[pid]))
             print(f"  {label:<20} pid {pid:>7}: peak RSS +{growth[pid] / MB:8.1f} MB "
-                  f"= {growth[pid] / max(data, 1):5.2f}x the data", flush=True)
+                  f"= {growth[pid] / max(data, 1):5.2f}x the data (private "
+                  f"{private[pid] / max(data, 1):5.2f}x)", flush=True)
         vlog = sum(f.stat().st_size for f in (base / "cluster").glob("pump-*/value/*.vlog"))
         lines.append(f"RESULT large_txn sink={args.sink} rows={n} data_mb={data / MB:.1f} insert_s={insert_s:.1f} "
                      f"commit_s={commit_s:.2f} prewrite_s={prewrite.get('s', 0):.2f} "
                      f"apply_s={apply_s:.2f} first_apply_s={first_s:.2f} "
-                     f"pump_vlog_mb={vlog / MB:.0f}"
+                     f"pump_vlog_mb={vlog / MB:.0f} refs={refs.get('refs', 0)} "
+                     f"ref_reads={refs.get('reads', 0)}"
                      + (f" FAILED={type(failed).__name__}" if failed is not None else ""))
         lines.append("RESULT large_txn_mem " + " ".join(
-            f"{label}={g / max(data, 1):.2f}x" for label, g in mem))
+            f"{label}={g / max(data, 1):.2f}x" for label, g, _ in mem))
+        lines.append("RESULT large_txn_private " + " ".join(
+            f"{label}={p / max(data, 1):.2f}x" for label, _, p in mem))
     finally:
         if drainer is not None:
             drainer.stop()

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tidb_binlog.binlog_ref import DEFAULT_REF_ABOVE_BYTES
 from tidb_binlog.binlogctl.encrypt import decrypt, secret_key
 from tidb_binlog.config._common import (
     SUPPORTED_DB_TYPES,
@@ -190,6 +191,9 @@ class SyncerConfig:
     txn_atomic: bool = _opt("txn-atomic", _BOOL, False)
     # ours: a transaction with more row changes is applied in chunks (0: always whole)
     txn_chunk_rows: int = _opt("txn-chunk-rows", _int_kind(0), 50_000)
+    # ours: a Commit binlog this large (bytes) goes pump -> keeper by reference, read in
+    # ranges from the pump actor (tidb_binlog/binlog_ref.py); 0: every payload whole
+    large_binlog_bytes: int = _opt("large-binlog-bytes", _bytes_kind(), DEFAULT_REF_ABOVE_BYTES)
     ignore_table: tuple[TableName, ...] = _section("ignore-table", TableName, shape="array")
     replicate_do_table: tuple[TableName, ...] = _section(
         "replicate-do-table", TableName, shape="array")

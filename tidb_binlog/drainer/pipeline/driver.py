@@ -320,7 +320,7 @@ class TaskDriver:
             log.info("merging pump %s (PumpActor) after commit_ts %d", node_id, since_ts)
             self.feed_kinds[node_id] = "actor"
             return ActorFeed(node_id, actor, since_ts, max_bytes, self.metrics,
-                             self.calls.pull_calls)
+                             self.calls.pull_calls, ref_above=self._ref_above(node_id))
         # The task's [security]/compressor (TaskSettings), not the node's: a task that does
         # not serve (Drainer.start(serve=False)) pulls TLS pumps too; the service's stay
         # the fallback for settings built by hand.
@@ -332,6 +332,21 @@ class TaskDriver:
         source = GrpcPumpSource(host, self.settings.cluster_id, security, node_id=node_id,
                                 compressor=compressor)
         return GrpcFeed(node_id, source, since_ts, max_bytes, self.metrics)
+
+    def _ref_above(self, node_id: str) -> int:
+        """``ref_above`` for the pull of this PumpActor: the settings' (the pipeline's
+        keeper reads references), provided the keeper can find the pump where it looks,
+        by its name in the task's namespace; else 0 (payloads whole, as before). A pump
+        handed in as a handle (``pumps``) without that name, or registered in another
+        namespace, is pulled whole."""
+        ref_above = self.settings.ref_above
+        if ref_above and self.calls.find_actor(pump_actor_name(node_id),
+                                               self.settings.namespace) is None:
+            log.info("pump %s: no actor %r in namespace %r for the keeper to read large "
+                     "binlogs from; its binlogs come whole", node_id,
+                     pump_actor_name(node_id), self.settings.namespace)
+            return 0
+        return ref_above
 
     # -- status and metrics (HTTP threads) -------------------------------------------
     def _saved_checkpoint_ts(self) -> int:

@@ -13,10 +13,11 @@
    goes to the coordinator) or ``translate`` → ``apply`` (the causality mode, the file
    sink). Either way the keeper's result refs go straight to the sink: translated rows
    never pass through the merger. A batch goes packed, except that a routed one with a
-   large payload carries it out of band (:func:`routed_items`). Routed (and the Parquet keeper), the keeper hands a
-   large transaction out one chunk per call; while it answers ``more``
-   (:meth:`PipelineCalls.keeper_more`) and nothing new is ready, the merger calls it
-   again with no items;
+   large payload carries it out of band (:func:`routed_items`); a payload the pump
+   serves by reference (a ``BinlogRef``) is handed on as it came, never fetched here.
+   Routed (and the Parquet keeper), the keeper hands a large transaction out one chunk
+   per call; while it answers ``more`` (:meth:`PipelineCalls.keeper_more`) and nothing
+   new is ready, the merger calls it again with no items;
 3. back-pressure: at most ``max_inflight`` batches outstanding; a finished one's result
    is collected (which raises the sink's error, or PipelineReset);
 4. when nothing moved: the sink's ``idle()`` (at most every :data:`IDLE_EVERY_S`, when
@@ -34,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from tidb_binlog.binlog_ref import is_ref
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.source.merge import Merger
@@ -63,19 +65,28 @@ def routed_items(ready: list) -> Any:
     <tidb_binlog.drainer.translate.keeper.RowKeeper.translate_routed>` takes this form
     (:func:`keeper_items` reads it); the other keepers' batches are always packed.
     Such batches are rare (a transaction of 256 KiB or more), so Ray's slower per-item
-    serialisation of the few small items beside it does not matter."""
-    if not any(len(payload) >= OUT_OF_BAND_BYTES for _, payload in ready):
+    serialisation of the few small items beside it does not matter.
+
+    A :class:`~tidb_binlog.binlog_ref.BinlogRef` (a Commit binlog the pump serves by
+    reference, ``[syncer] large-binlog-bytes``) is a few dozen bytes whatever its
+    ``len()``: it goes packed, untouched; the keeper reads the payload from the pump."""
+    if not any(_out_of_band(payload) for _, payload in ready):
         return pack(ready)
-    return [(commit_ts, pickle.PickleBuffer(payload) if len(payload) >= OUT_OF_BAND_BYTES
-             else payload) for commit_ts, payload in ready]
+    return [(commit_ts, pickle.PickleBuffer(payload) if _out_of_band(payload) else payload)
+            for commit_ts, payload in ready]
+
+
+def _out_of_band(payload) -> bool:
+    return len(payload) >= OUT_OF_BAND_BYTES and not is_ref(payload)
 
 
 def keeper_items(items: Any) -> list:
     """The ``(commit_ts, payload)`` pairs of :func:`routed_items` (or of a packed batch,
     or the plain list a unit test passes); an out-of-band payload as a read-only
-    ``memoryview`` (over the object store when it came through Ray)."""
-    return [(commit_ts, payload if type(payload) is bytes else memoryview(payload))
-            for commit_ts, payload in _unpack(items)]
+    ``memoryview`` (over the object store when it came through Ray), a
+    :class:`~tidb_binlog.binlog_ref.BinlogRef` as it is (the keeper opens it)."""
+    return [(commit_ts, payload if type(payload) is bytes or is_ref(payload)
+             else memoryview(payload)) for commit_ts, payload in _unpack(items)]
 
 
 class PipelineCalls(Protocol):

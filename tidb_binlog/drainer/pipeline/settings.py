@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
+from tidb_binlog.binlog_ref import DEFAULT_REF_ABOVE_BYTES
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 from tidb_binlog.filter.rules import FilterSettings
@@ -50,6 +51,9 @@ class TaskSettings:
     # [syncer] txn-chunk-rows: a transaction with more row changes is translated and
     # applied in chunks of this many (0: whole; see RowKeeper.translate_routed)
     txn_chunk_rows: int = 50_000
+    # [syncer] large-binlog-bytes: a Commit binlog this large comes from a PumpActor as a
+    # BinlogRef the keeper reads in ranges (see ``ref_above``); 0: every payload whole
+    large_binlog_bytes: int = DEFAULT_REF_ABOVE_BYTES
     merge_batch: int = 512
     pull_max_bytes: int = 4 << 20
     # drainer.toml's [security] and compressor: how standalone pumps are pulled over gRPC,
@@ -88,7 +92,7 @@ class TaskSettings:
         values = dict(
             cluster_id=cfg.cluster_id, worker_count=s.worker_count, txn_batch=s.txn_batch,
             exactly_once=exactly_once, txn_atomic=s.txn_atomic, safe_mode=s.safe_mode,
-            txn_chunk_rows=s.txn_chunk_rows,
+            txn_chunk_rows=s.txn_chunk_rows, large_binlog_bytes=s.large_binlog_bytes,
             merge=s.to.merge,
             initial_commit_ts=cfg.initial_commit_ts,
             ignore_schemas=tuple(x.lower() for x in s.ignore_schemas),
@@ -113,6 +117,27 @@ class TaskSettings:
         needs the transactions in the coordinator, so it is never routed (exactly-once
         still holds: the coordinator's dispatcher routes the same way)."""
         return self.exactly_once and self.sink == "mysql" and not self.relay_dir
+
+    @property
+    def ref_above(self) -> int:
+        """The ``ref_above`` the pump feeds pass to ``PumpActor.pull``: Commit binlogs of
+        this many bytes or more come as :class:`~tidb_binlog.binlog_ref.BinlogRef` and
+        the keeper reads them in ranges from the pump (``tidb_binlog/binlog_ref.py``);
+        0: every payload whole. Only where the keeper streams a large transaction from
+        such a source: the MySQL sink's row keeper with ``txn-chunk-rows``, routed
+        (exactly-once) or in the causality mode where it chunks (exactly-once off, no
+        ``txn-atomic``: ``RowKeeper.chunk_rows``), without loop control (its verdict
+        reads the mark rows from the payload's bytes). The other keepers
+        would have to fetch the payload whole through the reference (they can: the same
+        memory as today, one more hop), so they get payloads as before: the file sink
+        (one pb record per transaction) and the Parquet sink (its keeper chunks, but
+        reads ``(commit_ts, payload)`` items itself)."""
+        if (self.large_binlog_bytes <= 0 or self.sink != "mysql" or self.loopback_control
+                or self.txn_chunk_rows <= 0):
+            return 0
+        if not self.routed and (self.exactly_once or self.txn_atomic):
+            return 0  # the keeper takes every transaction whole there
+        return self.large_binlog_bytes
 
     def tzinfo(self) -> datetime.tzinfo:
         """The downstream time zone: ``+HH:MM`` offsets, ``UTC``, or an IANA name."""

@@ -10,6 +10,9 @@ pair ready for ``Merger.push``), ``refs()`` the Ray refs worth waiting on when i
   logs, counts ``binlog_drainer_error_count{type="pump_unavailable"}`` and pulls
   again after :data:`RETRY_S` from its last watermark; the merge waits meanwhile.
   Any other error (a pump refusing the request) propagates: the task stops.
+  ``ref_above`` > 0: Commit binlogs of that many bytes or more arrive as
+  :class:`~tidb_binlog.binlog_ref.BinlogRef` items (never fetched here: the keeper
+  reads them from the pump); the metrics count their ``len()``, the payload's size.
 - A pump that cannot serve an acknowledged binlog (damaged storage) raises
   :class:`~tidb_binlog.errors.DamagedBinlog`, through either feed: counted in
   ``binlog_drainer_error_count{type="pump_damaged_binlog"}``, logged, and raised
@@ -68,13 +71,14 @@ class ActorFeed:
     """A PumpActor, pipelined; restarted from the last watermark after a failure."""
 
     def __init__(self, node_id: str, actor, since_ts: int, max_bytes: int, metrics,
-                 calls: PullCalls):
+                 calls: PullCalls, *, ref_above: int = 0):
         self.node_id = node_id
         self.since_ts = since_ts
         self.metrics = metrics
         self.source = ActorPumpSource(actor, calls, node_id=node_id,
                                       max_bytes=max_bytes, pull_timeout_s=0.5,
-                                      max_outstanding=2, first_max_bytes=FIRST_PULL_BYTES)
+                                      max_outstanding=2, first_max_bytes=FIRST_PULL_BYTES,
+                                      ref_above=ref_above)
         self._retry_at: float | None = None
         self.source.start_fetch(since_ts)
 

@@ -10,7 +10,10 @@ and fetch again from ``watermark``.  ``close()`` releases the source.
 
 **ActorPumpSource(actor, calls)**: a :class:`~actors.pump.PumpActor` pulled with
 ``pull.options(num_returns=2)``, so the batch stays an object ref until asked
-for.  Besides the blocking ``fetch`` it pipelines: ``start_fetch(since)`` issues
+for. With ``ref_above`` (``[syncer] large-binlog-bytes``, when the pipeline's keeper
+reads references: ``TaskSettings.ref_above``) a Commit binlog of that many bytes or
+more comes as a :class:`~tidb_binlog.binlog_ref.BinlogRef` item, opaque here
+(``len()`` = its payload's size, for the batch accounting and metrics).  Besides the blocking ``fetch`` it pipelines: ``start_fetch(since)`` issues
 a pull and returns a token; ``poll(timeout_s, max_fetches)`` returns the
 completed fetches in issue order as :class:`Fetched` ``(since, items,
 watermark)``, and as soon as the newest fetch's watermark has resolved it issues
@@ -132,8 +135,11 @@ class PullCalls(Protocol):
     """The calls :class:`ActorPumpSource` makes to a PumpActor (implemented over Ray by
     ``actors.ray_calls.PumpPullCalls``; by a fake in unit tests)."""
 
-    def pull(self, actor, since_commit_ts: int, max_bytes: int, timeout_s: float) -> tuple:
-        """``(batch_ref, watermark_ref)`` of one pull, the batch packed."""
+    def pull(self, actor, since_commit_ts: int, max_bytes: int, timeout_s: float, *,
+             ref_above: int = 0) -> tuple:
+        """``(batch_ref, watermark_ref)`` of one pull, the batch packed; with
+        ``ref_above``, a Commit binlog of that many bytes or more is a
+        :class:`~tidb_binlog.binlog_ref.BinlogRef` in it (passed only when > 0)."""
         ...
 
     def ready(self, refs: Sequence, timeout_s: float) -> set:
@@ -162,7 +168,8 @@ class ActorPumpSource:
     def __init__(self, actor, calls: PullCalls | None = None, *, node_id: str = "",
                  max_bytes: int = DEFAULT_MAX_BYTES, pull_timeout_s: float = 1.0,
                  max_outstanding: int = 4, metrics=None,
-                 wall_clock: Callable[[], float] = time.time, first_max_bytes: int = 0):
+                 wall_clock: Callable[[], float] = time.time, first_max_bytes: int = 0,
+                 ref_above: int = 0):
         if calls is None:
             raise ConfigError("ActorPumpSource needs its calls (actors.ray_calls.PumpPullCalls() "
                               "over Ray)", key="calls")
@@ -177,6 +184,9 @@ class ActorPumpSource:
         # batch lets the merge start while the pump reads the next, bigger one
         self.first_max_bytes = first_max_bytes
         self._first = True
+        # Commit binlogs of ref_above bytes or more come as BinlogRef (0: never); asked
+        # only when set, so calls (and pumps) that predate references keep working
+        self._ref_kw = {"ref_above": ref_above} if ref_above > 0 else {}
         self.pull_timeout_s = pull_timeout_s
         self.max_outstanding = max_outstanding
         self.metrics = metrics
@@ -195,7 +205,7 @@ class ActorPumpSource:
         """One blocking pull (not mixed with a running pipeline)."""
         batch_ref, wm_ref = self.calls.pull(
             self.actor, since_commit_ts, self.max_bytes if max_bytes is None else max_bytes,
-            self.pull_timeout_s if timeout_s is None else timeout_s)
+            self.pull_timeout_s if timeout_s is None else timeout_s, **self._ref_kw)
         what = f"pull from pump {self.node_id or self.actor} after {since_commit_ts}"
         watermark = self.calls.get(wm_ref, what)
         items = self.calls.get(batch_ref, what)
@@ -214,7 +224,7 @@ class ActorPumpSource:
             max_bytes = min(max_bytes, self.first_max_bytes)
         self._first = False
         batch_ref, wm_ref = self.calls.pull(self.actor, since_commit_ts, max_bytes,
-                                            self.pull_timeout_s)
+                                            self.pull_timeout_s, **self._ref_kw)
         self._inflight.append(_InFlight(self._tokens, since_commit_ts, batch_ref, wm_ref))
         self._chaining = True
         return self._tokens

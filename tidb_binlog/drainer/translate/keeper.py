@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from tidb_binlog import binlog as bl
+from tidb_binlog.binlog_ref import BinlogRef, ByteSource, is_ref
 from tidb_binlog.drainer.apply.causality import row_keys, stable_hash
 from tidb_binlog.drainer.apply.dml import DML, Txn
 from tidb_binlog.drainer.apply.routing import FLUSH, ROWS, BatchPlanner, FlushStep, RowsStep
@@ -41,16 +42,18 @@ from tidb_binlog.drainer.loopback import MARK_DATABASE, MARK_TABLE, LoopbackFilt
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.merge_loop import keeper_items
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
+from tidb_binlog.drainer.translate import wire as _wire
 from tidb_binlog.drainer.translate.pb import PbTranslator, RecordPart, record_head
 from tidb_binlog.drainer.translate.schema import SchemaKeeper
 from tidb_binlog.drainer.translate.txn import Translator
 from tidb_binlog.drainer.translate.wire import WirePrewrite, read_binlog
-from tidb_binlog.errors import SchemaError
+from tidb_binlog.errors import SchemaError, UnavailableError
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.logs import txn as txn_fields
 from tidb_binlog.packed import pack
 
-__all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S", "JOB_WAIT_WARN_S"]
+__all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S", "JOB_WAIT_WARN_S",
+           "REF_WINDOW_BYTES", "translate_or_chunk"]
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +64,67 @@ log = logging.getLogger(__name__)
 JOB_WAIT_S = 600.0
 JOB_WAIT_WARN_S = 30.0
 
+# The window a keeper reads a referenced binlog through (pump -> keeper, one Ray call a
+# window while it walks the prewrite value; a chunk's rows are read by span)
+REF_WINDOW_BYTES = 8 << 20
+
+
 def translate_or_chunk(translator: Translator, payload, max_rows: int
                        ) -> tuple[Txn | None, Iterator | None]:
     """One Commit binlog's payload as ``(txn, None)``, or, when it may hold more than
     ``max_rows`` row changes, ``(None, chunks)``: :meth:`Translator.translate_chunks`
     over the payload read in place (translate/wire.py: no Binlog or PrewriteValue
     message, no copy of its prewrite_value; the chunks hold the payload and the rows'
-    offsets only). What every keeper that streams large transactions does first."""
-    wire = read_binlog(payload) if len(payload) > 4 * max_rows else None
+    offsets only). What every keeper that streams large transactions does first.
+
+    ``payload``: the bytes (or a view of them), or a
+    :class:`~tidb_binlog.binlog_ref.ByteSource` over them (a referenced binlog the
+    keeper opened, :meth:`SchemaAt.open_payload`): then the binlog is walked through a
+    window of :data:`REF_WINDOW_BYTES` and each chunk's rows read by range, so the
+    chunks hold the source, the rows' offsets and one window, never the payload. One
+    that does not chunk (small for a reference, a DDL) is read whole from the source."""
+    if is_ref(payload):
+        raise TypeError(f"a BinlogRef ({payload}) reached translate_or_chunk unopened: "
+                        "the keeper opens it first (SchemaAt.open_payload)")
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        wire = read_binlog(payload) if len(payload) > 4 * max_rows else None
+        if wire is not None and translator.may_exceed(wire, max_rows):
+            return None, translator.translate_chunks(wire, max_rows)
+        return translator.translate(bl.decode(payload)), None
+    # a ByteSource; None from the reader: not a well-formed binlog, which the protobuf
+    # parse of the whole payload reports as it always did
+    wire = (_wire.read_binlog_from(payload, REF_WINDOW_BYTES) if payload.size > 4 * max_rows
+            else None)
     if wire is not None and translator.may_exceed(wire, max_rows):
         return None, translator.translate_chunks(wire, max_rows)
-    return translator.translate(bl.decode(payload)), None
+    del wire
+    return translator.translate(bl.decode(payload.read(0, payload.size))), None
+
+
+class _RefSource:
+    """A referenced binlog's :class:`~tidb_binlog.binlog_ref.ByteSource` as the keeper
+    reads it: counted in :attr:`SchemaAt.ref_stats`, and a pump that went away while
+    it is read (:class:`~tidb_binlog.errors.UnavailableError`) is a
+    :class:`PipelineReset`: the pipeline replays from its checkpoint, and pulls (and
+    references) the transaction again once the pump is back."""
+
+    __slots__ = ("_source", "_ref", "_stats", "size")
+
+    def __init__(self, source: ByteSource, ref: BinlogRef, stats: dict):
+        self._source, self._ref, self._stats = source, ref, stats
+        self.size = ref.size
+
+    def read(self, offset: int, n: int):
+        try:
+            data = self._source.read(offset, n)
+        except UnavailableError as exc:
+            raise PipelineReset(f"pump {self._ref.node_id} went away while the keeper read "
+                                f"the transaction at commit_ts {self._ref.commit_ts} from it "
+                                f"({exc}); replaying from the checkpoint") from exc
+        stats = self._stats
+        stats["reads"] += 1
+        stats["bytes"] += len(data)
+        return data
 
 
 @dataclass
@@ -99,13 +152,24 @@ class _Chunks:
 class SchemaAt:
     """The schema at a version, and whether it was placed at the stream's position.
 
-    ``meta``: the upstream meta (``history_jobs()``, ``job(id)``)."""
+    ``meta``: the upstream meta (``history_jobs()``, ``job(id)``). ``open_ref``: how
+    to read a :class:`~tidb_binlog.binlog_ref.BinlogRef` (a large Commit binlog the pump
+    serves by reference): a :class:`~tidb_binlog.binlog_ref.ByteSource` over the pump
+    that holds it (``actors.ray_calls.PumpPayloadSource`` over Ray); None: a reference
+    handed to this keeper is an error (only the pipelines of
+    :attr:`TaskSettings.ref_above <tidb_binlog.drainer.pipeline.settings.TaskSettings.ref_above>`
+    ask for references)."""
 
     def __init__(self, settings: TaskSettings, meta, schema_version: int = 0, *,
                  sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 open_ref: Callable[[BinlogRef], ByteSource] | None = None):
         self.settings = settings
         self.meta = meta
+        self._open_ref = open_ref
+        # references read (their count, the range reads and bytes; `whole`: those read
+        # whole because the path that met them cannot stream)
+        self.ref_stats = {"refs": 0, "reads": 0, "bytes": 0, "whole": 0}
         self._sleep = sleep
         self._clock = clock
         self._ignored_ts = frozenset(settings.ignore_txn_commit_ts)
@@ -150,8 +214,26 @@ class SchemaAt:
             self._sleep(delay)
             delay = min(delay * 2, 1.0)
 
+    def open_payload(self, ref: BinlogRef) -> ByteSource:
+        """The source to read a referenced binlog from (see ``open_ref``); nothing is
+        read yet."""
+        if self._open_ref is None:
+            raise TypeError(f"this keeper was handed a reference ({ref}) but has no way to "
+                            "read it (no open_ref): a bug in the pipeline's wiring; set "
+                            "[syncer] large-binlog-bytes = 0 to pull every binlog whole")
+        self.ref_stats["refs"] += 1
+        return _RefSource(self._open_ref(ref), ref, self.ref_stats)
+
     def _decoded(self, items, who: str):
-        """``(commit_ts, binlog | None)`` of the items; None for ``ignore-txn-commit-ts``."""
+        """``(commit_ts, binlog | None)`` of the items; None for ``ignore-txn-commit-ts``.
+
+        A reference met here is read whole from the pump and parsed as before (the same
+        memory as a payload pulled whole): this path takes every transaction whole
+        anyway (no chunks: ``txn-chunk-rows = 0``, ``txn-atomic``, exactly-once through a
+        relay log, the pb and Parquet keepers' whole paths), and the pipelines that take
+        it do not ask for references (:attr:`TaskSettings.ref_above`); it is here so
+        that every keeper handles a reference it is handed, not as a way to save
+        memory."""
         if not self._placed:
             raise PipelineReset(f"the {who} restarted: its schema must be rebuilt at the "
                                 "checkpoint before it translates")
@@ -161,6 +243,11 @@ class SchemaAt:
                             commit_ts, extra=txn_fields(commit_ts))
                 yield commit_ts, None
                 continue
+            if is_ref(payload):
+                source = self.open_payload(payload)
+                self.ref_stats["whole"] += 1
+                payload = source.read(0, source.size)
+                del source
             yield commit_ts, bl.decode(payload)
 
 
@@ -288,6 +375,8 @@ class RowKeeper(SchemaAt):
                             commit_ts, extra=txn_fields(commit_ts))
                 out.append((commit_ts, None, 0))
                 continue
+            if is_ref(payload):  # read in ranges from the pump, chunk by chunk
+                payload = self.open_payload(payload)
             txn, chunks = self._open(commit_ts, payload, max_rows)
             del payload  # a chunked one's payload is held by its chunks only
             if chunks is not None:
@@ -367,6 +456,8 @@ class RowKeeper(SchemaAt):
                             commit_ts, extra=txn_fields(commit_ts))
                 out.append((commit_ts, None, 0))
                 continue
+            if is_ref(payload):  # read in ranges from the pump, chunk by chunk
+                payload = self.open_payload(payload)
             txn, chunks = self._open(commit_ts, payload, max_rows)
             del payload  # a chunked one's payload is held by its chunks only
             if chunks is not None:
