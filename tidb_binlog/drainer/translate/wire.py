@@ -570,7 +570,7 @@ class WireMutation:
         self.inserted_rows = rows()
         self.updated_rows = rows()
         self.deleted_rows = rows()
-        self.sequence = array("q")
+        self.sequence = array("b")  # MutationType values (0..4): a byte each
         cur.mutation(start, stop, self)
 
 
