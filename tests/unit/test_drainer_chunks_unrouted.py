@@ -8,11 +8,11 @@ worker calls that acknowledge only when the test says so."""
 from __future__ import annotations
 
 import pytest
+from test_drainer_txn_chunks import _col, _job, _Meta, inserts
+from test_pipeline_coordinator import Store
+from test_relay import Applier
+from test_relay import Store as RelayStore
 
-from tests.unit.test_drainer_txn_chunks import _col, _job, _Meta, inserts
-from tests.unit.test_pipeline_coordinator import Store
-from tests.unit.test_relay import Applier
-from tests.unit.test_relay import Store as RelayStore
 from tidb_binlog import binlog as bl
 from tidb_binlog.codec import Datum, encode_old_row
 from tidb_binlog.codec import mysql as m
