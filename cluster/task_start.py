@@ -76,6 +76,9 @@ def start_task_actors(cfg, *, registry=None, upstream_meta: dict | None = None,
         addr = "127.0.0.1:0"  # see cluster.drainer's doc: tasks and tests share hosts
     if namespace is None:
         namespace = getattr(registry, "namespace", None) or DEFAULT_NAMESPACE
+    # where the PumpActors are named, for an unnamed task too: its keeper reads large
+    # binlogs from them by name there ([syncer] large-binlog-bytes)
+    settings = dataclasses.replace(settings, namespace=namespace)
     names: dict[str, str | None] = {"merger": None, "keeper": None, "sink": None}
     if name is not None:
         settings = dataclasses.replace(settings, task=name, namespace=namespace)

@@ -36,8 +36,9 @@ def ref_stats(ray_local, drainer) -> dict:
 @pytest.fixture
 def stack(ray_local, mariadb_factory, tmp_path):
     up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=1,
-                           upstream_params=up_db.params()).start()
+    # not the default namespace: an unnamed task's keeper finds the pumps in the registry's
+    cluster = LocalCluster(tmp_path / "cluster", pumps=1, upstream_params=up_db.params(),
+                           namespace="large-txn-test").start()
     upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
     upstream.ddl("CREATE DATABASE big")
     upstream.ddl("CREATE TABLE big.t (id INT PRIMARY KEY, v VARCHAR(32))")
