@@ -271,7 +271,6 @@ def main(argv=None) -> int:
     from cluster.launch import LocalCluster
     from tidb_binlog.binlog_ref import DEFAULT_REF_ABOVE_BYTES
     from tidb_binlog.config import load_drainer_config
-    from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
     from tidb_binlog.testing.mariadb import MariaDBServer
     from tidb_binlog.upstream import Upstream
 
@@ -308,14 +307,12 @@ def main(argv=None) -> int:
         return 0
 
     base = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-large-txn-"))
-    # the default namespace: an unnamed drainer task's keeper looks the pumps up there to
-    # read large binlogs by reference (TaskSettings.namespace; elsewhere they come whole)
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
-             namespace=DEFAULT_NAMESPACE, object_store_memory=300 << 20)
+             namespace="bench-large-txn", object_store_memory=300 << 20)
     up_db = MariaDBServer(base, name="lt-up").start()
     down_db = MariaDBServer(base, name="lt-down").start()
     cluster = LocalCluster(base / "cluster", pumps=2, upstream_params=up_db.params(),
-                           namespace=DEFAULT_NAMESPACE).start()
+                           namespace="bench-large-txn").start()
     client = cluster.pump_client()
     upstream = Upstream(up_db.params(), client, cluster.get_ts)
     drainer = None
