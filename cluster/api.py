@@ -262,7 +262,14 @@ class ReplicationTask:
             return TaskStatus.not_running(self.name, rec["state"],
                                           checkpoint_ts=rec["last_checkpoint_ts"],
                                           worker_count=cfg.syncer.worker_count, sink=sink)
-        try:  # a restart of an attached actor: Drainer.status reports it
+        # the attach asks the merger, and a call to a merger Ray restarts may wait until it
+        # is back: look first (the sink's and the others' restarts Drainer.status reports)
+        restart = restarting_actor(named_task_roles(
+            self.name, self.cluster.namespace, sink, 0, only=("merger",)), self._restart_seen)
+        if restart is not None:
+            return TaskStatus.not_running(self.name, RESTARTING, restarting=restart,
+                                          worker_count=cfg.syncer.worker_count, sink=sink)
+        try:
             report = self._drainer(timeout).status(timeout)
         except (UnavailableError, PipelineReset) as exc:  # restarting, or its node is gone
             # the merger restarting fails the attach itself: ask Ray's control store

@@ -37,13 +37,14 @@ def attach_task_actors(name: str, namespace: str = DEFAULT_NAMESPACE,
                       [w for w in workers if w is not None], addresses)
 
 
-def named_task_roles(name: str, namespace: str, sink: str,
-                     worker_count: int) -> list[tuple[str, str, object]]:
+def named_task_roles(name: str, namespace: str, sink: str, worker_count: int,
+                     only: tuple[str, ...] = ()) -> list[tuple[str, str, object]]:
     """``(role, Ray name, handle)`` of the named task's actors that exist, found by name
     alone (no actor is asked): what a status read checks for a restart when the merger
-    itself does not answer. ``sink``: ``TaskSettings.sink``."""
+    itself does not answer. ``sink``: ``TaskSettings.sink``; ``only``: just these roles."""
     roles = ["merger", "keeper", sink_role(sink),
              *(f"worker-{i}" for i in range(worker_count if sink == "mysql" else 0))]
+    roles = [r for r in roles if not only or r in only]
     found = [(role, task_actor_name(name, role),
               RayCalls.find_actor(task_actor_name(name, role), namespace)) for role in roles]
     return [(role, actor_name, actor) for role, actor_name, actor in found

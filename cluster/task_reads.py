@@ -6,8 +6,9 @@ Why the restart case is a status: a status call to an actor Ray is restarting fa
 (Ray's "the actor is restarting", :class:`PipelineReset` here) or waits until the timeout.
 A dashboard or CLI polling the status would see an error for every poll of the restart,
 though nothing is wrong: the actor comes back and the pipeline replays from its
-checkpoint. So a failed read asks Ray's control store for each actor's state (the actors
-are not asked: they are the ones not answering) and, when one is ``RESTARTING``, reports
+checkpoint. So a read first asks Ray's control store for the state of the two actors it
+calls, and a failed read for every actor's (the actors are not asked: they are the ones
+not answering), and, when one is ``RESTARTING``, reports
 ``state = "restarting"`` with an :class:`~tidb_binlog.drainer.pipeline.task_status.ActorRestart`
 naming it. Ray's actor table has no time for the restart, so ``since_s`` is when the
 reading handle first saw it restarting (``seen`` keeps that across reads).
@@ -35,11 +36,18 @@ RAY_RESTARTING = "RESTARTING"
 def read_status(actors: TaskActors, timeout: float, seen: dict[str, float] | None = None,
                 ) -> dict:
     """Merger state and error, pump positions, checkpoint and apply counters; each actor
-    has ``timeout`` seconds to answer. While Ray restarts one of the task's actors: the
+    has ``timeout`` seconds to answer. While Ray restarts the merger or the sink actor
+    (checked before the calls), or any of the task's actors when a call fails: the
     :func:`restarting_report`. Otherwise a read that fails raises: UnavailableError names
     the actor that did not answer (busy, or its node is gone), PipelineReset one that
     died."""
     deadline = time.monotonic() + timeout
+    # A call to an actor Ray is restarting may wait until it is back: look first at the
+    # two the read calls (two control-store reads), at every actor when a call fails.
+    restart = restarting_actor([r for r in actors.roles()
+                                if r[2] is actors.merger or r[2] is actors.coordinator], seen)
+    if restart is not None:
+        return restarting_report(restart)
     retried = False
     while True:
         try:

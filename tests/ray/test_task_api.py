@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.request
 
 import pytest
@@ -112,10 +113,18 @@ def test_submit_from_one_driver_supervise_from_another_and_two_tasks_side_by_sid
     # Ray restarts a killed actor of the task from its settings alone (its creator is
     # gone): the coordinator finds its workers by name, the merger resets the pipeline.
     # Meanwhile a status poll answers "restarting", naming the actor, instead of raising.
-    # A restart may end before a poll sees it: then the actor is killed again (no timing).
+    # ray.kill returns before the process dies (a poll right after it may reach the old
+    # one), so the poll waits for Ray's control store to show the kill; a restart that
+    # ends before a poll sees it is killed again (no timing is asserted).
     coordinator = ray.get_actor("orders-coordinator", namespace=ns)
-    ray.kill(coordinator, no_restart=False)
     polled: list[str] = []
+
+    def kill_coordinator():
+        ray.kill(coordinator, no_restart=False)
+        for _ in range(100):  # private: test only (the actor is not asked)
+            if ray._private.state.actors(coordinator._actor_id.hex())["State"] != "ALIVE":
+                return
+            time.sleep(0.05)
 
     def seen_restarting():
         st = task.status(timeout=30)
@@ -123,8 +132,10 @@ def test_submit_from_one_driver_supervise_from_another_and_two_tasks_side_by_sid
         if st.state == "restarting":
             return st
         assert st.state in ("running", "starting"), (st, polled)
-        ray.kill(coordinator, no_restart=False)
+        kill_coordinator()
         return None
+
+    kill_coordinator()
 
     st = wait_until(seen_restarting, timeout_s=120, what="a restarting status")
     assert st.restarting.actor == "coordinator" and st.error is None
