@@ -60,6 +60,7 @@ class LoadResult:
     stage_s: float = 0.0                     # the Spark stage: task start-up + copy
     setup_s: float = 0.0                     # the slowest task's connects, freeze, syncs
     spark_start_s: float = 0.0
+    method: str = ""                         # how rows were written: load-data or insert
     drainer_command: str = ""
 
     @property
@@ -115,6 +116,7 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
             raise SparkJobError(f"a DDL on the upstream {up_where} held the DDL owner lock for "
                                 f"{lc.ddl_lock_timeout_s:g} s; rerun when it is done or raise "
                                 "[load] ddl-lock-timeout", where=up_where)  # fmt: skip
+        method = _method(down, lc.method, down_where)
         report("plan", 0, 1)
         units, ddl = _plan(up, down, _tables(up, entries, up_where), cfg, up_where, down_where)
         if own:
@@ -131,7 +133,7 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
         report("copy", 0, len(units))
         token = uuid.uuid4().hex[:16]
         locks = [view_lock_name(token, i) for i in range(len(shares))]
-        payloads = [(share, cfg.upstream, cfg.downstream, lc.batch_size, lock)
+        payloads = [(share, cfg.upstream, cfg.downstream, lc.batch_size, lock, method)
                     for share, lock in zip(shares, locks, strict=True)]
         t_stage = time.monotonic()
         try:
@@ -152,7 +154,7 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
         result = LoadResult(ts=answers[0]["ts"], units=len(units), tasks=tasks,
                             copy_s=max(a["copy_s"] for a in answers),
                             setup_s=max(a["setup_s"] for a in answers),
-                            stage_s=time.monotonic() - t_stage)
+                            stage_s=time.monotonic() - t_stage, method=method)
         for info in units:
             result.rows.setdefault(f"{info.database}.{info.table}", 0)
         for answer in answers:
@@ -162,8 +164,8 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
                                   f"--initial-commit-ts {result.ts}")
         result.spark_start_s = handle.started_s if own else 0.0
         result.seconds = time.monotonic() - t0
-        log.info("loaded %d rows of %d tables at ts %d in %.1f s", result.total_rows,
-                 len(result.rows), result.ts, result.seconds)
+        log.info("loaded %d rows of %d tables at ts %d in %.1f s (%s)", result.total_rows,
+                 len(result.rows), result.ts, result.seconds, method)
         return result
     finally:
         try:
@@ -176,8 +178,27 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
 
 
 def _copy(index, payload, _sync):
-    share, up, down, batch, lock = payload
-    return copy_task(index, share, up, down, batch, lock, literal)
+    share, up, down, batch, lock, method = payload
+    return copy_task(index, share, up, down, batch, lock, literal, method)
+
+
+def _method(down, wanted: str, where: str) -> str:
+    """``[load] method`` resolved against the downstream: ``auto`` is ``load-data`` when the
+    server allows ``LOAD DATA LOCAL INFILE`` (``@@local_infile``; MariaDB's default is ON,
+    MySQL 8's OFF), else ``insert``; ``load-data`` on a server that refuses it is an error
+    before anything is written."""
+    if wanted == "insert":
+        return wanted
+    allowed = str(run_query(down, "SELECT @@local_infile")[0][0]) in ("1", "ON")
+    if allowed:
+        return "load-data"
+    if wanted == "load-data":
+        raise SparkJobError(f"[load] method = \"load-data\" but the downstream {where} refuses "
+                            "LOAD DATA LOCAL INFILE (local_infile is OFF): set it ON there "
+                            "(SET GLOBAL local_infile = 1) or use method = \"insert\" or "
+                            "\"auto\"", where=where)  # fmt: skip
+    log.info("the downstream %s has local_infile OFF: copying with INSERTs", where)
+    return "insert"
 
 
 def _copy_stage(handle, up, payloads: list, locks: list[str]) -> list:
@@ -239,5 +260,6 @@ def _plan(up, down, tables, cfg, up_where, down_where):
             ranges = dplan.chunk_ranges(bounds)
         else:
             chunk, ranges = cfg.load.chunk_size, [dplan.KeyRange()]
-        units += [plan.CopyUnit(db, table, columns, key, r, chunk) for r in ranges]
+        types = tuple(c.data_type for c in info.columns)
+        units += [plan.CopyUnit(db, table, columns, key, r, chunk, types) for r in ranges]
     return units, ddl

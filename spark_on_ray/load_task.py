@@ -32,16 +32,18 @@ lasts only as long as the slowest task takes to open its view.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 
 import pymysql
 
-from spark_on_ray.load_plan import CopyUnit, insert_sql, select_sql
+from spark_on_ray.load_plan import CopyUnit, insert_sql, load_data_sql, select_sql, tsv_select_sql
 from spark_on_ray.sql_task import connect
 from tidb_binlog.config.spark import DatabaseConfig
 from tidb_binlog.upstream.catalog import CATALOG_DB, META_SCHEMA_VERSION
 
-__all__ = ["copy_task", "FREEZE_SQL", "SNAPSHOT_TS_SQL", "view_lock_name"]
+__all__ = ["copy_task", "insert_unit", "load_unit", "FREEZE_SQL", "SNAPSHOT_TS_SQL", "view_lock_name"]
 
 FREEZE_SQL = (f"SELECT value FROM {CATALOG_DB}.meta WHERE name = '{META_SCHEMA_VERSION}' "
               "FOR UPDATE")
@@ -55,16 +57,20 @@ def view_lock_name(token: str, index: int) -> str:
 
 
 def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: DatabaseConfig,
-              batch_size: int, view_lock: str, literal) -> dict:
+              batch_size: int, view_lock: str, literal, method: str = "insert") -> dict:
     """Copy ``units`` from a read view opened while the driver freezes commits; returns
     ``{"ts", "rows": {table: n}, "copy_s", "setup_s"}`` (``setup_s``: from the task's start
     to its first row: both connects, the read view and the view lock). ``view_lock``: the
-    user lock that tells the driver this task's read view exists."""
+    user lock that tells the driver this task's read view exists. ``method``:
+    ``"load-data"`` (each unit's rows rendered as lines by the upstream, spooled to a
+    temporary file and sent with ``LOAD DATA LOCAL INFILE``) or ``"insert"`` (multi-row
+    INSERTs of ``batch_size`` rows)."""
     entered = time.monotonic()
     up_conn = connect(up, raw=True)
     down_conn = None
     try:
-        down_conn = connect(down)  # before the view: the freeze lasts until every view exists
+        # before the view: the freeze lasts until every view exists
+        down_conn = connect(down, local_infile=method == "load-data")
         down_conn.autocommit(False)
         with up_conn.cursor() as cur:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -80,12 +86,11 @@ def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: Datab
         started = time.monotonic()
         for unit in units:
             name = f"{unit.database}.{unit.table}"
-            sql = insert_sql(unit)
-            with up_conn.cursor(pymysql.cursors.SSCursor) as src, down_conn.cursor() as dst:
-                src.execute(select_sql(unit, literal))
-                while batch := src.fetchmany(batch_size):
-                    dst.executemany(sql, batch)
-                    rows[name] = rows.get(name, 0) + len(batch)
+            if method == "load-data":
+                n = load_unit(unit, up_conn, down_conn, literal)
+            else:
+                n = insert_unit(unit, up_conn, down_conn, batch_size, literal)
+            rows[name] = rows.get(name, 0) + n
             down_conn.commit()
         return {"ts": ts, "rows": rows, "copy_s": time.monotonic() - started,
                 "setup_s": started - entered}
@@ -93,3 +98,49 @@ def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: Datab
         for conn in (up_conn, down_conn):
             if conn is not None:
                 conn.close()
+
+
+def insert_unit(unit: CopyUnit, up_conn, down_conn, batch_size: int, literal) -> int:
+    n = 0
+    sql = insert_sql(unit)
+    with up_conn.cursor(pymysql.cursors.SSCursor) as src, down_conn.cursor() as dst:
+        src.execute(select_sql(unit, literal))
+        while batch := src.fetchmany(batch_size):
+            dst.executemany(sql, batch)
+            n += len(batch)
+    return n
+
+
+# Rows fetched from the upstream per round trip while spooling a unit's lines.
+_SPOOL_ROWS = 2000
+
+
+def load_unit(unit: CopyUnit, up_conn, down_conn, literal) -> int:
+    """Spool the unit's lines (rendered by the upstream) to a temporary file, then
+    ``LOAD DATA LOCAL INFILE`` it in the open downstream transaction. The server must
+    report exactly the rows spooled and no warning (a warning means a value was changed on
+    the way in: refused rather than loaded differently)."""
+    fd, path = tempfile.mkstemp(prefix="tidb-binlog-load-", suffix=".tsv")
+    try:
+        lines = 0
+        with os.fdopen(fd, "wb", buffering=1 << 20) as out, \
+                up_conn.cursor(pymysql.cursors.SSCursor) as src:
+            src.execute(tsv_select_sql(unit, literal))
+            while batch := src.fetchmany(_SPOOL_ROWS):
+                out.write(b"\n".join([r[0] for r in batch]))
+                out.write(b"\n")
+                lines += len(batch)
+        if not lines:
+            return 0
+        with down_conn.cursor() as dst:
+            dst.execute(load_data_sql(unit, literal(path)))
+            loaded = dst.rowcount
+            dst.execute("SHOW WARNINGS LIMIT 5")
+            warnings = dst.fetchall()
+        if loaded != lines or warnings:
+            shown = "; ".join(" ".join(str(x) for x in w) for w in warnings)
+            raise RuntimeError(f"LOAD DATA into {unit.qualified} loaded {loaded} of {lines} "
+                               f"rows; warnings: {shown or 'none'}")
+        return lines
+    finally:
+        os.unlink(path)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
+
 from spark_on_ray.diff_plan import KeyRange
 from spark_on_ray.load_plan import (
     CopyUnit,
     downstream_ddl,
     insert_sql,
+    load_data_sql,
     schedule,
     select_sql,
+    tsv_select_sql,
     unit_rows,
 )
+from tidb_binlog.config.spark import load_spark_config
+from tidb_binlog.errors import ConfigError
 
 SHOW_CREATE = """CREATE TABLE `nopk` (
   `a` int(11) DEFAULT NULL,
@@ -57,3 +63,40 @@ def test_copy_sql():
     assert insert_sql(unit) == "INSERT INTO `db`.`t` (`id`, `v`) VALUES (%s, %s)"
     whole = CopyUnit("db", "t", ("a",), (), KeyRange(), 1)
     assert select_sql(whole, lit) == "SELECT `a` FROM `db`.`t` WHERE TRUE"
+
+
+def _typed_unit() -> CopyUnit:
+    return CopyUnit("d", "t", ("id", "txt", "bin", "b", "f"), ("id",), KeyRange(), 10,
+                    ("int", "varchar", "blob", "bit", "float"))
+
+
+def test_load_data_lines_escape_text_hex_bytes_and_keep_floats_exact():
+    unit = _typed_unit()
+    sql = tsv_select_sql(unit, repr)
+    # Only hex literals: the meaning does not depend on NO_BACKSLASH_ESCAPES.
+    assert "\\" not in sql and "'\\" not in sql
+    assert sql.startswith("SELECT CAST(CONCAT_WS(X'09', IFNULL(`id`, X'5C4E'), ")
+    assert ("REPLACE(REPLACE(REPLACE(REPLACE(CONVERT(`txt` USING utf8mb4), X'5C', X'5C5C'), "
+            "X'09', X'5C74'), X'0A', X'5C6E'), X'00', X'5C30')") in sql
+    assert "IFNULL(HEX(`bin`), X'5C4E')" in sql and "CAST(`b` AS UNSIGNED)" in sql
+    assert "CAST(`f` AS DOUBLE)" in sql and sql.endswith("FROM `d`.`t` WHERE TRUE")
+    load = load_data_sql(unit, "'/tmp/x.tsv'")
+    assert load.startswith("LOAD DATA LOCAL INFILE '/tmp/x.tsv' INTO TABLE `d`.`t` CHARACTER SET "
+                           "utf8mb4 FIELDS TERMINATED BY X'09' ENCLOSED BY '' ESCAPED BY X'5C' "
+                           "LINES TERMINATED BY X'0A' ")
+    assert load.endswith("(`id`, `txt`, @v2, @v3, `f`) SET `bin` = UNHEX(@v2), "
+                         "`b` = CAST(@v3 AS UNSIGNED)")
+    # The INSERT path reads FLOATs as DOUBLEs too.
+    assert select_sql(unit, repr).startswith("SELECT `id`, `txt`, `bin`, `b`, CAST(`f` AS DOUBLE)")
+
+
+def test_load_data_needs_the_column_types_and_method_is_checked():
+    untyped = CopyUnit("d", "t", ("id",), ("id",), KeyRange(), 10)
+    with pytest.raises(ValueError, match="has no column types"):
+        tsv_select_sql(untyped, repr)
+    assert select_sql(untyped, repr).startswith("SELECT `id` FROM")
+    assert load_spark_config(None).load.method == "auto"
+    assert load_spark_config(None, {"load.method": "insert"}).load.method == "insert"
+    with pytest.raises(ConfigError, match="`load.method` .* is 'copy'; expected one of 'auto', "
+                                          "'load-data', 'insert'"):
+        load_spark_config(None, {"load.method": "copy"})

@@ -41,6 +41,8 @@ __all__ = ["SparkConfig", "DatabaseConfig", "DiffConfig", "SparkJobConfig",
 
 # Where Debian's libmariadb-java (installed by scripts/setup.sh) puts the driver.
 DEFAULT_JDBC_JARS = ("/usr/share/java/mariadb-java-client.jar",)
+LOAD_METHODS = ("auto", "load-data", "insert")
+"""``[load] method`` values (see :class:`LoadConfig`)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,10 @@ class LoadConfig:
     tables: tuple[str, ...] = _opt("tables", _list_kind(_STR, "an array of strings"), ())
     chunk_size: int = _opt("chunk-size", _int_kind(16), 50_000)
     batch_size: int = _opt("batch-size", _int_kind(1), 1000)
+    # How rows reach the downstream: "load-data" (LOAD DATA LOCAL INFILE of lines the
+    # upstream renders), "insert" (multi-row INSERTs of batch-size rows), or "auto":
+    # load-data when the downstream allows LOCAL INFILE (@@local_infile), else insert.
+    method: str = _opt("method", _STR, "auto")
     # Parallel copy tasks (each holds one upstream read view); 0 = every Spark task slot.
     parallelism: int = _opt("parallelism", _int_kind(0), 0)
     # Seconds to wait for a running DDL (the upstream's DDL owner lock) before giving up.
@@ -212,6 +218,10 @@ def load_spark_config(path: str | Path | None, overrides: dict | None = None) ->
             if len(parts) not in (1, 2) or not all(parts):
                 raise ConfigError(f"`{key}` in {source} has {entry!r}; expected \"db\" or "
                                   "\"db.table\"", key=key, path=source)  # fmt: skip
+    if cfg.load.method not in LOAD_METHODS:
+        raise ConfigError(f"`load.method` in {source} is {cfg.load.method!r}; expected one of "
+                          f"{', '.join(repr(m) for m in LOAD_METHODS)}", key="load.method",
+                          path=source)  # fmt: skip
     table = cfg.diff.checkpoint_table
     if table and (len(table.split(".")) != 2 or not all(table.split("."))):
         raise ConfigError(f"`diff.checkpoint-table` in {source} is {table!r}; expected "
