@@ -52,6 +52,7 @@ def test_load_under_writes_then_drainer_from_ts_converges(spark_handle, stack):
     assert result.ts > 0 and result.tasks >= 2 and result.units > 4
     assert set(result.rows) == {"shop.sbtest", "shop.nopk", "shop.all_types", "shop.ddlt"}
     assert f"--initial-commit-ts {result.ts}" in result.drainer_command
+    assert result.method == "load-data"  # auto: MariaDB allows LOCAL INFILE by default
     # The workload wrote on both sides of the snapshot point.
     conn = up_db.connect()
     with conn.cursor() as cur:
@@ -93,6 +94,19 @@ def test_refuses_bad_input_before_writing(spark_handle, stack):
         load.run(_cfg(up_db, down_db), handle=spark_handle)
     with pytest.raises(SparkJobError, match=r"database `nope` has no tables on the upstream"):
         load.run(_cfg(up_db, down_db), tables=("nope",), handle=spark_handle)
+    # method = load-data on a downstream that refuses LOCAL INFILE: refused up front.
+    conn = down_db.connect(autocommit=True)
+    with conn.cursor() as cur:
+        cur.execute("DELETE FROM shop.t")
+        cur.execute("SET GLOBAL local_infile = 0")
+    try:
+        with pytest.raises(SparkJobError, match=r"refuses LOAD DATA LOCAL INFILE \(local_infile "
+                                                r"is OFF\): set it ON there"):
+            load.run(_cfg(up_db, down_db, method="load-data"), handle=spark_handle)
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL local_infile = 1")
+        conn.close()
     # Not the emulator: the downstream as an "upstream" has no catalog.
     with pytest.raises(SparkJobError, match=r"no `tidb_binlog_upstream` catalog"):
         load.run(_cfg(down_db, up_db), handle=spark_handle)
