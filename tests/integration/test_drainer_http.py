@@ -147,9 +147,11 @@ def test_cistern_port_0_repicks_when_the_picked_port_plus_1_is_taken(monkeypatch
         node.serve(on_notify=lambda: None, status_provider=lambda: DrainerStatus(0, 0.0),
                    metrics_provider=lambda: b"", on_action=lambda action: None)
         try:
-            assert len(picked) == 2 and node.cistern.port == picked[1]
-            assert node.host == f"127.0.0.1:{picked[1]}"
-            assert node.http.addr == f"127.0.0.1:{picked[1] + 1}"
+            # At least one re-pick; more when another process on the box happens to hold
+            # a later pick's port + 1 too (the node keeps re-picking until both are free).
+            assert len(picked) >= 2 and node.cistern.port == picked[-1]
+            assert node.host == f"127.0.0.1:{picked[-1]}"
+            assert node.http.addr == f"127.0.0.1:{picked[-1] + 1}"
         finally:
             node.stop_servers()
     finally:
