@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import struct
 
+import pymysql
 import pytest
 
 from spark_on_ray.diff import literal
@@ -155,6 +156,31 @@ def test_load_data_refuses_a_changed_value_and_insert_path_still_works(mariadb_p
                                                r"warnings: .*Data truncated"):
             load_unit(unit, up_conn, down_conn, literal)
         down_conn.rollback()
+        # The upstream fails mid-unit (here: at once: a table only the downstream has): the
+        # unit fails, nothing hangs.
+        with down_conn.cursor() as cur:
+            cur.execute(f"CREATE TABLE `{db}`.missing LIKE `{db}`.t")
+        gone = CopyUnit(db, "missing", unit.columns, (), KeyRange(), 0, unit.types)
+        with pytest.raises(RuntimeError, match=r"reading `.*`\.`missing` from the upstream "
+                                               r"failed after 0 rows: .*doesn't exist"):
+            load_unit(gone, up_conn, down_conn, literal)
+        down_conn.rollback()
+        # The downstream refuses LOCAL INFILE before it asks for the file: the feeder,
+        # which never saw a reader, gives up instead of waiting for one.
+        with down_conn.cursor() as cur:
+            cur.execute("SET GLOBAL local_infile = 0")
+        try:
+            with pytest.raises(pymysql.err.MySQLError):
+                load_unit(unit, up_conn, down_conn, literal)
+        finally:
+            admin = down.connect(autocommit=True)
+            with admin.cursor() as cur:
+                cur.execute("SET GLOBAL local_infile = 1")
+            admin.close()
+        up_conn.close()
+        down_conn.close()
+        up_conn, down_conn = connect(_db(up), raw=True), connect(_db(down), local_infile=True)
+        down_conn.autocommit(False)
         with up_conn.cursor() as cur:
             cur.execute(f"DELETE FROM `{db}`.t WHERE id = 2")
         assert insert_unit(unit, up_conn, down_conn, 1000, literal) == 1
