@@ -15,7 +15,7 @@ import pytest
 from tidb_binlog import binlog as bl
 from tidb_binlog.config import load_pump_config
 from tidb_binlog.errors import UnavailableError
-from tidb_binlog.node import DRAINER, PAUSED, PUMP, NodeStatus
+from tidb_binlog.node import DRAINER, PAUSED, PAUSING, PUMP, NodeStatus
 from tidb_binlog.proto import cistern_pb2, cistern_pb2_grpc, pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.server import open_channel, open_pump
 from tidb_binlog.testing.certs import make_pki
@@ -118,11 +118,14 @@ def test_prewrite_while_paused(start_pump):
     code, body = http(proc, "PUT", "/state/pump-1/pause")
     assert code == 200
     assert json.loads(body) == {"message": "apply action pause success!", "code": 200}
-    assert proc.node.done.wait(5) and reg.node(PUMP, "pump-1").state == PAUSED
-    assert write(s, pw(20), cid) == "no online: paused"
+    # pausing until the transaction in flight has its Commit: Prewrites refused meanwhile
+    assert not proc.node.done.wait(0.5) and reg.node(PUMP, "pump-1").state == PAUSING
+    assert write(s, pw(20), cid) == "no online: pausing"
     assert writes(proc) == 1
     assert write(s, cm(10, 11), cid) == ""
     assert writes(proc) == 2 and settled(proc, 11) == 11
+    assert proc.node.done.wait(30) and reg.node(PUMP, "pump-1").state == PAUSED
+    assert write(s, pw(30), cid) == "no online: paused"
     assert proc.node.storage.get_binlog(20) is None
     code, body = http(proc, "PUT", "/state/pump-1/close")
     assert code == 400 and "only an online pump" in json.loads(body)["message"]

@@ -143,17 +143,34 @@ def test_write_rules(tmp_path):
 
 
 def test_prewrite_refused_unless_online_commit_always_accepted(tmp_path):
-    node, storage, _ = make_node(tmp_path)
+    reg = InMemoryRegistry()
+    node, storage, _ = make_node(tmp_path, registry=reg)
     node.start(background=False)
-    node.write_binlog(7, pw(10))
+    node.write_binlog(node.cluster_id, pw(10))
     node.apply_action("pump-1", "pause")
-    node.done.wait(5)
-    assert node.state == PAUSED
+    # pausing while the transaction in flight has no Commit yet (however long)
+    assert not node.done.wait(0.5)
+    assert node.state == PAUSING and reg.node(PUMP, "pump-1").state == PAUSING
+    with pytest.raises(StateError, match="no online: pausing"):
+        node.write_binlog(node.cluster_id, pw(20))
+    node.write_binlog(node.cluster_id, cm(10, 11))             # the in-flight txn still finishes
+    assert node.done.wait(5)
+    assert node.state == PAUSED and reg.node(PUMP, "pump-1").state == PAUSED
     with pytest.raises(StateError, match="no online: paused"):
-        node.write_binlog(7, pw(20))
-    node.write_binlog(7, cm(10, 11))             # the in-flight txn still finishes
-    node.write_binlog(7, bl.encode(bl.fake(30)))
+        node.write_binlog(node.cluster_id, pw(20))
+    node.write_binlog(node.cluster_id, bl.encode(bl.fake(30)))
     assert [ts for ts, _ in storage.pull_commit_binlogs(0)] == [11, 30]
+
+
+def test_a_stop_ends_pausing_paused(tmp_path):
+    reg = InMemoryRegistry()
+    node, _, _ = make_node(tmp_path, registry=reg)
+    node.start(background=False)
+    node.write_binlog(node.cluster_id, pw(10))                 # never committed
+    node.apply_action("pump-1", "pause")
+    assert node.state == PAUSING
+    node.stop()
+    assert node.state == PAUSED and reg.node(PUMP, "pump-1").state == PAUSED
 
 
 def test_disk_guard_refuses_non_fake(tmp_path):

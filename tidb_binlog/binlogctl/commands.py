@@ -16,7 +16,8 @@ non-offline drainer consumed everything it stores).
 ``update-drainer``   for a node that is not running (a running one writes its own state back
                      with its next heartbeat; binlogctl warns)
 ``pause-pump``       ``PUT /state/<id>/pause`` on the node's HTTP address (``online`` →
-``pause-drainer``    ``pausing`` → ``paused``)
+``pause-drainer``    ``pausing`` → ``paused``; a pump is ``pausing`` until the transactions
+                     in flight on it have their Commit or Rollback)
 ``offline-pump``     ``PUT /state/<id>/close`` (``online`` → ``closing`` → ``offline``)
 ``offline-drainer``
 ``generate_meta``    ``<data-dir>/savepoint`` with ``commitTS = <TSO now>`` (times as comments)

@@ -16,7 +16,11 @@ of two physical parts:
 
 Records come from the registry with ``isAlive`` derived there; a node that is not
 offline but misses heartbeats shows ``<state> (not alive)``: it still counts for
-the merge and for pump GC (it is expected back) until it is put offline.
+the merge and for pump GC (it is expected back) until it is put offline. A node
+killed with SIGKILL leaves its record as it was (``online``), as TiDB's does in
+etcd (written with plain puts, no lease: TiDB's binlogctl then shows ``online``
+with an old UpdateTime); ``(not alive)`` is ours. A stopped node (SIGTERM) writes
+``paused`` itself.
 """
 
 from __future__ import annotations

@@ -11,6 +11,13 @@ State machine (TiDB Binlog's, ``tidb_binlog.node``)::
 - Only ``online`` accepts Prewrite binlogs (``no online: <state>``); Commit,
   Rollback and fake binlogs are accepted in every state so in-flight
   transactions finish. Actions are accepted only while ``online``.
+- *Pausing*: ``pausing`` lasts until every Prewrite stored here has its Commit or
+  Rollback (the transactions in flight when the pause came finish; one whose Commit
+  never arrives is settled by the missing-commit resolver after ``max-txn-timeout``),
+  then ``paused``: a paused pump's data is complete up to its ``max_commit_ts``
+  until it is back online. TiDB's pump is ``pausing`` while its process shuts
+  down; ours stays up (it keeps serving pulls), so the in-flight transactions are
+  what pausing waits for.
 - *Safe to offline*: write a fake binlog, wait until it is stored and every
   prewrite is matched, note ``max_commit_ts`` as the target, then wait until
   every non-offline drainer's ``max_commit_ts`` (its checkpoint) reaches the
@@ -87,6 +94,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+PAUSING_POLL_S = 0.1
+"""How often a pausing pump looks whether its in-flight transactions finished."""
 
 
 
@@ -205,8 +215,21 @@ class PumpNode:
         return f"apply action {action} success!"
 
     def _pause(self) -> None:
+        """``pausing`` until every Prewrite stored here has its Commit or Rollback (the
+        in-flight transactions finish: new Prewrites are refused, Commits accepted; one
+        whose Commit never comes is settled by the missing-commit resolver after
+        ``max-txn-timeout``), then ``paused``. A stop() meanwhile makes it ``paused``."""
+        logged = False
+        while not self._stop.is_set() and not self.storage.all_matched():
+            if not logged:
+                log.info("pump %s pausing: waiting for the Commit/Rollback of the "
+                         "transactions in flight", self.node_id)
+                logged = True
+            self._stop.wait(PAUSING_POLL_S)
         with self._lock:
-            self._set_state(PAUSED)
+            if self._state == PAUSING:
+                self._set_state(PAUSED)
+        log.info("pump %s is paused", self.node_id)
         self.done.set()
 
     def _wait_safe_to_offline(self) -> None:
