@@ -204,6 +204,34 @@ class _Col(NamedTuple):
     head: bytes  # marshalled name, tp, mysql_type
 
 
+class _Part:
+    """The events of the part being built: a fresh ``DMLData`` message per part. Clearing
+    one message's events (``del events[:]``) would not do: protobuf's upb runtime
+    frees a message's memory (its arena) only with the message, so a reused one grows
+    with the whole transaction. The row walk adds through :meth:`add`, so the message
+    can change under it between two events."""
+
+    __slots__ = ("_msg", "_events")
+
+    def __init__(self):
+        self._msg = pb.DMLData()
+        self._events = self._msg.events
+
+    @property
+    def count(self) -> int:
+        return len(self._events)
+
+    def add(self, **fields):
+        return self._events.add(**fields)
+
+    def take(self) -> bytes:
+        """The part's serialized ``DMLData``; the next part starts in a new message."""
+        data = self._msg.SerializeToString()
+        self._msg = pb.DMLData()
+        self._events = self._msg.events
+        return data
+
+
 class PbTranslator:
     """Commit binlogs → pb ``Binlog`` bytes, with the schema the wrapped
     :class:`Translator` keeps (its keeper, views and DDL handling)."""
@@ -266,18 +294,15 @@ class PbTranslator:
         prewrite = WirePrewrite(wire.prewrite_value)  # checks the structure first
         version = prewrite.schema_version
         self.keeper.apply_until(version)
-        part = pb.DMLData()
-        events = part.events
+        part = _Part()
         for mut in prewrite.mutations:
             try:
-                for _ in self._mutation(commit_ts, version, mut, events):
-                    if len(events) >= max_rows:
-                        data = part.SerializeToString()
-                        del events[:]  # in place: the row walk holds this container
-                        yield data, False
+                for _ in self._mutation(commit_ts, version, mut, part):
+                    if part.count >= max_rows:
+                        yield part.take(), False
             except CodecError as exc:
                 raise _row_error(exc, mut, wire) from exc
-        yield part.SerializeToString(), True
+        yield part.take(), True
 
     # -- rows ------------------------------------------------------------------------------
     def _columns(self, view: TableView) -> tuple[tuple[_Col, ...], dict[int, _Col]]:
@@ -293,8 +318,9 @@ class PbTranslator:
         return entry[1], entry[2]
 
     def _mutation(self, commit_ts: int, version: int, mut, events):
-        """Add the mutation's events to ``events``, yielding after each one (the parts
-        path cuts there)."""
+        """Add the mutation's events to ``events`` (a repeated ``Event`` field, or a
+        :class:`_Part`: anything with ``add``), yielding after each one (the parts path
+        cuts there)."""
         if self.keeper.is_truncated(mut.table_id):
             return
         view = self.translator.view(mut.table_id)
