@@ -31,7 +31,7 @@ commit is reported (``FAILED=<error>``) with the memory up to then.
 
 Prints, last::
 
-    RESULT large_txn rows=<n> data_mb=<mb> commit_s=<s> apply_s=<s> first_apply_s=<s>
+    RESULT large_txn sink=<s> loopback=<0|1> rows=<n> data_mb=<mb> commit_s=<s> apply_s=<s> first_apply_s=<s>
     RESULT large_txn_mem <kind>=<x>x ...   (peak RSS growth / data size, per process)
     RESULT large_txn_private <kind>=<x>x ...   (the same of RssAnon, private memory only:
                                                no object-store pages; sampled every 50 ms)
@@ -43,6 +43,8 @@ Prints, last::
     .venv/bin/python bench/large_txn.py --rows 1000000 --large-binlog-bytes 0  # no refs
     .venv/bin/python bench/large_txn.py --rows 1000000 --keeper-only [--trace]
     .venv/bin/python bench/large_txn.py --rows 1000000 --sink parquet [--txn-chunk-rows 0]
+    .venv/bin/python bench/large_txn.py --rows 1000000 --sink file
+    .venv/bin/python bench/large_txn.py --rows 1000000 --loopback-control   # loop verdict
 
 ``--large-binlog-bytes`` (default 8 MiB): the drainer's ``[syncer] large-binlog-bytes``:
 the transaction's Commit binlog goes pump → keeper by reference (the merger never holds
@@ -291,6 +293,10 @@ def main(argv=None) -> int:
                    help="syncer.db-type: the drainer writes the downstream MariaDB (default), "
                         "the file sink's binlog files or the Parquet lake (both in the work "
                         "dir; the parquet row count is checked through the manifest)")
+    p.add_argument("--loopback-control", action="store_true",
+                   help="syncer.loopback-control = true (channel-id 1; MySQL sink): the "
+                        "keeper takes the loop verdict on the large transaction before its "
+                        "first chunk")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--no-drainer", action="store_true",
                    help="only upstream and pumps (no drainer task; apply is not timed)")
@@ -336,6 +342,8 @@ def main(argv=None) -> int:
                 **({"syncer.exactly-once": not args.no_exactly_once}
                    if args.sink == "mysql" else {}),
                 "syncer.large-binlog-bytes": args.large_binlog_bytes,
+                **({"syncer.loopback-control": True, "syncer.channel-id": 1}
+                   if args.loopback_control else {}),
                 "addr": "127.0.0.1:0"}), registry=cluster.registry)
             ddl_ts = cluster.get_ts()
             while True:  # the task runs and has applied the DDL: its actors are settled
@@ -460,7 +468,7 @@ def main(argv=None) -> int:
                   f"= {growth[pid] / max(data, 1):5.2f}x the data (private "
                   f"{private[pid] / max(data, 1):5.2f}x)", flush=True)
         vlog = sum(f.stat().st_size for f in (base / "cluster").glob("pump-*/value/*.vlog"))
-        lines.append(f"RESULT large_txn sink={args.sink} rows={n} data_mb={data / MB:.1f} insert_s={insert_s:.1f} "
+        lines.append(f"RESULT large_txn sink={args.sink} loopback={int(args.loopback_control)} rows={n} data_mb={data / MB:.1f} insert_s={insert_s:.1f} "
                      f"commit_s={commit_s:.2f} prewrite_s={prewrite.get('s', 0):.2f} "
                      f"apply_s={apply_s:.2f} first_apply_s={first_s:.2f} "
                      f"pump_vlog_mb={vlog / MB:.0f} refs={refs.get('refs', 0)} "

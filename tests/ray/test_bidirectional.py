@@ -3,7 +3,9 @@ two clusters A and B (each a TiDB emulator over its own MariaDB, its own registr
 pump), drainer A→B writing through B's emulated TiDB and drainer B→A through A's, both
 with ``loopback-control`` and the same ``channel-id``. Both sides write (to different
 rows) while the drainers run: no loop (every echo is dropped, the mark rows stop moving,
-no row is applied twice) and both sides converge to the same rows."""
+no row is applied twice) and both sides converge to the same rows. Every binlog reaches
+the keepers by reference here (``large-binlog-bytes = 1``): the loop verdicts are read
+from the pumps in ranges."""
 
 from __future__ import annotations
 
@@ -43,6 +45,10 @@ def drainer_config(target_db, target_namespace, initial_ts):
         # with more than 3 row changes gets its loop verdict before its first chunk
         # (how many batch that full is depends on timing: not asserted)
         "syncer.txn-chunk-rows": 3,
+        # every Commit binlog reaches the keeper by reference (read from the PumpActor in
+        # ranges), so every loop verdict here is taken from a byte source: the mark rows
+        # read by range from the prewrite value's walk, never the payload whole
+        "syncer.large-binlog-bytes": 1,
         "detect-interval": 30, "addr": "127.0.0.1:0"})
 
 
@@ -83,7 +89,7 @@ def two_clusters(ray_local, mariadb_factory, tmp_path):
             cluster.stop()
 
 
-def test_two_clusters_replicate_into_each_other_without_loop(two_clusters):
+def test_two_clusters_replicate_into_each_other_without_loop(two_clusters, ray_local):
     (a_db, a_ns, a, up_a), (b_db, b_ns, b, up_b) = two_clusters
     ab = Drainer.start(drainer_config(b_db, b_ns, a.get_ts()), registry=a.registry)
     try:
@@ -116,6 +122,11 @@ def test_two_clusters_replicate_into_each_other_without_loop(two_clusters):
         # 1 delete): an echo not dropped would be applied again by the other drainer
         applied = [s["applied_rows"] for s in status]
         assert applied == [ROWS + len(range(1, ROWS + 1, 3)) + 1] * 2, status
+        # every transaction (each side's 41, and the echoes) by reference, none read whole
+        for drainer in (ab, ba):
+            refs = ray_local.get(drainer.keeper.ref_stats.remote(), timeout=60)
+            assert refs["refs"] >= ROWS + len(range(1, ROWS + 1, 3)) + 1, refs
+            assert refs["whole"] == 0, refs
     finally:
         ab.stop()
         ba.stop()

@@ -2,16 +2,19 @@
 every rule (replicate-do-db, replicate-do-table, ignore-table, ignore-schemas,
 binlog-filter-rule ignore-event / ignore-sql, table-migrate-rule routing of rows and
 DDLs), replicated by a MySQL-sink task into a real MariaDB, then by a file-sink task
-whose records must carry the same choices and the routed names."""
+whose records must carry the same choices and the routed names, then by a Parquet-sink
+task whose lake must too."""
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
 import pytest
 
 from cluster.drainer import Drainer
 from cluster.launch import LocalCluster
 from tidb_binlog.binlogfile import WalkStats, walk
 from tidb_binlog.config import load_drainer_config
+from tidb_binlog.drainer.sinks.parquet.manifest import read_manifest
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 from tidb_binlog.upstream import Upstream
 
@@ -207,3 +210,40 @@ def test_every_rule_into_mysql_then_into_files(stack, tmp_path):
                    for q in ddls), ddls
     assert not any("other" in q or "src_tmp" in q or "log" in q or "scratch" in q
                    for q in ddls), ddls
+    drainer.stop()
+    started.remove(drainer)
+
+    # the Parquet lake: the same choices, the files and DDLs under the routed names
+    lake = tmp_path / "lake"
+    drainer = Drainer.start(config(tmp_path, **{"syncer.db-type": "parquet",
+                                                "data-dir": str(lake)}),
+                            registry=cluster.registry)
+    started.append(drainer)
+    drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=180)
+    manifest = read_manifest(lake)
+    changes = {}
+    for f in manifest.files:
+        for r in pq.read_table(lake / f["path"]).to_pylist():
+            changes.setdefault((f["database"], f["table"]), []).append(r)
+    assert set(changes) == {("shop", "orders"), ("shop", "stock"), ("shop", "keep1"),
+                            ("shop", "items_v2"), ("bank", "accounts"), ("dst", "t"),
+                            ("dst", "t2")}
+    ops = {(key, r["op"]) for key, rs in changes.items() for r in rs}
+    assert (("shop", "orders"), "delete") not in ops
+    assert (("shop", "stock"), "update") not in ops
+    assert (("shop", "items_v2"), "delete") in ops
+    items = {}
+    for r in changes["shop", "items_v2"]:  # replayed: the upstream's shop.items
+        if r["op"] != "insert":
+            items.pop(r["before"]["id"])
+        if r["op"] != "delete":
+            items[r["after"]["id"]] = (r["after"]["v"], r["after"].get("c"))
+    assert sorted((k, *v) for k, v in items.items()) == sorted(
+        query(up_db, "SELECT id, v, c FROM shop.items"))
+    lake_ddls = [(d["database"], d["table"], d["query"]) for d in manifest.ddls]
+    assert any(db == "dst" and "RENAME TABLE `dst`.`t` TO `dst`.`t2`" in q
+               for db, _, q in lake_ddls), lake_ddls
+    assert any(t == "items_v2" and "ADD COLUMN c" in q for _, t, q in lake_ddls), lake_ddls
+    assert not any("aaa" in q or "TRUNCATE" in q or "keep1" in q and "DROP" in q
+                   or db in ("other", "src_tmp", "src1") or t in ("log", "scratch")
+                   for db, t, q in lake_ddls), lake_ddls

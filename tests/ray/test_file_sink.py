@@ -1,7 +1,8 @@
 """The file sink end to end on a real local Ray: upstream MariaDB → 2 PumpActors → merger →
 PbKeeperActor → FileSinkActor → binlog files, read back with the binlogfile reader and
 decoded as pb: every committed transaction is there once, in commit order, and replaying
-the row events gives the upstream's rows. Also with the sink actor killed mid-load
+the row events gives the upstream's rows; the large transaction among them reaches the pb
+keeper by reference and the files in record parts. Also with the sink actor killed mid-load
 (``ray.kill`` and a real SIGKILL): nothing lost, nothing written twice."""
 
 from __future__ import annotations
@@ -148,11 +149,14 @@ def check_shop(recs, up_db):
     assert got == want
 
 
-def test_workload_through_two_pumps_into_files(stack):
+def test_workload_through_two_pumps_into_files(stack, ray_local):
     up_db, cluster, upstream, started, data_dir = stack
     upstream.ddl("CREATE DATABASE wl")
-    # small chunks: the large transaction below reaches the files in record parts
-    drainer = Drainer.start(file_config(data_dir, **{"syncer.txn-chunk-rows": 25}),
+    # small chunks: the large transaction below reaches the files in record parts; and
+    # a small large-binlog-bytes: it reaches the pb keeper by reference, read from its
+    # PumpActor in ranges (the workload's transactions are all far smaller)
+    drainer = Drainer.start(file_config(data_dir, **{"syncer.txn-chunk-rows": 25,
+                                                     "syncer.large-binlog-bytes": 8 << 10}),
                             registry=cluster.registry)
     started.append(drainer)
     writer = Writer(upstream).start()
@@ -173,6 +177,8 @@ def test_workload_through_two_pumps_into_files(stack):
     st = drainer.status()
     assert st["state"] == "running" and len(st["pumps"]) == 2 and st["resets"] == 0, st
     assert st["parts"] >= 400 // 25, st  # the large one came in parts, assembled whole
+    refs = ray_local.get(drainer.keeper.ref_stats.remote(), timeout=60)
+    assert refs["refs"] == 1 and refs["whole"] == 0 and refs["reads"] >= 2, refs
     final = drainer.stop()
     started.remove(drainer)
     assert final["consistent"] is True

@@ -1,7 +1,7 @@
 """The Parquet sink end to end on a real local Ray: upstream MariaDB → 2 PumpActors → merger →
 ParquetKeeperActor → ParquetSinkActor → a Parquet lake, read back with pyarrow through the
 manifest only: every committed change is there once, in commit order, with exact values of
-every MySQL type family, across a DDL; and with the sink actor killed by SIGKILL mid-load
+every MySQL type family, across a DDL, a large transaction read by the keeper by reference; and with the sink actor killed by SIGKILL mid-load
 (twice): nothing lost, nothing twice."""
 
 from __future__ import annotations
@@ -84,13 +84,16 @@ ALL_COLUMNS = ("id", "b", "t", "tu", "s", "m", "i", "iu", "bi", "bu", "f", "d", 
                "dt", "ts", "tm", "y", "c", "vc", "bn", "bl", "tx", "e", "st", "j")
 
 
-def test_workload_with_all_types_and_ddl_into_the_lake(stack):
+def test_workload_with_all_types_and_ddl_into_the_lake(stack, ray_local):
     up_db, cluster, upstream, started, lake = stack
     upstream.ddl("CREATE DATABASE wl")
     # txn-chunk-rows 20: the larger transactions stream through the keeper and the sink in
-    # chunks, spilled (flush-rows 30) and listed only with their last chunk
+    # chunks, spilled (flush-rows 30) and listed only with their last chunk; a binlog of
+    # 2 KiB or more (the large transaction below) reaches the keeper by reference, read
+    # from its PumpActor in ranges
     drainer = Drainer.start(parquet_config(lake, **{"syncer.txn-chunk-rows": 20,
-                                                    "syncer.to.parquet.flush-rows": 30}),
+                                                    "syncer.to.parquet.flush-rows": 30,
+                                                    "syncer.large-binlog-bytes": 2 << 10}),
                             registry=cluster.registry)
     started.append(drainer)
     writer = Writer(upstream).start()
@@ -113,6 +116,8 @@ def test_workload_with_all_types_and_ddl_into_the_lake(stack):
         writer.commit_tss.append(big_ts)
     upstream.flush()
     drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=180)
+    refs = ray_local.get(drainer.keeper.ref_stats.remote(), timeout=60)
+    assert refs["refs"] >= 1 and refs["whole"] == 0 and refs["reads"] >= 2, refs
     final = drainer.stop()
     started.remove(drainer)
     assert final["consistent"] is True

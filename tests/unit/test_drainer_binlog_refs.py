@@ -40,13 +40,19 @@ def test_large_binlog_bytes_is_read_from_drainer_toml(tmp_path):
     ({"exactly_once": False}, DEFAULT_REF_ABOVE_BYTES),   # causality mode, chunked
     ({"large_binlog_bytes": 0}, 0),                       # off
     ({"txn_chunk_rows": 0}, 0),                           # the keeper takes it whole
-    ({"loopback_control": True}, 0),                      # the verdict reads the bytes
+    ({"loopback_control": True}, DEFAULT_REF_ABOVE_BYTES),  # verdict read by range
+    ({"loopback_control": True, "exactly_once": False},   # the same, causality mode
+     DEFAULT_REF_ABOVE_BYTES),
     ({"exactly_once": False, "txn_atomic": True}, 0),     # one downstream txn: whole
     ({"relay_dir": "/tmp/relay"}, 0),                     # exactly-once, unrouted: whole
     ({"relay_dir": "/tmp/relay", "exactly_once": False},  # a relay record a chunk
      DEFAULT_REF_ABOVE_BYTES),
-    ({"sink": "file", "exactly_once": False}, 0),         # pb records, whole
-    ({"sink": "parquet", "exactly_once": False}, 0),      # its keeper reads payloads
+    ({"sink": "file", "exactly_once": False},             # pb record parts
+     DEFAULT_REF_ABOVE_BYTES),
+    ({"sink": "file", "exactly_once": False, "txn_chunk_rows": 0}, 0),  # records whole
+    ({"sink": "parquet", "exactly_once": False},          # Parquet chunks
+     DEFAULT_REF_ABOVE_BYTES),
+    ({"sink": "parquet", "exactly_once": False, "txn_chunk_rows": 0}, 0),
 ])
 def test_references_are_asked_only_where_the_keeper_streams_them(overrides, expected):
     assert TaskSettings(cluster_id=1, **overrides).ref_above == expected

@@ -176,3 +176,4 @@ def test_parts_out_of_order_are_refused(env):  # noqa: F811
     sink.reset()
     assert not (files / SPILL_FILE).exists()
     sink.close()
+

@@ -23,8 +23,10 @@ columns and rules, so a mixed setup (one side TiDB's drainer) agrees with ours:
   passes it). TiDB compares the new image's ``channel_id`` as an int64; so do we.
   A large transaction applied in chunks (``txn-chunk-rows``) gets the same verdict before
   its first chunk, from its mark table rows alone (:meth:`LoopbackFilter.drops`, the
-  keeper's ``RowKeeper._mark_rows``): dropped whole, its other rows never decoded; kept,
-  each chunk then loses the other channels' mark rows as a whole transaction would.
+  keeper's ``RowKeeper._mark_rows``, read from the payload's bytes or, for a binlog
+  served by reference, by range from the pump): dropped whole, its other rows never
+  decoded; kept, each chunk then loses the other channels' mark rows as a whole
+  transaction would.
 
 What we add to TiDB's rules (TiDB would replicate these, and needs them never to happen):
 

@@ -12,12 +12,13 @@
    routes the rows and returns one object per worker plus a plan, and only the plan
    goes to the coordinator) or ``translate`` → ``apply`` (the causality mode, the file
    sink). Either way the keeper's result refs go straight to the sink: translated rows
-   never pass through the merger. A batch goes packed, except that a routed one with a
-   large payload carries it out of band (:func:`routed_items`); a payload the pump
+   never pass through the merger. A batch goes packed, except that one with a large
+   payload carries it out of band (:func:`routed_items`, either mode); a payload the pump
    serves by reference (a ``BinlogRef``) is handed on as it came, never fetched here.
-   Routed (and the Parquet keeper), the keeper hands a large transaction out one chunk
-   per call; while it answers ``more`` (:meth:`PipelineCalls.keeper_more`) and nothing
-   new is ready, the merger calls it again with no items;
+   Every keeper that chunks (routed, the causality mode, the pb and Parquet keepers)
+   hands a large transaction out one chunk per call; while it answers ``more``
+   (:meth:`PipelineCalls.keeper_more`) and nothing new is ready, the merger calls it
+   again with no items;
 3. back-pressure: at most ``max_inflight`` batches outstanding; a finished one's result
    is collected (which raises the sink's error, or PipelineReset);
 4. when nothing moved: the sink's ``idle()`` (at most every :data:`IDLE_EVERY_S`, when
@@ -60,11 +61,12 @@ def routed_items(ready: list) -> Any:
     object store (no packed copy of a large transaction in the merger, which held it
     three times over: the pulled payload, the packed batch, the object store's copy)
     and hands it to the keeper as a read-only buffer over the object store (no copy
-    there either: the keeper reads the binlog in place, ``translate/wire.py``). Only
-    :meth:`RowKeeper.translate_routed
-    <tidb_binlog.drainer.translate.keeper.RowKeeper.translate_routed>` takes this form
-    (:func:`keeper_items` reads it); the other keepers' batches are always packed.
-    Such batches are rare (a transaction of 256 KiB or more), so Ray's slower per-item
+    there either: the keeper reads the binlog in place, ``translate/wire.py``). Every
+    keeper call takes this form, routed or not (:meth:`RowKeeper.translate_routed
+    <tidb_binlog.drainer.translate.keeper.RowKeeper.translate_routed>`, the row, pb and
+    Parquet keepers' ``translate`` and ``translate_more``: :func:`keeper_items` reads
+    it), which matters where references cannot be used (standalone gRPC pumps,
+    ``large-binlog-bytes = 0``, a path that takes transactions whole). Such batches are rare (a transaction of 256 KiB or more), so Ray's slower per-item
     serialisation of the few small items beside it does not matter.
 
     A :class:`~tidb_binlog.binlog_ref.BinlogRef` (a Commit binlog the pump serves by
@@ -172,8 +174,8 @@ class MergeLoop:
             if settings.routed:  # rows go keeper -> workers; the coordinator sees the plan
                 inflight.append(calls.send_routed(self.seq, routed_items(ready),
                                                   settings.worker_count))
-            else:
-                inflight.append(calls.send(self.seq, pack(ready)))
+            else:  # the same out-of-band form: every keeper reads it (keeper_items)
+                inflight.append(calls.send(self.seq, routed_items(ready)))
             self.seq += 1
             self.merged += len(ready)
             del ready  # a large payload: the merger holds it no longer than the call
@@ -182,7 +184,7 @@ class MergeLoop:
             # a large transaction goes out one chunk per keeper call: ask for the next
             if settings.routed:
                 inflight.append(calls.send_routed(self.seq, pack([]), settings.worker_count))
-            else:  # the Parquet keeper (ParquetKeeper.translate_more)
+            else:  # translate_more (row, pb, Parquet keepers)
                 inflight.append(calls.send(self.seq, pack([])))
             self.seq += 1
             progressed = True

@@ -46,14 +46,14 @@ from tidb_binlog.drainer.translate import wire as _wire
 from tidb_binlog.drainer.translate.pb import PbTranslator, RecordPart, record_head
 from tidb_binlog.drainer.translate.schema import SchemaKeeper
 from tidb_binlog.drainer.translate.txn import Translator
-from tidb_binlog.drainer.translate.wire import WirePrewrite, read_binlog
+from tidb_binlog.drainer.translate.wire import WirePrewrite
 from tidb_binlog.errors import SchemaError, UnavailableError
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.logs import txn as txn_fields
 from tidb_binlog.packed import pack
 
 __all__ = ["SchemaAt", "RowKeeper", "PbKeeper", "JOB_WAIT_S", "JOB_WAIT_WARN_S",
-           "REF_WINDOW_BYTES", "translate_or_chunk"]
+           "REF_WINDOW_BYTES", "translate_or_chunk", "whole_payload"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,8 @@ JOB_WAIT_WARN_S = 30.0
 REF_WINDOW_BYTES = 8 << 20
 
 
-def translate_or_chunk(translator: Translator, payload, max_rows: int
+def translate_or_chunk(translator: Translator, payload, max_rows: int, *,
+                       drop: Callable[[WirePrewrite], bool] | None = None
                        ) -> tuple[Txn | None, Iterator | None]:
     """One Commit binlog's payload as ``(txn, None)``, or, when it may hold more than
     ``max_rows`` row changes, ``(None, chunks)``: :meth:`Translator.translate_chunks`
@@ -82,23 +83,34 @@ def translate_or_chunk(translator: Translator, payload, max_rows: int
     keeper opened, :meth:`SchemaAt.open_payload`): then the binlog is walked through a
     window of :data:`REF_WINDOW_BYTES` and each chunk's rows read by range, so the
     chunks hold the source, the rows' offsets and one window, never the payload. One
-    that does not chunk (small for a reference, a DDL) is read whole from the source."""
+    that does not chunk (small for a reference, a DDL) is read whole from the source.
+
+    ``drop``: asked about a transaction that chunks, with its prewrite value walked
+    (loop control's verdict, :meth:`RowKeeper._open`); True: ``(None, None)``, none of
+    its rows decoded. The chunks then reuse that walk."""
     if is_ref(payload):
         raise TypeError(f"a BinlogRef ({payload}) reached translate_or_chunk unopened: "
                         "the keeper opens it first (SchemaAt.open_payload)")
-    if isinstance(payload, (bytes, bytearray, memoryview)):
-        wire = read_binlog(payload) if len(payload) > 4 * max_rows else None
-        if wire is not None and translator.may_exceed(wire, max_rows):
-            return None, translator.translate_chunks(wire, max_rows)
-        return translator.translate(bl.decode(payload)), None
-    # a ByteSource; None from the reader: not a well-formed binlog, which the protobuf
-    # parse of the whole payload reports as it always did
-    wire = (_wire.read_binlog_from(payload, REF_WINDOW_BYTES) if payload.size > 4 * max_rows
-            else None)
+    # None from the reader: small, or not a well-formed binlog, which the protobuf parse
+    # of the whole payload reports as it always did
+    wire = _wire.read_large(payload, 4 * max_rows, REF_WINDOW_BYTES)
     if wire is not None and translator.may_exceed(wire, max_rows):
-        return None, translator.translate_chunks(wire, max_rows)
+        if drop is None:
+            return None, translator.translate_chunks(wire, max_rows)
+        prewrite = WirePrewrite(wire.prewrite_value)  # the structure checked here
+        if drop(prewrite):
+            return None, None
+        return None, translator.translate_chunks(wire, max_rows, prewrite=prewrite)
     del wire
-    return translator.translate(bl.decode(payload.read(0, payload.size))), None
+    return translator.translate(bl.decode(whole_payload(payload))), None
+
+
+def whole_payload(payload):
+    """The payload's bytes: itself, or all of a :class:`~tidb_binlog.binlog_ref.ByteSource`
+    read at once (a binlog that does not chunk: small, a DDL, malformed)."""
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return payload
+    return payload.read(0, payload.size)
 
 
 class _RefSource:
@@ -489,28 +501,24 @@ class RowKeeper(SchemaAt):
               ) -> tuple[Txn | None, Iterator | None]:
         """:func:`translate_or_chunk`, with loop control's verdict on a large transaction
         taken before its first chunk: one carrying our channel's mark is dropped here,
-        ``(None, None)``, its other rows never decoded."""
-        txn, chunks = translate_or_chunk(self.translator, payload, max_rows)
+        ``(None, None)``, its other rows never decoded. The payload may be a source (a
+        binlog served by reference): the verdict reads the mark rows by range from the
+        prewrite value's one walk, which the chunks then reuse."""
         loopback = self._loopback
-        if chunks is not None and loopback is not None and loopback.loopback_control:
-            if loopback.drops(commit_ts, self._mark_rows(commit_ts, payload)):
-                chunks.close()
-                return None, None
-        return txn, chunks
+        if loopback is None or not loopback.loopback_control:
+            return translate_or_chunk(self.translator, payload, max_rows)
 
-    def _mark_rows(self, commit_ts: int, payload) -> list[DML]:
+        def drop(prewrite: WirePrewrite) -> bool:
+            return loopback.drops(commit_ts, self._mark_rows(commit_ts, prewrite))
+
+        return translate_or_chunk(self.translator, payload, max_rows, drop=drop)
+
+    def _mark_rows(self, commit_ts: int, prewrite: WirePrewrite) -> list[DML]:
         """The mark table's row changes (``retl._drainer_repl_mark``) of a large DML
-        binlog, decoded alone: the payload is read in place (translate/wire.py knows
-        each mutation's table id before any row is decoded), the other tables' rows are
-        skipped. Only called when :func:`translate_or_chunk` chunked the payload, so it
-        is a well-formed binlog; read from bytes only (``TaskSettings.ref_above`` is 0
-        with loop control: no reference reaches a keeper with it)."""
-        if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise TypeError("loop control needs the large transaction's payload as bytes; "
-                            f"got {type(payload).__name__} (a binlog served by reference: "
-                            "set [syncer] large-binlog-bytes = 0 with loopback-control)")
-        wire = read_binlog(payload)
-        prewrite = WirePrewrite(wire.prewrite_value)
+        binlog, decoded alone from its walked prewrite value (translate/wire.py knows
+        each mutation's table id before any row is read: only the mark table's rows are
+        read, from the payload's bytes or by range from its source; the other tables'
+        rows are never read here)."""
         translator = self.translator
         version = prewrite.schema_version
         translator._schema_at(version)  # the schema the chunks will be decoded with
@@ -549,7 +557,9 @@ class PbKeeper(SchemaAt):
     the binlog read in place), each ``(commit_ts, RecordPart, schema_version)``, and
     answers ``more`` so the merger calls again; the file sink spills the parts and
     appends the record at the last one. Neither holds the decoded rows nor the record
-    whole. Items arriving meanwhile wait here, undecoded."""
+    whole. Items arriving meanwhile wait here, undecoded. A binlog served by reference
+    (``[syncer] large-binlog-bytes``) is read from its pump the same way, through a
+    window, each event's row read by range: this keeper never holds its payload."""
 
     _pb: PbTranslator | None = None
     _pb_queue: deque | None = None
@@ -599,14 +609,11 @@ class PbKeeper(SchemaAt):
                             commit_ts, extra=txn_fields(commit_ts))
                 out.append((commit_ts, None, 0))
                 continue
-            if not isinstance(payload, (bytes, bytearray, memoryview)):
-                # a reference (not asked for by this pipeline: TaskSettings.ref_above):
-                # read whole, as translate() reads it
-                out.extend(self.translate([(commit_ts, payload)]))
-                continue
-            parts = pb.chunks(payload, max_rows)
+            if is_ref(payload):  # read in ranges from the pump, part by part
+                payload = self.open_payload(payload)
+            parts = pb.chunks(payload, max_rows, REF_WINDOW_BYTES)
             if parts is None:
-                record = pb.translate(bl.decode(payload))
+                record = pb.translate(bl.decode(whole_payload(payload)))
                 out.append((commit_ts, record, self.translator.keeper.schema_version))
                 continue
             del payload  # held by its parts only

@@ -47,7 +47,8 @@ ordinary record. The head needs the total length, known after the last part: the
 sink spills the parts and writes the record at the last one
 (``drainer/sinks/file/README.md``). The binlog is read in place
 (:mod:`~tidb_binlog.drainer.translate.wire`): no ``PrewriteValue`` message, and the
-events of one part at a time.
+events of one part at a time; a binlog served by reference is read the same way from
+its source, through a window.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ from tidb_binlog.codec.datum import Kind
 from tidb_binlog.codec.mytime import format_time
 from tidb_binlog.drainer.apply.sql import is_create_database, quote_name
 from tidb_binlog.drainer.translate.txn import HIDDEN_HANDLE, TableView, Translator, default_value
-from tidb_binlog.drainer.translate.wire import WireBinlog, WirePrewrite, read_binlog
+from tidb_binlog.drainer.translate.wire import DEFAULT_WINDOW, WireBinlog, WirePrewrite, read_large
 from tidb_binlog.errors import CodecError, ProtocolError, SchemaError
 from tidb_binlog.model import ColumnInfo, TableInfo
 from tidb_binlog.proto import pb_binlog_pb2 as pb
@@ -203,6 +204,34 @@ class _Col(NamedTuple):
     head: bytes  # marshalled name, tp, mysql_type
 
 
+class _Part:
+    """The events of the part being built: a fresh ``DMLData`` message per part. Clearing
+    one message's events (``del events[:]``) would not do: protobuf's upb runtime
+    frees a message's memory (its arena) only with the message, so a reused one grows
+    with the whole transaction. The row walk adds through :meth:`add`, so the message
+    can change under it between two events."""
+
+    __slots__ = ("_msg", "_events")
+
+    def __init__(self):
+        self._msg = pb.DMLData()
+        self._events = self._msg.events
+
+    @property
+    def count(self) -> int:
+        return len(self._events)
+
+    def add(self, **fields):
+        return self._events.add(**fields)
+
+    def take(self) -> bytes:
+        """The part's serialized ``DMLData``; the next part starts in a new message."""
+        data = self._msg.SerializeToString()
+        self._msg = pb.DMLData()
+        self._events = self._msg.events
+        return data
+
+
 class PbTranslator:
     """Commit binlogs → pb ``Binlog`` bytes, with the schema the wrapped
     :class:`Translator` keeps (its keeper, views and DDL handling)."""
@@ -241,17 +270,21 @@ class PbTranslator:
         return out.SerializeToString()
 
     # -- large transactions, in parts --------------------------------------------------------
-    def chunks(self, payload, max_rows: int):
+    def chunks(self, payload, max_rows: int, window: int = DEFAULT_WINDOW):
         """The parts of a Commit binlog's record when it may hold more than ``max_rows``
         row changes (see the module doc), else None (translate it whole).
 
-        ``payload``: the binlog's bytes (or a view), read in place. An iterator of
-        ``(events, last)``: ``events`` the serialized ``DMLData`` of at most ``max_rows``
-        events (empty only for the last part), ``last`` set on the final one; decoded
-        lazily, one part per ``next``."""
-        if max_rows < 1 or len(payload) <= 4 * max_rows:
+        ``payload``: the binlog's bytes (or a view), read in place, or a
+        :class:`~tidb_binlog.binlog_ref.ByteSource` over them (a binlog served by
+        reference): walked through reads of at most ``window`` bytes, each row read from
+        the source when its event is built (blocks of the following rows read ahead,
+        ``translate/wire.py``), so the parts hold the rows' offsets and a window, never
+        the payload. An iterator of ``(events, last)``: ``events`` the serialized
+        ``DMLData`` of at most ``max_rows`` events (empty only for the last part),
+        ``last`` set on the final one; decoded lazily, one part per ``next``."""
+        if max_rows < 1:
             return None
-        wire = read_binlog(payload)
+        wire = read_large(payload, 4 * max_rows, window)
         if wire is None or not Translator.may_exceed(wire, max_rows):
             return None  # malformed: the whole path's protobuf parse reports it
         return self._parts(wire, max_rows)
@@ -261,18 +294,15 @@ class PbTranslator:
         prewrite = WirePrewrite(wire.prewrite_value)  # checks the structure first
         version = prewrite.schema_version
         self.keeper.apply_until(version)
-        part = pb.DMLData()
-        events = part.events
+        part = _Part()
         for mut in prewrite.mutations:
             try:
-                for _ in self._mutation(commit_ts, version, mut, events):
-                    if len(events) >= max_rows:
-                        data = part.SerializeToString()
-                        del events[:]  # in place: the row walk holds this container
-                        yield data, False
+                for _ in self._mutation(commit_ts, version, mut, part):
+                    if part.count >= max_rows:
+                        yield part.take(), False
             except CodecError as exc:
                 raise _row_error(exc, mut, wire) from exc
-        yield part.SerializeToString(), True
+        yield part.take(), True
 
     # -- rows ------------------------------------------------------------------------------
     def _columns(self, view: TableView) -> tuple[tuple[_Col, ...], dict[int, _Col]]:
@@ -288,8 +318,9 @@ class PbTranslator:
         return entry[1], entry[2]
 
     def _mutation(self, commit_ts: int, version: int, mut, events):
-        """Add the mutation's events to ``events``, yielding after each one (the parts
-        path cuts there)."""
+        """Add the mutation's events to ``events`` (a repeated ``Event`` field, or a
+        :class:`_Part`: anything with ``add``), yielding after each one (the parts path
+        cuts there)."""
         if self.keeper.is_truncated(mut.table_id):
             return
         view = self.translator.view(mut.table_id)

@@ -198,7 +198,8 @@ class Translator:
         return (max_rows > 0 and binlog.ddl_job_id <= 0 and binlog.start_ts != binlog.commit_ts
                 and len(binlog.prewrite_value) > 4 * max_rows)
 
-    def translate_chunks(self, binlog: bl.Binlog, max_rows: int
+    def translate_chunks(self, binlog: bl.Binlog, max_rows: int, *,
+                         prewrite: WirePrewrite | None = None
                          ) -> Iterator[tuple[tuple[DML, ...], bool]]:
         """The rows of one DML binlog as consecutive chunks ``(dmls, last)`` of at most
         ``max_rows`` row changes, decoded lazily: the caller hands a chunk on and lets it
@@ -215,11 +216,17 @@ class Translator:
         :class:`~tidb_binlog.drainer.translate.wire.WireBinlog` (read from the payload's
         bytes: no ``PrewriteValue`` message is built, each row image is copied out of the
         payload when its chunk is decoded, so this holds the payload and 16 bytes of
-        offsets a row, not the transaction two or three times over)."""
+        offsets a row, not the transaction two or three times over).
+
+        ``prewrite``: that binlog's ``prewrite_value`` already walked
+        (:class:`~tidb_binlog.drainer.translate.wire.WirePrewrite`; loop control's verdict
+        read the mark rows from it first), so it is not walked (or read) a second time."""
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         commit_ts, start_ts = binlog.commit_ts, binlog.start_ts
-        if isinstance(binlog, WireBinlog):  # read in place: rows copied one chunk at a time
+        if prewrite is not None:
+            mutations = prewrite
+        elif isinstance(binlog, WireBinlog):  # read in place: rows copied one chunk at a time
             mutations = WirePrewrite(binlog.prewrite_value)
         else:
             mutations = bl.decode_prewrite_value(binlog.prewrite_value)

@@ -47,7 +47,7 @@ from operator import ge
 from tidb_binlog.errors import ProtocolError
 
 __all__ = ["WireBinlog", "WirePrewrite", "WireMutation", "SourceSlice", "read_binlog",
-           "read_binlog_from", "DEFAULT_WINDOW"]
+           "read_binlog_from", "read_large", "DEFAULT_WINDOW"]
 
 _SIGN = 1 << 63
 _MASK = (1 << 64) - 1
@@ -431,6 +431,18 @@ def read_binlog_from(source, window: int = DEFAULT_WINDOW) -> WireBinlog | None:
     tp, start_ts, commit_ts, ddl_job_id, (a, b) = got
     return WireBinlog(tp, start_ts, commit_ts, ddl_job_id,
                       SourceSlice(source, a, b, window, head[0] if head else None))
+
+
+def read_large(payload, above: int, window: int = DEFAULT_WINDOW) -> WireBinlog | None:
+    """A payload of more than ``above`` bytes read in place: :func:`read_binlog` of bytes
+    (or a view), :func:`read_binlog_from` of a
+    :class:`~tidb_binlog.binlog_ref.ByteSource` through ``window``. None for a smaller
+    payload, or one that is not a well-formed binlog (the caller parses it whole with
+    protobuf, which raises the error it always raised). What every keeper that streams a
+    large transaction (row, pb, Parquet) reads first, whichever form it was handed."""
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return read_binlog(payload) if len(payload) > above else None
+    return read_binlog_from(payload, window) if payload.size > above else None
 
 
 class _Rows:

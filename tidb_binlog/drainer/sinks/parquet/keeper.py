@@ -19,7 +19,11 @@ last as ``Changes(rows, more=True)``, and answers ``more`` so the merger calls a
 items arriving meanwhile wait undecoded in this keeper's queue. So neither this keeper
 nor the sink ever holds the transaction decoded whole; the sink appends the chunks to
 its open files and lists them in the manifest only with the last chunk
-(:mod:`.sink`).
+(:mod:`.sink`). A large payload arrives out of band (the merger's ``routed_items``: a
+view over Ray's object store, not a copy), or, served by reference (``[syncer]
+large-binlog-bytes``), is read from its pump through a window, each chunk's rows by
+range (:func:`~tidb_binlog.drainer.translate.keeper.translate_or_chunk`): this keeper
+then never holds the payload.
 """
 
 from __future__ import annotations
@@ -29,14 +33,15 @@ from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from tidb_binlog.binlog_ref import is_ref
 from tidb_binlog.drainer.apply.dml import DMLType, Txn
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
+from tidb_binlog.drainer.pipeline.merge_loop import keeper_items
 from tidb_binlog.drainer.sinks.parquet.arrow import ColumnSpec, TableSpec
 from tidb_binlog.drainer.translate.keeper import SchemaAt, translate_or_chunk
 from tidb_binlog.errors import SchemaError
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.logs import txn as txn_fields
-from tidb_binlog.packed import unpack
 
 __all__ = ["Changes", "ParquetKeeper", "OP_NAMES"]
 
@@ -91,7 +96,7 @@ class ParquetKeeper(SchemaAt):
             raise PipelineReset("the parquet keeper restarted: its schema must be rebuilt at "
                                 "the checkpoint before it translates")
         queue = self._queue
-        queue.extend(unpack(items))
+        queue.extend(keeper_items(items))  # a large payload: a view, not a copy
         out: list = []
         if self._chunked is not None:
             self._next_chunk(out)
@@ -103,6 +108,8 @@ class ParquetKeeper(SchemaAt):
                             commit_ts, extra=txn_fields(commit_ts))
                 out.append((commit_ts, None, 0))
                 continue
+            if is_ref(payload):  # read in ranges from the pump, chunk by chunk
+                payload = self.open_payload(payload)
             txn, chunks = translate_or_chunk(translator, payload, max_rows)
             del payload  # a chunked one's payload is held by its chunks only
             if chunks is not None:
