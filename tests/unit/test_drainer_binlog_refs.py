@@ -41,8 +41,9 @@ def test_large_binlog_bytes_is_read_from_drainer_toml(tmp_path):
     ({"large_binlog_bytes": 0}, 0),                       # off
     ({"txn_chunk_rows": 0}, 0),                           # the keeper takes it whole
     ({"loopback_control": True}, 0),                      # the verdict reads the bytes
-    ({"exactly_once": False, "txn_atomic": True}, 0),     # one downstream txn: whole
-    ({"relay_dir": "/tmp/relay"}, 0),                     # exactly-once, unrouted: whole
+    ({"exactly_once": False, "txn_atomic": True},         # atomic chunks, one worker
+     DEFAULT_REF_ABOVE_BYTES),
+    ({"relay_dir": "/tmp/relay"}, DEFAULT_REF_ABOVE_BYTES),  # exactly-once, atomic chunks
     ({"relay_dir": "/tmp/relay", "exactly_once": False},  # a relay record a chunk
      DEFAULT_REF_ABOVE_BYTES),
     ({"sink": "file", "exactly_once": False}, 0),         # pb records, whole

@@ -124,10 +124,10 @@ class TaskSettings:
         this many bytes or more come as :class:`~tidb_binlog.binlog_ref.BinlogRef` and
         the keeper reads them in ranges from the pump (``tidb_binlog/binlog_ref.py``);
         0: every payload whole. Only where the keeper streams a large transaction from
-        such a source: the MySQL sink's row keeper with ``txn-chunk-rows``, routed
-        (exactly-once) or in the causality mode where it chunks (exactly-once off, no
-        ``txn-atomic``: ``RowKeeper.chunk_rows``), without loop control (its verdict
-        reads the mark rows from the payload's bytes). The other keepers
+        such a source: the MySQL sink's row keeper with ``txn-chunk-rows``, on every
+        path (routed, or ``translate_more`` into the coordinator: with a relay log,
+        txn-atomic, the causality mode; ``RowKeeper.chunk_rows``), without loop control
+        (its verdict reads the mark rows from the payload's bytes). The other keepers
         would have to fetch the payload whole through the reference (they can: the same
         memory as today, one more hop), so they get payloads as before: the file sink
         (one pb record per transaction) and the Parquet sink (its keeper chunks, but
@@ -135,8 +135,6 @@ class TaskSettings:
         if (self.large_binlog_bytes <= 0 or self.sink != "mysql" or self.loopback_control
                 or self.txn_chunk_rows <= 0):
             return 0
-        if not self.routed and (self.exactly_once or self.txn_atomic):
-            return 0  # the keeper takes every transaction whole there
         return self.large_binlog_bytes
 
     def tzinfo(self) -> datetime.tzinfo:
