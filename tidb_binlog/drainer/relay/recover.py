@@ -94,7 +94,7 @@ class RecoverySummary:
     skipped_ts: tuple[int, ...] = ()
 
     def describe(self) -> str:
-        if not self.records:
+        if not self.records and not self.skipped_ts:
             return (f"relay log recovery: nothing in {self.relay_dir} above the checkpoint "
                     f"{self.from_ts}; checkpoint marked consistent at {self.to_ts}")
         text = (f"relay log recovery: applied {self.records} record(s) ({self.rows} row "
