@@ -45,6 +45,13 @@ Prints, last::
     .venv/bin/python bench/large_txn.py --rows 1000000 --sink parquet [--txn-chunk-rows 0]
     .venv/bin/python bench/large_txn.py --rows 1000000 --sink file
     .venv/bin/python bench/large_txn.py --rows 1000000 --loopback-control   # loop verdict
+    .venv/bin/python bench/large_txn.py --rows 300000 --relay     # exactly-once + relay log
+    .venv/bin/python bench/large_txn.py --rows 300000 --txn-atomic --no-exactly-once
+
+``--relay [DIR]``: ``[syncer.relay] log-dir`` (DIR, or ``relay`` under the work dir): the
+keeper does not route, the coordinator writes every transaction (each chunk) to the
+relay log before applying it. ``--txn-atomic``: ``[syncer] txn-atomic = true``. With
+either, chunks are applied atomically (one worker, one open downstream transaction).
 
 ``--large-binlog-bytes`` (default 8 MiB): the drainer's ``[syncer] large-binlog-bytes``:
 the transaction's Commit binlog goes pump → keeper by reference (the merger never holds
@@ -297,6 +304,12 @@ def main(argv=None) -> int:
                    help="syncer.loopback-control = true (channel-id 1; MySQL sink): the "
                         "keeper takes the loop verdict on the large transaction before its "
                         "first chunk")
+    p.add_argument("--relay", nargs="?", const="", default=None, metavar="DIR",
+                   help="[syncer.relay] log-dir = DIR (default: relay under the work dir): "
+                        "every transaction, each chunk, written there before it is applied")
+    p.add_argument("--txn-atomic", action="store_true",
+                   help="[syncer] txn-atomic = true (each upstream transaction one "
+                        "downstream transaction)")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--no-drainer", action="store_true",
                    help="only upstream and pumps (no drainer task; apply is not timed)")
@@ -344,6 +357,9 @@ def main(argv=None) -> int:
                 "syncer.large-binlog-bytes": args.large_binlog_bytes,
                 **({"syncer.loopback-control": True, "syncer.channel-id": 1}
                    if args.loopback_control else {}),
+                **({"syncer.relay.log-dir": args.relay or str(base / "relay")}
+                   if args.relay is not None else {}),
+                **({"syncer.txn-atomic": True} if args.txn_atomic else {}),
                 "addr": "127.0.0.1:0"}), registry=cluster.registry)
             ddl_ts = cluster.get_ts()
             while True:  # the task runs and has applied the DDL: its actors are settled
@@ -468,7 +484,11 @@ def main(argv=None) -> int:
                   f"= {growth[pid] / max(data, 1):5.2f}x the data (private "
                   f"{private[pid] / max(data, 1):5.2f}x)", flush=True)
         vlog = sum(f.stat().st_size for f in (base / "cluster").glob("pump-*/value/*.vlog"))
-        lines.append(f"RESULT large_txn sink={args.sink} loopback={int(args.loopback_control)} rows={n} data_mb={data / MB:.1f} insert_s={insert_s:.1f} "
+        lines.append(f"RESULT large_txn sink={args.sink} relay={int(args.relay is not None)} "
+                     f"txn_atomic={int(args.txn_atomic)} loopback={int(args.loopback_control)} "
+                     f"exactly_once={int(not args.no_exactly_once)} "
+                     f"txn_chunk_rows={args.txn_chunk_rows} "
+                     f"rows={n} data_mb={data / MB:.1f} insert_s={insert_s:.1f} "
                      f"commit_s={commit_s:.2f} prewrite_s={prewrite.get('s', 0):.2f} "
                      f"apply_s={apply_s:.2f} first_apply_s={first_s:.2f} "
                      f"pump_vlog_mb={vlog / MB:.0f} refs={refs.get('refs', 0)} "

@@ -6,7 +6,7 @@ losing or doubling a row (the open downstream transaction rolls back; the replay
 every chunk once).
 
 ``syncer.large-binlog-bytes`` is 64 KiB here, so the large transaction goes pump →
-keeper by reference in both modes (both chunk it): the merger never holds it, the keeper
+keeper by reference in every mode (all chunk it; with a relay log too): the merger never holds it, the keeper
 reads it in ranges from the PumpActor (its ``ref_stats`` show it); and the pump actor
 killed while the keeper reads it is one more failure that must converge."""
 
@@ -51,12 +51,12 @@ def stack(ray_local, mariadb_factory, tmp_path):
     cluster.stop()
 
 
-def start(stack, exactly_once: bool) -> Drainer:
+def start(stack, exactly_once: bool, **extra) -> Drainer:
     up_db, down_db, cluster, upstream, started = stack
     cfg = drainer_config(down_db, **{"syncer.txn-chunk-rows": CHUNK,
                                      "syncer.exactly-once": exactly_once,
                                      "syncer.worker-count": 3,
-                                     "syncer.large-binlog-bytes": REF_ABOVE})
+                                     "syncer.large-binlog-bytes": REF_ABOVE, **extra})
     drainer = Drainer.start(cfg, registry=cluster.registry, save_interval_s=0.2)
     started.append(drainer)
     drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
@@ -121,11 +121,16 @@ class Watcher:
         self._thread.join(timeout=30)
 
 
-@pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "causality"])
+@pytest.mark.parametrize("exactly_once, relay", [(True, False), (True, True), (False, False)],
+                         ids=["exactly-once", "exactly-once-relay", "causality"])
 def test_a_large_transaction_arrives_whole_and_the_checkpoint_waits_for_it(
-        ray_local, stack, exactly_once):
+        ray_local, stack, exactly_once, relay, tmp_path):
+    """``exactly-once-relay``: a relay log turns the keeper's routing off; the
+    coordinator applies the chunks atomically (one worker, one open downstream
+    transaction), each chunk in the relay log first."""
     up_db, down_db, cluster, upstream, started = stack
-    drainer = start(stack, exactly_once)
+    extra = {"syncer.relay.log-dir": str(tmp_path / "relay")} if relay else {}
+    drainer = start(stack, exactly_once, **extra)
     write_small(upstream, 1_000_000, 20)
     with Watcher(drainer, down_db) as watcher:
         big_ts = write_big(upstream, 0, 20_000)
@@ -143,7 +148,7 @@ def test_a_large_transaction_arrives_whole_and_the_checkpoint_waits_for_it(
     stats = ref_stats(ray_local, drainer)
     assert stats["refs"] == 1 and stats["whole"] == 0, stats
     assert stats["reads"] > 1 and stats["bytes"] >= REF_ABOVE, stats
-    if not exactly_once:  # exactly-once off: applied in chunks (20 of 1000 rows)
+    if not exactly_once or relay:  # the coordinator applied it in chunks (20 of 1000 rows)
         assert drainer.status()["txn_chunks"] == 19
     final = drainer.stop()
     assert final.get("consistent") is True, final

@@ -8,6 +8,10 @@ more than ``txn-batch``, so it also shows that txn is not cut into pieces).
 
 Both ways in are covered: exactly-once (the keeper routes whole txns to their first
 row's worker) and without it (the coordinator's transaction-granularity causality).
+Without it ``txn-chunk-rows`` is 3 as well, so the 40-row insert is a large transaction
+handed over in 14 chunks (the coordinator's atomic chunks: one worker, one open
+downstream transaction committed with the last chunk) while the reader polls, and the
+3-row transfers are not chunked.
 """
 
 from __future__ import annotations
@@ -116,6 +120,7 @@ def test_reader_never_sees_the_balance_sum_change(stack, exactly_once):
         "syncer.to.user": down_db.user, "syncer.to.password": down_db.password,
         "syncer.worker-count": 4, "syncer.txn-batch": 8, "syncer.txn-atomic": True,
         "syncer.exactly-once": exactly_once, "initial-commit-ts": 0,
+        "syncer.txn-chunk-rows": 50_000 if exactly_once else 3,
         "addr": "127.0.0.1:0"})
     reader = SumReader(down_db)
     reader.start()
@@ -136,6 +141,8 @@ def test_reader_never_sees_the_balance_sum_change(stack, exactly_once):
         drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=300)
         status = drainer.status()
         assert status["state"] == "running" and status["resets"] == 0
+        if not exactly_once:  # the 40 inserts: 13 chunks before the last
+            assert status["txn_chunks"] == 13, status
     finally:
         reader.stop_event.set()
         reader.join(30)

@@ -10,6 +10,14 @@ pipeline actor, the pump and the registry are SIGKILLed at once and marked not t
 restart. The recovery run (the CLI, on the same Ray, no registry) applies the relay log
 and exits 0; the downstream then equals the upstream as of the checkpoint it saved
 (the writer's own record of each committed transaction), with ``consistent: true``.
+
+``exactly-once-chunks``: the same with exactly-once on and ``txn-chunk-rows = 100``, and
+a 3000-row upstream transaction after the small ones: the kill lands between its
+chunks (their one downstream transaction open, the last chunk not yet relayed). The
+crash rolled that downstream transaction back, so recovery skips the unfinished
+transaction (its relay records say its chunks were atomic) and saves the checkpoint
+consistent at the last whole transaction before it: the downstream equals the
+upstream there, with no row of the large transaction and nothing doubled.
 """
 
 from __future__ import annotations
@@ -26,12 +34,15 @@ from drainer_helpers import drainer_config, query, shop_stack, wait_until
 
 from cluster.drainer import Drainer
 from tidb_binlog.binlogfile import walk
+from tidb_binlog.drainer.relay.record import record_chunk
 from tidb_binlog.drainer.translate.pb import record_commit_ts
 
 pytestmark = pytest.mark.timeout(300)
 
 REPO = Path(__file__).resolve().parents[2]
 TXNS = 250
+BIG_FIRST_ID = 1_000_000  # the large transaction's rows (exactly-once-chunks)
+BIG_ROWS = 3000
 
 
 @pytest.fixture
@@ -92,13 +103,33 @@ def checkpoint(down_db) -> dict:
     return json.loads(query(down_db, "SELECT checkPoint FROM tidb_binlog.checkpoint")[0][0])
 
 
+def write_big(upstream) -> int:
+    """One upstream transaction of BIG_ROWS inserts; its commit_ts."""
+    with upstream.session("shop") as s:
+        txn = s.begin()
+        txn.insert("t", [{"id": BIG_FIRST_ID + i, "v": "big"} for i in range(BIG_ROWS)])
+        ts = txn.commit()
+    upstream.flush()
+    return ts
+
+
+def chunks_open(down_db) -> bool:
+    """The large transaction's downstream transaction is open with rows in it (the
+    small transactions' units hold 9 rows at most)."""
+    return query(down_db, "SELECT COUNT(*) FROM information_schema.INNODB_TRX "
+                          "WHERE trx_rows_modified > 50")[0][0] > 0
+
+
+@pytest.mark.parametrize("chunks", [False, True], ids=["causality", "exactly-once-chunks"])
 def test_recovery_from_the_relay_log_after_kill_9_of_task_pumps_and_registry(
-        ray_local, stack, tmp_path):
+        ray_local, stack, tmp_path, chunks):
     up_db, down_db, cluster, upstream = stack
     relay = tmp_path / "relay"
+    mode = ({"syncer.exactly-once": True, "syncer.txn-chunk-rows": 100} if chunks
+            else {"syncer.exactly-once": False})
     cfg = drainer_config(down_db, **{"syncer.relay.log-dir": str(relay),
                                      "syncer.relay.max-file-size": 8192,
-                                     "syncer.exactly-once": False, "syncer.txn-batch": 2})
+                                     "syncer.txn-batch": 2, **mode})
     drainer = Drainer.start(cfg, registry=cluster.registry, save_interval_s=0.3)
     wait_until(lambda: query(
         down_db, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'shop' "
@@ -106,15 +137,24 @@ def test_recovery_from_the_relay_log_after_kill_9_of_task_pumps_and_registry(
     for event in ("INSERT", "UPDATE", "DELETE"):
         query(down_db, f"CREATE TRIGGER shop.slow_{event.lower()} BEFORE {event} ON shop.t "
                        "FOR EACH ROW SET @slow = SLEEP(0.004)")
-    log = write_workload(upstream, TXNS)
+    log = write_workload(upstream, 60 if chunks else TXNS)
+    big_ts = 0
+    if chunks:  # after the small ones: the kill comes between its chunks
+        big_ts = write_big(upstream)
+        log.append((big_ts, {BIG_FIRST_ID + i: "big" for i in range(BIG_ROWS)}, []))
     last_ts = log[-1][0]
 
     def behind_with_a_file_gone():
         cp = drainer.checkpoint_ts()
         first = sorted(relay.glob("binlog-*"))[0].name
         return cp > log[20][0] and not first.startswith("binlog-0000000000000000-") and cp
-    cp_at_kill = wait_until(behind_with_a_file_gone, timeout_s=120,
-                            what="a saved checkpoint past a relay file")
+    if chunks:
+        wait_until(lambda: chunks_open(down_db), timeout_s=120,
+                   what="the large transaction's open chunks downstream")
+        cp_at_kill = drainer.checkpoint_ts()
+    else:
+        cp_at_kill = wait_until(behind_with_a_file_gone, timeout_s=120,
+                                what="a saved checkpoint past a relay file")
     kill_everything(ray_local, drainer, cluster)
     assert cp_at_kill < last_ts, "the kill came after the task caught up: no backlog"
     saved = checkpoint(down_db)
@@ -129,7 +169,8 @@ registry = "{cluster.namespace}"
 [syncer]
 worker-count = 2
 txn-batch = 2
-exactly-once = false
+exactly-once = {'true' if chunks else 'false'}
+txn-chunk-rows = 100
 [syncer.relay]
 log-dir = "{relay}"
 [syncer.to]
@@ -150,6 +191,18 @@ password = "{down_db.password}"
     relayed = [record_commit_ts(p) for _, p in walk(relay)]
     after = checkpoint(down_db)
     assert after["consistent"] is True
-    assert after["commitTS"] == relayed[-1] >= saved["commitTS"]
+    if chunks:
+        # the kill came between the large transaction's chunks: its last one is not in
+        # the relay log, and recovery skipped it (never committed downstream)
+        last = record_chunk(list(walk(relay))[-1][1])
+        assert (last.commit_ts, last.more, last.atomic) == (big_ts, True, True), last
+        assert f"skipped the unfinished transaction(s) at commit_ts {big_ts}" in out
+        whole = [ts for ts in relayed if ts != big_ts]
+        assert after["commitTS"] == whole[-1] >= saved["commitTS"]
+        assert after["commitTS"] < big_ts
+        assert query(down_db, "SELECT COUNT(*) FROM shop.t WHERE id >= %s",
+                     (BIG_FIRST_ID,))[0][0] == 0
+    else:
+        assert after["commitTS"] == relayed[-1] >= saved["commitTS"]
     assert query(down_db, "SELECT id, v FROM shop.t ORDER BY id") == \
         tuple(upstream_at(log, after["commitTS"]))

@@ -43,8 +43,9 @@ def test_large_binlog_bytes_is_read_from_drainer_toml(tmp_path):
     ({"loopback_control": True}, DEFAULT_REF_ABOVE_BYTES),  # verdict read by range
     ({"loopback_control": True, "exactly_once": False},   # the same, causality mode
      DEFAULT_REF_ABOVE_BYTES),
-    ({"exactly_once": False, "txn_atomic": True}, 0),     # one downstream txn: whole
-    ({"relay_dir": "/tmp/relay"}, 0),                     # exactly-once, unrouted: whole
+    ({"exactly_once": False, "txn_atomic": True},         # atomic chunks, one worker
+     DEFAULT_REF_ABOVE_BYTES),
+    ({"relay_dir": "/tmp/relay"}, DEFAULT_REF_ABOVE_BYTES),  # exactly-once, atomic chunks
     ({"relay_dir": "/tmp/relay", "exactly_once": False},  # a relay record a chunk
      DEFAULT_REF_ABOVE_BYTES),
     ({"sink": "file", "exactly_once": False},             # pb record parts

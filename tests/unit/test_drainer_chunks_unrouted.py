@@ -114,9 +114,9 @@ def test_chunk_rows_per_mode():
     assert keeper(5, exactly_once=True).chunk_rows() == 5         # routed
     assert keeper(5).chunk_rows() == 5                            # causality mode
     assert keeper(5, loopback=True).chunk_rows() == 5             # loop control too
-    assert keeper(5, txn_atomic=True).chunk_rows() == 0           # one downstream txn each
+    assert keeper(5, txn_atomic=True).chunk_rows() == 5           # atomic chunks
     assert keeper(5, relay_dir="/tmp/r").chunk_rows() == 5        # a relay record a chunk
-    assert keeper(5, exactly_once=True, relay_dir="/tmp/r").chunk_rows() == 0  # not routed
+    assert keeper(5, exactly_once=True, relay_dir="/tmp/r").chunk_rows() == 5  # atomic
     assert keeper(0).chunk_rows() == 0
 
 

@@ -145,3 +145,21 @@ def test_a_replay_of_an_earlier_transaction_also_rolls_open_chunks_back():
     w.execute_batch([(9, (ins(2),), 1)])
     w.execute_batch([(7, (ins(1),))])  # the replay starts before the transaction
     assert ds.rollbacks == 1 and ds.committed == [["INSERT", "INSERT progress"]]
+
+
+def test_txn_atomic_without_exactly_once_commits_the_chunks_with_the_last_one_uncut():
+    """txn-atomic with exactly-once off (the coordinator's atomic chunks): the same open
+    downstream transaction, no progress row, and the last part is never cut into
+    ``txn-batch`` pieces (exactly-once off would cut a whole part otherwise)."""
+    ds = Downstream()
+    w = Loader(ds, LoaderConfig(exactly_once=False, txn_atomic=True, merge=False, txn_batch=1),
+               sleep=lambda s: None)
+    w.execute_batch([(9, (ins(1), ins(2)), 1)])
+    w.execute_batch([(9, (ins(3),), 2)])
+    open_statements = list(ds.pending)
+    assert ds.committed == [] and open_statements  # (REPLACE: the start's safe mode)
+    w.execute_batch([(9, (ins(4), ins(5)))])
+    assert len(ds.committed) == 1 and ds.pending == []  # one COMMIT for every chunk
+    assert ds.committed[0][:len(open_statements)] == open_statements
+    assert not any("progress" in s for s in ds.committed[0])
+    assert w.applied_ts == 9

@@ -30,11 +30,25 @@ carries out **in order** and reports back (:meth:`acked`).
 - ``None`` items and transactions without DMLs are registered as already done:
   the checkpoint passes them once everything before them is acked.
 
-**Chunks of a large transaction** (exactly-once off, ``txn-chunk-rows``: the keeper's
-``translate_more``): :meth:`add_chunk` dispatches one chunk's rows like a transaction
-of its own for the conflict rules, emits them at once and registers nothing (the
-coordinator does not count them for the checkpoint); :meth:`end_chunks` before the last
-chunk, which comes through :meth:`add` as usual.
+**Chunks of a large transaction** (``txn-chunk-rows``: the keeper's ``translate_more``).
+Two ways, by :attr:`Dispatcher.atomic_chunks`:
+
+- *Non-atomic* (the causality mode: exactly-once and txn-atomic off): :meth:`add_chunk`
+  dispatches one chunk's rows like a transaction of its own for the conflict rules,
+  emits them at once and registers nothing (the coordinator does not count them for the
+  checkpoint); :meth:`end_chunks` before the last chunk, which comes through :meth:`add`
+  as usual.
+- *Atomic* (exactly-once, i.e. a relay log, or ``txn-atomic``: the transaction must
+  reach the downstream as one): the first :meth:`add_chunk` emits every pending batch
+  and a :class:`Flush` (a barrier: everything before it committed), resets the window
+  and picks the transaction's one worker (its first row's key hash, a function of the
+  transaction alone, as the keeper-routed path picks it); each chunk but the last is a
+  part ``(commit_ts, dmls, chunk)`` that the worker runs without COMMIT, registered for
+  nothing; :meth:`last_chunk` sends the last one ``(commit_ts, dmls)`` (even empty: it
+  commits the open downstream transaction, with the worker's progress row under
+  exactly-once), registers the transaction as one part, then a :class:`Flush` (its keys
+  were never held in the window: later transactions wait for its COMMIT) and an empty
+  window.
 
 The keeper-routed path of exactly-once mode does not come through here: the schema
 keeper routes the rows and plans the flushes itself
@@ -46,7 +60,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidb_binlog.drainer.apply.causality import CONFLICT, Causality, TxnCausality, row_keys
+from tidb_binlog.drainer.apply.causality import (
+    CONFLICT,
+    Causality,
+    TxnCausality,
+    row_keys,
+    stable_hash,
+)
 from tidb_binlog.drainer.apply.dml import DDL, DML, Txn
 from tidb_binlog.drainer.apply.routing import Router, route_txn
 from tidb_binlog.drainer.checkpoint.checkpoint import Advancer
@@ -113,6 +133,15 @@ class Dispatcher:
                                if txn_atomic and not exactly_once else None)
         self._pending = [_Pending() for _ in range(worker_count)]
         self.flushes = 0
+        # the worker of the large transaction being sent in atomic chunks (-1: none)
+        self._chunk_worker = -1
+
+    @property
+    def atomic_chunks(self) -> bool:
+        """Whether a large transaction's chunks go to one worker in one downstream
+        transaction (exactly-once or txn-atomic; module doc) rather than committed one
+        by one."""
+        return self.exactly_once or self.txn_atomic
 
     # -- input ----------------------------------------------------------------------
     def add(self, commit_ts: int, txn: Txn | None, schema_version: int = 0) -> list:
@@ -150,14 +179,15 @@ class Dispatcher:
                 actions.append(self._emit(worker))
         return actions
 
-    def add_chunk(self, commit_ts: int, dmls: tuple[DML, ...]) -> list:
+    def add_chunk(self, commit_ts: int, dmls: tuple[DML, ...], chunk: int = 0) -> list:
         """One non-last chunk of a large transaction (module doc): its Sends (and the
         Flushes its conflicts need), all emitted now, nothing registered. Call
         :meth:`drain` before the first chunk, so no Send mixes a chunk's parts with
-        counted ones. Causality mode only: chunks are applied non-atomically."""
-        if self._causality is None:
-            raise ValueError("chunks of a large transaction are dispatched only in the "
-                             "causality mode (exactly-once and txn-atomic off)")
+        counted ones. With :attr:`atomic_chunks` the chunk is one part ``(commit_ts,
+        dmls, chunk)`` on the transaction's one worker (``chunk``: its number, 1, 2,
+        ...), a Flush before the first."""
+        if self.atomic_chunks:
+            return self._add_atomic_chunk(commit_ts, dmls, chunk)
         actions: list = []
         for segment in self._segments_causality(Txn.of_dmls(commit_ts, dmls)):
             if segment.flush_before:
@@ -168,6 +198,35 @@ class Dispatcher:
                 pending.parts.append((commit_ts, tuple(rows)))
                 pending.dmls += len(rows)
         actions += self._emit_all()
+        return actions
+
+    def _add_atomic_chunk(self, commit_ts: int, dmls: tuple[DML, ...], chunk: int) -> list:
+        if chunk < 1:
+            raise ValueError(f"chunk {chunk} of the transaction at commit_ts {commit_ts}: "
+                             "atomic chunks are numbered from 1")
+        actions: list = []
+        if self._chunk_worker < 0:  # the first chunk: a barrier, then its worker
+            actions += self._emit_all()
+            actions.append(Flush())
+            self._reset_window()
+            self._chunk_worker = (stable_hash(row_keys(dmls[0])[0]) % self.worker_count
+                                  if dmls else 0)
+        actions.append(Send(self._chunk_worker, ((commit_ts, tuple(dmls), chunk),)))
+        return actions
+
+    def last_chunk(self, commit_ts: int, txn: Txn | None, schema_version: int = 0) -> list:
+        """The last chunk of a large transaction sent in atomic chunks (module doc): its
+        Send (it commits the transaction), registered as the transaction's one part,
+        then a Flush; the window starts empty."""
+        if self._chunk_worker < 0:
+            raise ValueError(f"the last chunk of the transaction at commit_ts {commit_ts} "
+                             "came without its earlier chunks")
+        dmls = txn.dmls if txn is not None else ()
+        send = Send(self._chunk_worker, ((commit_ts, tuple(dmls)),))
+        self._chunk_worker = -1
+        self.advancer.register(commit_ts, 1, schema_version=schema_version)
+        actions: list = [*self._emit_all(), send, Flush()]
+        self._reset_window()
         return actions
 
     def end_chunks(self) -> list:

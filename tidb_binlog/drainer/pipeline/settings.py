@@ -124,18 +124,13 @@ class TaskSettings:
         this many bytes or more come as :class:`~tidb_binlog.binlog_ref.BinlogRef` and
         the keeper reads them in ranges from the pump (``tidb_binlog/binlog_ref.py``);
         0: every payload whole. Only where the keeper streams a large transaction from
-        such a source, i.e. where it chunks (``txn-chunk-rows`` > 0): the file sink's pb
-        keeper and the Parquet keeper always do then; the MySQL sink's row keeper routed
-        (exactly-once) or in the causality mode (exactly-once off, no ``txn-atomic``:
-        ``RowKeeper.chunk_rows``), with or without loop control (its verdict reads the
-        mark rows by range). A path that takes a transaction whole would read a
-        reference whole (the same memory as a payload, one more hop), so it is not
-        asked for one."""
+        such a source, i.e. where it chunks (``txn-chunk-rows`` > 0), on every path: the
+        file sink's pb keeper and the Parquet keeper; the MySQL sink's row keeper routed
+        (exactly-once) or through ``translate_more`` into the coordinator (a relay log,
+        txn-atomic, the causality mode: ``RowKeeper.chunk_rows``), with or without loop
+        control (its verdict reads the mark rows by range)."""
         if self.large_binlog_bytes <= 0 or self.txn_chunk_rows <= 0:
             return 0
-        if self.sink == "mysql" and not self.routed and (self.exactly_once
-                                                         or self.txn_atomic):
-            return 0  # the row keeper takes every transaction whole there
         return self.large_binlog_bytes
 
     def tzinfo(self) -> datetime.tzinfo:

@@ -12,15 +12,17 @@ hands the batch to its workers only then. Fake binlogs and skipped transactions
 written again: after a pipeline reset the merger replays from the checkpoint, and
 those transactions are already in the log, whole and in order.
 
-**Chunks.** A large transaction the coordinator applies in chunks (exactly-once off,
-``txn-chunk-rows``) is written one record per chunk (record.py: fields 16 and 17), each
-synced before that chunk goes to a worker; nothing holds the transaction whole. While
+**Chunks.** A large transaction the coordinator applies in chunks (``txn-chunk-rows``)
+is written one record per chunk (record.py: fields 16 and 17; 18 when the chunks are
+one downstream transaction: exactly-once or txn-atomic), each synced before that chunk
+goes to a worker; nothing holds the transaction whole. While
 the log ends with a chunk that is not its transaction's last (:attr:`RelayLog.open_ts`),
 the chunks of that transaction are written as they come, even the ones already written:
 after a pipeline reset (or a restarted task) the replay hands the transaction again
 from its first chunk, and rewriting it (the chunk boundaries may differ if
 ``txn-chunk-rows`` changed) keeps the log's copy whole and in order; recovery applies
-in safe mode, so rows applied twice are harmless.
+a transaction's records from its last chunk 1 on (the earlier attempt is superseded),
+in safe mode.
 
 **GC.** :meth:`RelayLog.gc` (called with each *saved* checkpoint, never an in-memory
 one: recovery starts from the saved one) removes every file whose last record is at
@@ -73,11 +75,12 @@ class RelayLog:
         self.records = 0        # written by this process
         self.removed: list[str] = []
 
-    def append(self, items: Iterable[tuple]) -> int:
+    def append(self, items: Iterable[tuple], *, atomic: bool = False) -> int:
         """Write ``(commit_ts, txn | None, schema_version)`` items durably, and
         ``(commit_ts, txn, schema_version, chunk)`` ones (a large transaction's chunk
         that is not its last, coordinator.py); how many records were written (see the
-        module doc for what is skipped)."""
+        module doc for what is skipped). ``atomic``: the chunks are applied as one
+        downstream transaction (their records say so, record.py field 18)."""
         payloads, stamps = [], []
         last, open_ts, chunk = self.last_ts, self.open_ts, self._chunk
         for item in items:
@@ -88,10 +91,12 @@ class RelayLog:
             if commit_ts == open_ts:  # a chunk of the open transaction, maybe its last
                 chunk = item[3] if more else chunk + 1
                 rows = txn if txn is not None else Txn.of_dmls(commit_ts, ())
-                payloads.append(txn_record(commit_ts, rows, version, chunk=chunk, more=more))
+                payloads.append(txn_record(commit_ts, rows, version, chunk=chunk, more=more,
+                                           atomic=atomic))
             elif more:  # the first chunk of a large transaction
                 chunk = item[3]
-                payloads.append(txn_record(commit_ts, txn, version, chunk=chunk, more=True))
+                payloads.append(txn_record(commit_ts, txn, version, chunk=chunk, more=True,
+                                           atomic=atomic))
             elif txn is None or (txn.ddl is None and not txn.dmls):
                 continue
             else:

@@ -20,19 +20,23 @@ record is built from those values, in the file sink's format, which reparo's
   the task's schema version after this transaction. Recovery saves it with the
   checkpoint, so a later run's schema keeper rebuilds the schema *including* the DDLs
   the recovery applied.
-- **fields 16 and 17** (varints, skipped the same way): a large transaction applied in
-  chunks (exactly-once off, ``txn-chunk-rows``) is one record per chunk, each written
-  and synced before that chunk is applied: field 16 is the chunk's number (1, 2, ...),
-  field 17 is 1 on every chunk but the last ("more of this transaction follows").
-  A reader that does not know them sees several records with the same ``commit_ts``,
-  each holding some of its rows, in order. Recovery
-  (:func:`~tidb_binlog.drainer.relay.recover.recover`) applies a transaction only if
-  its last record (field 17 absent) is in the log: :func:`record_position`.
+- **fields 16, 17 and 18** (varints, skipped the same way): a large transaction applied
+  in chunks (``txn-chunk-rows``) is one record per chunk, each written and synced
+  before that chunk is applied: field 16 is the chunk's number (1, 2, ...), field 17 is
+  1 on every chunk but the last ("more of this transaction follows"), field 18 is 1 on
+  every chunk of a transaction whose chunks were applied *atomically* (exactly-once or
+  ``txn-atomic``: one open downstream transaction that the last chunk commits; absent:
+  each chunk committed on its own, the causality mode). A reader that does not know
+  them sees several records with the same ``commit_ts``, each holding some of its rows,
+  in order. Recovery (:func:`~tidb_binlog.drainer.relay.recover.recover`) applies a
+  transaction only if its last record (field 17 absent) is in the log, and only its
+  records from its last chunk 1 on: :func:`record_chunk`.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import NamedTuple
 
 from google.protobuf.unknown_fields import UnknownFieldSet
 
@@ -43,8 +47,8 @@ from tidb_binlog.drainer.translate.pb import ddl_record
 from tidb_binlog.errors import CodecError, ProtocolError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 
-__all__ = ["txn_record", "record_schema_version", "record_position", "SCHEMA_VERSION_FIELD",
-           "CHUNK_FIELD", "MORE_FIELD"]
+__all__ = ["txn_record", "record_schema_version", "record_position", "record_chunk",
+           "RecordChunk", "SCHEMA_VERSION_FIELD", "CHUNK_FIELD", "MORE_FIELD", "ATOMIC_FIELD"]
 
 SCHEMA_VERSION_FIELD = 15
 """The pb field number of the schema version in a relay record (not in pb_binlog.proto)."""
@@ -52,6 +56,19 @@ CHUNK_FIELD = 16
 """A chunk's number (1, 2, ...) in a large transaction written in chunks (module doc)."""
 MORE_FIELD = 17
 """1 on every chunk of such a transaction but its last (module doc)."""
+ATOMIC_FIELD = 18
+"""1 on every chunk of a transaction applied in one downstream transaction (module doc)."""
+
+
+class RecordChunk(NamedTuple):
+    """Where a relay record sits (:func:`record_chunk`): its commit_ts, its chunk number
+    (0: a whole transaction), whether more chunks follow and whether its chunks were
+    applied atomically."""
+
+    commit_ts: int
+    chunk: int
+    more: bool
+    atomic: bool
 
 _TAG = bytes(((SCHEMA_VERSION_FIELD << 3) | 0,))  # varint wire type
 _EVENT_TYPES = {DMLType.INSERT: pb.Insert, DMLType.UPDATE: pb.Update, DMLType.DELETE: pb.Delete}
@@ -128,9 +145,10 @@ def _columns(values: dict, old: dict | None, where: str) -> list[bytes]:
 
 
 def txn_record(commit_ts: int, txn: Txn, schema_version: int, *, chunk: int = 0,
-               more: bool = False) -> bytes:
+               more: bool = False, atomic: bool = False) -> bytes:
     """The relay record of one translated transaction (see the module doc); ``chunk``
-    (> 0) and ``more``: it is that chunk of a large transaction, not its last if ``more``.
+    (> 0) and ``more``: it is that chunk of a large transaction, not its last if
+    ``more``; ``atomic`` (with ``chunk``): its chunks are one downstream transaction.
 
     The bytes are written field by field (what protobuf itself writes for these
     messages, checked in the tests): building ``pb`` objects per column cost
@@ -152,6 +170,8 @@ def txn_record(commit_ts: int, txn: Txn, schema_version: int, *, chunk: int = 0,
         tail += _uvarint(CHUNK_FIELD << 3) + _uvarint(chunk)
     if more:
         tail += _uvarint(MORE_FIELD << 3) + _SMALL[1]
+    if chunk and atomic:
+        tail += _uvarint(ATOMIC_FIELD << 3) + _SMALL[1]
     return body + tail
 
 
@@ -173,9 +193,16 @@ def record_position(payload: bytes) -> tuple[int, bool]:
     of a large transaction with more chunks after it (field 17). Reads the top-level
     fields only (a chunk's rows are skipped by their length: no protobuf parse of the
     record). ProtocolError when it is not a relay record."""
+    commit_ts, _, more, _ = record_chunk(payload)
+    return commit_ts, more
+
+
+def record_chunk(payload: bytes) -> RecordChunk:
+    """:func:`record_position` with the chunk number (field 16) and the atomic mark
+    (field 18) too."""
     buf = payload if isinstance(payload, bytes) else bytes(payload)
     pos, end = 0, len(buf)
-    commit_ts, more = None, False
+    commit_ts, more, chunk, atomic = None, False, 0, False
     while pos < end:
         key, pos = _read_uvarint(buf, pos)
         field, wire = key >> 3, key & 7
@@ -185,6 +212,10 @@ def record_position(payload: bytes) -> tuple[int, bool]:
                 commit_ts = value - (1 << 64) if value >= 1 << 63 else value
             elif field == MORE_FIELD:
                 more = value != 0
+            elif field == CHUNK_FIELD:
+                chunk = value
+            elif field == ATOMIC_FIELD:
+                atomic = value != 0
         elif wire == 2:
             length, pos = _read_uvarint(buf, pos)
             pos += length
@@ -194,7 +225,7 @@ def record_position(payload: bytes) -> tuple[int, bool]:
             raise ProtocolError(f"relay record: unexpected wire type {wire} of field {field}")
     if pos != end or commit_ts is None:
         raise ProtocolError("relay record: truncated, or no commit_ts")
-    return commit_ts, more
+    return RecordChunk(commit_ts, chunk, more, atomic)
 
 
 def record_schema_version(b: pb.Binlog) -> int | None:

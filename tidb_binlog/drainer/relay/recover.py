@@ -15,16 +15,27 @@ path (:class:`~tidb_binlog.reparo.apply.MysqlApplier`, passed in), then saves th
 checkpoint ``consistent = true`` at the last relayed commit_ts with the schema version
 that record carries. The downstream then equals the upstream as of that commit_ts.
 
-**Chunks** (a large transaction applied in chunks with exactly-once off, one record per
-chunk, relay/record.py): a transaction is applied only if its last chunk is in the log.
-One whose last chunk is missing (the crash came between its chunks) ends the recovery
-there (it is the log's last transaction, unless a later run skipped it, e.g. with
-``ignore-txn-commit-ts``: then what follows it waits too, so the checkpoint never
-passes it), and the checkpoint is then saved **not** consistent: the crashed run may
-have applied some of its chunks (each was written here first), so the downstream may
-hold part of that transaction, which only the upstream can complete. The next start with the upstream
-reachable replays from the checkpoint (the transaction whole again, in safe mode); a
-recovery run again meanwhile does the same as this one.
+**Chunks** (a large transaction applied in chunks, one record per chunk,
+relay/record.py): a transaction is applied only if its last chunk is in the log, and
+only its records from its last chunk 1 on (a transaction written again from its first
+chunk after a pipeline reset or a restart: the earlier, unfinished attempt is
+superseded, so its rows are not applied twice). One whose last chunk is missing (the
+crash came between its chunks) is handled by how its chunks were applied:
+
+- *atomically* (field 18: exactly-once or ``txn-atomic``; every chunk ran in one open
+  downstream transaction that only the last chunk commits): none of it was ever
+  committed, since the last chunk is written here before it goes to a worker and the
+  crash rolled the open transaction back. It is skipped; the recovery applies
+  everything else and saves the checkpoint **consistent** at the last whole
+  transaction, below it (the next start with the upstream replays it from there);
+- *one chunk at a time* (the causality mode): it ends the recovery there (it is the
+  log's last transaction, unless a later run skipped it, e.g. with
+  ``ignore-txn-commit-ts``: then what follows it waits too, so the checkpoint never
+  passes it), and the checkpoint is then saved **not** consistent: the crashed run may
+  have applied some of its chunks (each was written here first), so the downstream may
+  hold part of that transaction, which only the upstream can complete. The next start
+  with the upstream reachable replays from the checkpoint (the transaction whole
+  again, in safe mode); a recovery run again meanwhile does the same as this one.
 
 Whether to run it is the caller's decision (:func:`needs_recovery` plus "the upstream
 cannot be reached"); nothing here talks to Ray or the registry.
@@ -45,7 +56,7 @@ from tidb_binlog.drainer.apply.dml import Txn
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.checkpoint.store import CheckpointStore, MySQLCheckpointStore
 from tidb_binlog.drainer.relay.log import relay_records
-from tidb_binlog.drainer.relay.record import record_position, record_schema_version
+from tidb_binlog.drainer.relay.record import record_chunk, record_schema_version
 from tidb_binlog.errors import ConfigError, ProtocolError
 from tidb_binlog.reparo.apply import MysqlApplier
 from tidb_binlog.reparo.decode import binlog_to_txn, parse_binlog
@@ -78,14 +89,22 @@ class RecoverySummary:
     schema_version: int
     relay_dir: str
     partial_ts: int = 0  # a chunked transaction whose last chunk was not in the log
+    # atomically chunked transactions whose last chunk was not in the log: never
+    # committed downstream, skipped (the checkpoint stays consistent)
+    skipped_ts: tuple[int, ...] = ()
 
     def describe(self) -> str:
-        if not self.records:
+        if not self.records and not self.skipped_ts:
             return (f"relay log recovery: nothing in {self.relay_dir} above the checkpoint "
                     f"{self.from_ts}; checkpoint marked consistent at {self.to_ts}")
         text = (f"relay log recovery: applied {self.records} record(s) ({self.rows} row "
                 f"change(s), {self.ddls} DDL(s)) from {self.relay_dir} in safe mode; the "
                 f"checkpoint moved from {self.from_ts} to {self.to_ts}")
+        if self.skipped_ts:
+            text += (f"; skipped the unfinished transaction(s) at commit_ts "
+                     f"{', '.join(map(str, self.skipped_ts))}: applied in one downstream "
+                     "transaction that its last chunk would have committed, never in the "
+                     "relay log, so nothing of it was committed")
         if not self.partial_ts:
             return text + ", consistent"
         return (text + f", NOT consistent: the transaction at commit_ts {self.partial_ts} "
@@ -117,11 +136,15 @@ def recover(relay_dir: str | os.PathLike, store: CheckpointStore, applier: Appli
                           "start the drainer with the upstream reachable",
                           key="syncer.relay.log-dir")
     last_ts, version, records = cp.commit_ts, cp.schema_version, 0
-    partial_ts = _first_partial(path, cp.commit_ts)
+    plan = _plan(path, cp.commit_ts)
+    partial_ts, skip = plan.partial_ts, plan.skip
     stats = WalkStats()
-    for commit_ts, payload in relay_records(path, cp.commit_ts, stats=stats):
+    for index, (commit_ts, payload) in enumerate(relay_records(path, cp.commit_ts,
+                                                               stats=stats)):
         if partial_ts and commit_ts >= partial_ts:
             break
+        if index in skip:
+            continue
         b = parse_binlog(payload)
         try:
             txn = binlog_to_txn(b)
@@ -138,7 +161,7 @@ def recover(relay_dir: str | os.PathLike, store: CheckpointStore, applier: Appli
                                consistent=not partial_ts)
     store.save(done)
     summary = RecoverySummary(cp.commit_ts, last_ts, records, applier.rows, applier.ddls,
-                              version, str(path), partial_ts)
+                              version, str(path), partial_ts, plan.skipped_ts)
     if partial_ts:
         log.warning("%s", summary.describe())
     else:
@@ -146,18 +169,53 @@ def recover(relay_dir: str | os.PathLike, store: CheckpointStore, applier: Appli
     return summary
 
 
-def _first_partial(path: Path, after_ts: int) -> int:
-    """The first commit_ts above ``after_ts`` of a chunked transaction whose last chunk
-    is not in the log (its newest record says more follows; 0: none). A first walk
-    reading only the records' top-level fields, so the apply walk knows before a
-    transaction's first chunk whether to apply it."""
-    first, open_ts = 0, 0
-    for _, payload in relay_records(path, after_ts):
-        commit_ts, more = record_position(payload)
-        if open_ts and commit_ts != open_ts:  # the open one never got its last chunk
-            first = first or open_ts
-        open_ts = commit_ts if more else 0
-    return first or open_ts
+@dataclass(frozen=True)
+class _Plan:
+    """What the apply walk does (:func:`_plan`): stop at ``partial_ts`` (0: never), skip
+    the records whose index (from 0, above the checkpoint) is in ``skip``."""
+
+    partial_ts: int
+    skip: frozenset[int]
+    skipped_ts: tuple[int, ...]
+
+
+def _plan(path: Path, after_ts: int) -> _Plan:
+    """A first walk over the records above ``after_ts`` reading only their top-level
+    fields (module doc, "Chunks"): the first transaction applied one chunk at a time
+    whose last chunk is missing (``partial_ts``), the records of atomically chunked
+    transactions whose last chunk is missing, and those of a transaction's attempts
+    superseded by a later chunk 1 (``skip``), so the apply walk knows before a
+    transaction's first record what to do with it. The skipped records of a large
+    transaction are a few indices per chunk; a set of them is small."""
+    skip: set[int] = set()
+    skipped: list[int] = []
+    partial = 0
+    group_ts, group_start, attempt_start, more, atomic = None, 0, 0, False, False
+
+    def close_group(end: int) -> None:
+        nonlocal partial
+        if group_ts is None:
+            return
+        if more:  # its last chunk never reached the log
+            if atomic:
+                skip.update(range(group_start, end))
+                skipped.append(group_ts)
+            elif not partial:
+                partial = group_ts
+        elif attempt_start > group_start:  # written again from chunk 1: the last one counts
+            skip.update(range(group_start, attempt_start))
+
+    index = -1
+    for index, (_, payload) in enumerate(relay_records(path, after_ts)):
+        pos = record_chunk(payload)
+        if pos.commit_ts != group_ts:
+            close_group(index)
+            group_ts, group_start, attempt_start = pos.commit_ts, index, index
+        elif pos.chunk == 1:
+            attempt_start = index
+        more, atomic = pos.more, pos.atomic
+    close_group(index + 1)
+    return _Plan(partial, frozenset(skip), tuple(skipped))
 
 
 def recover_if_needed(settings, upstream_error: Callable[[], str | None]

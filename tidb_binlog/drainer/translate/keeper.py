@@ -10,7 +10,7 @@ only after :meth:`SchemaAt.reset` placed it at the checkpoint
 (:class:`~tidb_binlog.drainer.pipeline.gate.PipelineReset` until then).
 
 - :meth:`RowKeeper.translate` → ``(commit_ts, Txn | None, schema_version)``;
-  :meth:`RowKeeper.translate_more` (the causality mode) the same with large transactions
+  :meth:`RowKeeper.translate_more` (not routed) the same with large transactions
   in chunks (a non-last chunk is ``(commit_ts, Txn, schema_version, chunk)``);
   :meth:`RowKeeper.translate_routed` (exactly-once) also routes the rows over the
   workers (:class:`~tidb_binlog.drainer.apply.routing.BatchPlanner`, whose conflict window
@@ -241,11 +241,10 @@ class SchemaAt:
 
         A reference met here is read whole from the pump and parsed as before (the same
         memory as a payload pulled whole): this path takes every transaction whole
-        anyway (no chunks: ``txn-chunk-rows = 0``, ``txn-atomic``, exactly-once through a
-        relay log, the pb and Parquet keepers' whole paths), and the pipelines that take
-        it do not ask for references (:attr:`TaskSettings.ref_above`); it is here so
-        that every keeper handles a reference it is handed, not as a way to save
-        memory."""
+        anyway (no chunks: ``txn-chunk-rows = 0``, the pb and Parquet keepers' whole
+        paths), and the pipelines that take it do not ask for references
+        (:attr:`TaskSettings.ref_above`); it is here so that every keeper handles a
+        reference it is handed, not as a way to save memory."""
         if not self._placed:
             raise PipelineReset(f"the {who} restarted: its schema must be rebuilt at the "
                                 "checkpoint before it translates")
@@ -287,28 +286,26 @@ class RowKeeper(SchemaAt):
         return version
 
     def chunk_rows(self) -> int:
-        """Row changes per chunk of a large transaction; 0: every transaction whole.
+        """Row changes per chunk of a large transaction (``txn-chunk-rows``); 0: every
+        transaction whole. Every path of the MySQL sink chunks:
 
-        - Routed (exactly-once into MySQL, :meth:`translate_routed`): the chunks are one
-          downstream transaction, committed with the last one.
-        - The causality mode (:meth:`translate_more`) only with exactly-once off and
-          ``txn-atomic`` off: each chunk is applied like a batch of its rows, committed
-          on its own (TiDB Binlog's non-atomic apply; a replay re-applies it in safe
-          mode). With exactly-once on (a relay log turns routing off) or ``txn-atomic``
-          a transaction must reach the downstream as one, so it stays whole. A relay
-          log writes each chunk as its own record before it is applied
+        - Routed (exactly-once into MySQL without a relay log, :meth:`translate_routed`):
+          the chunks are one downstream transaction on one worker, committed with the
+          last one.
+        - Otherwise :meth:`translate_more` hands the coordinator one chunk per call, and
+          the coordinator applies them (``Dispatcher.atomic_chunks``):
+          with exactly-once (a relay log turns routing off) or ``txn-atomic``, as the
+          routed path does: a flush first, every chunk to one worker in one open
+          downstream transaction that the last chunk commits (with the worker's
+          progress row under exactly-once), a flush after; with both off (the
+          causality mode), each chunk like a batch of its rows, committed on its own
+          (TiDB Binlog's non-atomic apply; a replay re-applies it in safe mode).
+          A relay log writes each chunk as its own record before it is applied
           (:mod:`tidb_binlog.drainer.relay`).
 
-        Loop control no longer forces whole transactions: the loop verdict is decided
-        from the mark table's rows alone before the first chunk (:meth:`_own_mark`)."""
-        s = self.settings
-        if s.txn_chunk_rows <= 0:
-            return 0
-        if s.routed:
-            return s.txn_chunk_rows
-        if s.exactly_once or s.txn_atomic:
-            return 0
-        return s.txn_chunk_rows
+        Loop control chunks as well: the loop verdict is decided from the mark table's
+        rows alone before the first chunk (:meth:`_mark_rows`)."""
+        return max(self.settings.txn_chunk_rows, 0)
 
     def translate(self, items) -> list[tuple[int, Txn | None, int]]:
         """``(commit_ts, payload)`` in commit order (possibly packed) →
@@ -476,9 +473,13 @@ class RowKeeper(SchemaAt):
                 self._chunks = _Chunks(commit_ts, chunks)
                 self._next_unrouted_chunk(out)
                 if self._chunks is not None:
+                    s = self.settings
+                    how = ("in one downstream transaction" if s.exactly_once or s.txn_atomic
+                           else "each committed on its own: exactly-once and txn-atomic "
+                                "are off")
                     log.info("transaction at commit_ts %s has more than %d row changes: "
-                             "applying it in chunks (not atomically: exactly-once is off)",
-                             commit_ts, max_rows, extra=txn_fields(commit_ts))
+                             "applying it in chunks, %s", commit_ts, max_rows, how,
+                             extra=txn_fields(commit_ts))
                 continue
             out.append((commit_ts, self._filter(txn), translator.keeper.schema_version))
         return out, self._chunks is not None or bool(queue)

@@ -12,10 +12,11 @@ It issues the flushes and owns the checkpoint (TiDB Binlog's ``drainer/syncer.go
 - :meth:`Coordinator.apply` (the causality mode): its
   :class:`~tidb_binlog.drainer.apply.dispatch.Dispatcher` splits the Txns, detects conflicts
   and emits Send/Flush/RunDDL; the Sends of one batch go out as one ``execute`` call
-  per worker. **Large transactions** (exactly-once off, ``txn-chunk-rows``): the keeper
+  per worker. **Large transactions** (``txn-chunk-rows``): the keeper
   (``RowKeeper.translate_more``) hands one over in chunks, ``(commit_ts, txn, version,
-  chunk)`` for each but the last; each chunk is dispatched like a batch of its rows
-  (conflict detection per chunk, :meth:`Dispatcher.add_chunk
+  chunk)`` for each but the last. With exactly-once off and ``txn-atomic`` off each
+  chunk is dispatched like a batch of its rows (conflict detection per chunk,
+  :meth:`Dispatcher.add_chunk
   <tidb_binlog.drainer.apply.dispatch.Dispatcher.add_chunk>`) and committed on its own,
   counted for nothing in the checkpoint; before the last chunk every worker is flushed
   and the last one is registered as the transaction, so the checkpoint passes
@@ -23,7 +24,12 @@ It issues the flushes and owns the checkpoint (TiDB Binlog's ``drainer/syncer.go
   applied chunks downstream (non-atomic, as TiDB Binlog without exactly-once) until the
   replay from the checkpoint applies the whole transaction again (idempotent where this
   mode's replays are: safe mode, merge's REPLACE; drainer README "Large transactions
-  with exactly-once off").
+  with exactly-once off"). With exactly-once (a relay log: the keeper does not route)
+  or ``txn-atomic`` the chunks are *atomic* (``Dispatcher.atomic_chunks``): a flush
+  first, every chunk to the transaction's one worker, run there without COMMIT in one
+  open downstream transaction that the last chunk commits (with the worker's progress
+  row under exactly-once), a flush after it: as the keeper-routed path does, so a crash
+  before the last chunk's COMMIT leaves nothing of the transaction downstream.
 
 **Back-pressure.** At most ``2 x workers`` worker calls are outstanding; past that it
 waits until at most ``workers`` are. **Checkpoint.** The
@@ -44,8 +50,9 @@ batch's transactions are written and fdatasync'ed to it before any of them goes 
 worker, and a relay file is removed once a *saved* checkpoint passed its last record.
 It needs the transactions themselves, so a task with a relay log runs :meth:`apply`
 (the keeper does not route: :attr:`~tidb_binlog.drainer.pipeline.settings.TaskSettings.routed`).
-A large transaction in chunks (exactly-once off) is written one record per chunk, each
-synced before that chunk goes to a worker (relay/log.py).
+A large transaction in chunks is written one record per chunk, each synced before that
+chunk goes to a worker (relay/log.py); atomic chunks are marked so (record.py field 18),
+which tells recovery that an unfinished one was never committed downstream.
 """
 
 from __future__ import annotations
@@ -186,7 +193,8 @@ class Coordinator:
         try:
             translated = unpack(translated)
             if self.relay is not None:  # durable before any worker sees a row of it
-                self.relay.append(translated)  # a chunk: that chunk, before it is applied
+                # a chunk: that chunk, before it is applied
+                self.relay.append(translated, atomic=self.dispatcher.atomic_chunks)
             for item in translated:
                 if len(item) == 4:  # a large transaction's chunk, not its last
                     self._apply_chunk(*item)
@@ -195,6 +203,12 @@ class Coordinator:
                 rows = len(txn.dmls) if txn is not None else 0
                 if self._chunked_ts:  # its last chunk
                     rows += self._end_chunks(commit_ts)
+                    if self.dispatcher.atomic_chunks:  # to the chunks' worker, committing
+                        for action in self.dispatcher.last_chunk(commit_ts, txn, version):
+                            self._perform(action)
+                        if rows:
+                            self.advancer.add_rows(commit_ts, rows)
+                        continue
                 for action in self.dispatcher.add(commit_ts, txn, version):
                     self._perform(action)
                 if rows:
@@ -219,7 +233,7 @@ class Coordinator:
                 self._perform(action)
             self._send_queued()
             self._chunked_ts, self._chunked_rows = commit_ts, 0
-        for action in self.dispatcher.add_chunk(commit_ts, txn.dmls):
+        for action in self.dispatcher.add_chunk(commit_ts, txn.dmls, chunk):
             if isinstance(action, Send):
                 self._track(self.workers.execute(action.worker, list(action.parts)),
                             _Call(None, 0))
@@ -229,13 +243,15 @@ class Coordinator:
         self.txn_chunks += 1
 
     def _end_chunks(self, commit_ts: int) -> int:
-        """Before the last chunk: wait until every chunk was applied; their rows."""
+        """Before the last chunk: wait until every chunk was applied (atomic chunks: they
+        are open on one worker, the last one follows them there); their rows."""
         if commit_ts != self._chunked_ts:
             raise ProtocolError(f"the transaction at commit_ts {self._chunked_ts} was handed "
                                 f"in chunks but the next item is at {commit_ts}, not its "
                                 "last chunk")
-        for action in self.dispatcher.end_chunks():
-            self._perform(action)
+        if not self.dispatcher.atomic_chunks:
+            for action in self.dispatcher.end_chunks():
+                self._perform(action)
         rows, self._chunked_ts, self._chunked_rows = self._chunked_rows, 0, 0
         return rows
 
@@ -307,7 +323,9 @@ class Coordinator:
             self._send_queued()
         self._collect(block=True)
         cp = self.advancer.final()
-        if self._chunked_ts:  # chunks of a transaction above it are applied downstream
+        if self._chunked_ts and not self.dispatcher.atomic_chunks:
+            # chunks of a transaction above it are applied downstream (atomic chunks are
+            # not: they were never committed, their worker rolls them back)
             cp = dataclasses.replace(cp, consistent=False)
         self.store.save(cp)
         self._relay_gc(cp)
