@@ -94,9 +94,11 @@ class SumReader(threading.Thread):
                                     "FROM bank.accounts")
                         count, total = cur.fetchone()
                         conn.commit()
-                    except pymysql.err.ProgrammingError as exc:  # not created yet
+                    except pymysql.err.MySQLError as exc:
                         conn.rollback()
-                        if exc.args[0] not in (1146, 1049):
+                        # not created yet (1146, 1049), or created after this snapshot
+                        # began (1412 "Table definition has changed")
+                        if exc.args[0] not in (1146, 1049, 1412):
                             raise
                         self.stop_event.wait(0.05)
                         continue
