@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
 from tidb_binlog.binlog_ref import DEFAULT_REF_ABOVE_BYTES
+from tidb_binlog.cpus import default_worker_count
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 from tidb_binlog.filter.rules import FilterSettings
@@ -33,7 +34,7 @@ class TaskSettings:
     """Everything the pipeline actors need, derived once from drainer.toml."""
 
     cluster_id: int
-    worker_count: int = 16
+    worker_count: int = field(default_factory=default_worker_count)  # drainer.toml's
     txn_batch: int = 20
     exactly_once: bool = True
     txn_atomic: bool = False  # [syncer] txn-atomic: each upstream txn one downstream txn
