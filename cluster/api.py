@@ -151,7 +151,8 @@ class Cluster:
 
         ``resources``: custom Ray resources only the pump's machine offers (``ray start
         --resources='{"pump-host-1": 1}'``): the pump runs there, and ``work_dir`` is a
-        path on that machine's disk. When that node dies Ray keeps the pump's restart
+        path on that machine's disk (a relative one is made absolute against this
+        driver's current directory, as everywhere here). When that node dies Ray keeps the pump's restart
         pending until a node offering the resource joins (the machine coming back), and
         the pump reopens the same data dir there: nothing it acknowledged is lost.
         Without ``resources`` the pump is pinned to this driver's node. ConfigError when
