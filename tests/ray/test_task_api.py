@@ -146,9 +146,17 @@ def test_submit_from_one_driver_supervise_from_another_and_two_tasks_side_by_sid
     sources = {"pump": "pump-0", "drainer": "orders-merger"}
     missing: list[str] = []
 
+    # ... and every gauge the mirrors set is there as ray_<its name> (counters' _total too)
+    gauges = {(name, dict(tags)["source"]) for actor in ("pump-0", "orders-merger")
+              for (name, tags) in ray.get(ray.get_actor(actor, namespace=ns)
+                                          .mirrored_metrics.remote())}
+    assert any(name.endswith("_total") for name, _ in gauges)
+
     def exported():
-        missing[:] = missing_from_export(
-            _get(f"http://127.0.0.1:{port}/metrics").decode("utf-8", "replace"), sources)
+        text = _get(f"http://127.0.0.1:{port}/metrics").decode("utf-8", "replace")
+        missing[:] = missing_from_export(text, sources) + sorted(
+            f"ray_{name}{{source={source}}}" for name, source in gauges
+            if not re.search(rf'^ray_{name}\{{[^}}]*source="{source}"', text, re.M))
         if missing:
             write(upstream, 1000 + len(polls), 1)   # keep the histograms observing
             polls.append(1)
