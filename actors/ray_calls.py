@@ -107,6 +107,24 @@ class RayCalls:
         return ray.get(getattr(actor, method).remote(*args), timeout=timeout_s)
 
     @staticmethod
+    def call_unless_stopped(actor, method: str, *args, timeout_s: float,
+                            stop: threading.Event, check_s: float):
+        """:meth:`call_within`, looking at ``stop`` every ``check_s`` seconds while it
+        waits: once set, returns None at once and leaves the call's result behind (for a
+        long poll that must not outlive its caller's close)."""
+        ref = getattr(actor, method).remote(*args)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            ready, _ = ray.wait([ref], timeout=max(min(left, check_s), 0.0))
+            if ready:
+                return ray.get(ref)
+            if stop.is_set():
+                return None
+            if left <= 0:
+                raise GetTimeoutError(f"{method} not answered within {timeout_s} s")
+
+    @staticmethod
     def ready(ref) -> bool:
         done, _ = ray.wait([ref], timeout=0)
         return bool(done)

@@ -51,6 +51,7 @@ from tidb_binlog.drainer.pipeline.names import (
     check_task_name,
     pump_actor_name,
 )
+from tidb_binlog.drainer.pipeline.settings import check_worker_count_update, sink_of_db_type
 from tidb_binlog.drainer.pipeline.task_status import (
     PAUSED,
     RESTARTING,
@@ -151,7 +152,8 @@ class Cluster:
 
         ``resources``: custom Ray resources only the pump's machine offers (``ray start
         --resources='{"pump-host-1": 1}'``): the pump runs there, and ``work_dir`` is a
-        path on that machine's disk. When that node dies Ray keeps the pump's restart
+        path on that machine's disk (a relative one is made absolute against this
+        driver's current directory, as everywhere here). When that node dies Ray keeps the pump's restart
         pending until a node offering the resource joins (the machine coming back), and
         the pump reopens the same data dir there: nothing it acknowledged is lost.
         Without ``resources`` the pump is pinned to this driver's node. ConfigError when
@@ -336,18 +338,15 @@ class ReplicationTask:
 
     def update(self, *, worker_count: int, timeout: float = STOP_TIMEOUT_S) -> TaskStatus:
         """Change the number of SQL workers: stop with the final checkpoint, start again
-        with ``worker_count``. Safe in exactly-once mode: the start reconciles the
+        with ``worker_count``. Only a MySQL/TiDB task has SQL workers: on a file or
+        Parquet task it is a ConfigError and nothing changes. Safe in exactly-once mode: the start reconciles the
         workers' progress rows with the new count (rows of the old layout are dropped
         and the new workers run in safe mode up to the highest old progress, so nothing
         is applied twice in effect and nothing is skipped)."""
-        if worker_count < 1:
-            raise ConfigError(f"worker_count must be at least 1, got {worker_count}",
-                              key="syncer.worker-count")
+        check_worker_count_update(self.name, "mysql", worker_count)
         rec = self._record(timeout)
         cfg = rec["cfg"]
-        if _sink_kind(cfg) != "mysql":
-            raise ConfigError(f"a {cfg.syncer.db_type} sink has no SQL workers to change",
-                              key="syncer.worker-count")
+        check_worker_count_update(self.name, cfg.syncer.db_type, worker_count)
         was_running = rec["state"] not in (PAUSED, STOPPED)
         if was_running:
             self._end(PAUSED, NODE_PAUSED, timeout)
@@ -438,7 +437,7 @@ def _start(cluster: Cluster, name: str, cfg: DrainerConfig, timeout: float,
 
 def _sink_kind(cfg: DrainerConfig) -> str:
     """``TaskSettings.sink`` of a config's ``db-type`` (tidb writes through mysql)."""
-    return cfg.syncer.db_type if cfg.syncer.db_type in ("file", "parquet") else "mysql"
+    return sink_of_db_type(cfg.syncer.db_type)
 
 
 def _load_config(config, *, to, filters, worker_count, initial_commit_ts,

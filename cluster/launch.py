@@ -68,7 +68,7 @@ class LocalCluster:
     def __init__(self, work_dir: str | os.PathLike, *, pumps: int = 2,
                  upstream_params: dict | None = None, namespace: str = DEFAULT_NAMESPACE,
                  pump_options: PumpOptions = PumpOptions(), detached: bool = False):
-        self.work_dir = Path(work_dir)
+        self.work_dir = Path(work_dir).absolute()  # the actors' cwd is not the driver's
         self.pump_count = pumps
         self.upstream_params = dict(upstream_params or {})
         self.namespace = namespace

@@ -28,11 +28,12 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 
 from actors.ray_calls import GetTimeoutError, RayActorError, RayCalls, RayError, RayTaskError
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
 from tidb_binlog.errors import BinlogError, UnavailableError
-from tidb_binlog.node import NodeStatus
+from tidb_binlog.node import WATCH_STOP_CHECK_S, NodeStatus
 from tidb_binlog.registry import DEFAULT_ALIVE_TIMEOUT_S, RegistryState
 
 __all__ = [
@@ -141,10 +142,15 @@ class RayRegistryClient:
         return (RayRegistryClient, (self.actor,),
                 {"_call_timeout_s": self._call_timeout_s, "namespace": self.namespace})
 
-    def _call(self, method: str, *args, extra_timeout_s: float = 0.0):
+    def _call(self, method: str, *args, extra_timeout_s: float = 0.0,
+              stop: threading.Event | None = None):
+        timeout_s = self._call_timeout_s + extra_timeout_s
         try:
-            return RayCalls.call_within(self.actor, method, *args,
-                                        timeout_s=self._call_timeout_s + extra_timeout_s)
+            if stop is not None:
+                return RayCalls.call_unless_stopped(self.actor, method, *args,
+                                                    timeout_s=timeout_s, stop=stop,
+                                                    check_s=WATCH_STOP_CHECK_S)
+            return RayCalls.call_within(self.actor, method, *args, timeout_s=timeout_s)
         except RayTaskError as exc:
             if isinstance(exc.cause, BinlogError):
                 raise exc.cause from exc  # the registry refused (StateError, TSOError, ...)
@@ -172,9 +178,10 @@ class RayRegistryClient:
     def node(self, kind: str, node_id: str) -> NodeStatus | None:
         return self._call("node", kind, node_id)
 
-    def watch(self, kind: str, since_revision: int,
-              timeout_s: float) -> tuple[int, list[NodeStatus]]:
-        return self._call("watch", kind, since_revision, timeout_s, extra_timeout_s=timeout_s)
+    def watch(self, kind: str, since_revision: int, timeout_s: float,
+              stop: threading.Event | None = None) -> tuple[int, list[NodeStatus]] | None:
+        return self._call("watch", kind, since_revision, timeout_s, extra_timeout_s=timeout_s,
+                          stop=stop)
 
     def kv_get(self, key: str) -> str | None:
         return self._call("kv_get", key)

@@ -12,6 +12,7 @@ Prewrite binlogs; a drainer merges every pump that is not ``offline``.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
@@ -28,6 +29,7 @@ __all__ = [
     "RegistryClient",
     "TxnStatus",
     "TxnStatusResolver",
+    "WATCH_STOP_CHECK_S",
 ]
 
 ONLINE = "online"
@@ -36,6 +38,9 @@ PAUSED = "paused"
 CLOSING = "closing"
 OFFLINE = "offline"
 STATES = (ONLINE, PAUSING, PAUSED, CLOSING, OFFLINE)
+
+WATCH_STOP_CHECK_S = 0.1
+"""How often a long-polling ``RegistryClient.watch`` looks at its ``stop`` event."""
 
 PUMP = "pumps"
 DRAINER = "drainers"
@@ -102,9 +107,12 @@ class RegistryClient(Protocol):
 
     def node(self, kind: str, node_id: str) -> NodeStatus | None: ...
 
-    def watch(self, kind: str, since_revision: int, timeout_s: float) -> tuple[int, list[NodeStatus]]:
+    def watch(self, kind: str, since_revision: int, timeout_s: float,
+              stop: threading.Event | None = None) -> tuple[int, list[NodeStatus]] | None:
         """Block until the ``kind`` records change after ``since_revision`` (or the
-        timeout passes); return the new revision and the current records."""
+        timeout passes); return the new revision and the current records. Once
+        ``stop`` is set (looked at every :data:`WATCH_STOP_CHECK_S` at least) it returns
+        None at once, so a closing watcher never stays inside a registry call."""
         ...
 
 

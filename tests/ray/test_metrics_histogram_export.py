@@ -1,5 +1,6 @@
 """A Prometheus histogram mirrored into Ray (actors/ray_calls.mirror_metrics) reaches Ray's
-Prometheus export under its own name with the same buckets and counts, so Grafana's
+Prometheus export as ``ray_<its name>`` (Ray's prefix: the name cluster/monitoring's
+Ray-export rules and dashboard use) with the same buckets and counts, so Grafana's
 histogram_quantile gives p90/p99 from Ray's export."""
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def test_a_mirrored_histogram_has_its_buckets_in_rays_export(ray_local):
     actor = RayCalls.start_actor(HistogramSource, options={"num_cpus": 0})
     try:
         port = ray._private.worker._global_node.metrics_export_port  # private: test only
-        pattern = re.compile(rf'^(?:ray_)?{NAME}_bucket\{{([^}}]*)\}} (\S+)$', re.M)
+        pattern = re.compile(rf'^ray_{NAME}_bucket\{{([^}}]*)\}} (\S+)$', re.M)
         deadline = time.monotonic() + 120
         buckets: dict[float, float] = {}
         while time.monotonic() < deadline:
@@ -65,7 +66,8 @@ def test_a_mirrored_histogram_has_its_buckets_in_rays_export(ray_local):
                 break
             time.sleep(1)
         assert ray.get(actor.observed.remote())  # the mirror observed in the actor
-        assert buckets, f"no {NAME}_bucket series in Ray's export on port {port}"
+        assert buckets, f"no ray_{NAME}_bucket series in Ray's export on port {port}"
+        assert re.search(rf"^{NAME}_bucket", text, re.M) is None  # never without the prefix
         # Prometheus's le-cumulative counts of VALUES: le=0.01: 2, 0.1: 4, 1.0: 5, +Inf: 6
         assert [buckets[b] for b in (*BOUNDS, float("inf"))] == [2, 4, 5, 6]
     finally:

@@ -1,12 +1,19 @@
 """The task API (cluster/api.py) on a real local Ray: a task submitted from one driver
 (a subprocess that exits) is found from another (this test process) by name, observed
 and controlled (status, lag, checkpoint, pause, resume, update, stop, remove), and two
-tasks to two downstreams run side by side. Its actors carry the dashboard names."""
+tasks to two downstreams run side by side (the second with filters, a password and a
+status that shows neither the password nor the filtered schema's rows). Its actors carry
+the dashboard names, and every metric the Ray-export alert rules
+(cluster/monitoring/binlog.ray.rules.yml) use is in Ray's Prometheus export under the
+name they use. README.md's Python API example runs as written."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,9 +21,11 @@ import time
 import urllib.request
 
 import pytest
-from drainer_helpers import rows, shop_stack, wait_until, write
+import yaml
+from drainer_helpers import query, rows, shop_stack, wait_until, write
 
 from cluster.api import connect
+from cluster.drainer import Drainer
 from tidb_binlog.errors import ConfigError, UnavailableError
 
 pytestmark = [pytest.mark.timeout(600)]
@@ -42,6 +51,31 @@ def _get(url: str) -> bytes:
             return resp.read()
     except OSError:
         return b""
+
+
+RAY_RULES = os.path.join(REPO, "cluster", "monitoring", "binlog.ray.rules.yml")
+
+
+def ray_rule_series() -> set[tuple[str, str]]:
+    """``(series name, label matcher or "")`` of every selector in the Ray-export rules."""
+    with open(RAY_RULES) as f:
+        doc = yaml.safe_load(f)
+    exprs = [r["expr"] for g in doc["groups"] for r in g["rules"]]
+    return {(m.group(1), m.group(2) or "") for e in exprs
+            for m in re.finditer(r"\b(ray_binlog_[a-z0-9_]+)(?:\{([^}]*)\})?", e)}
+
+
+def missing_from_export(text: str, sources: dict[str, str]) -> list[str]:
+    """The rules' selectors with no series in Ray's export ``text`` from the actor
+    ``sources[pump|drainer]`` (each selector's label matchers must hold too)."""
+    missing = []
+    for name, matcher in sorted(ray_rule_series()):
+        source = sources["pump" if name.startswith("ray_binlog_pump_") else "drainer"]
+        needed = [f'source="{source}"', *(m.strip() for m in matcher.split(",") if m)]
+        if not any(all(n in line for n in needed) for line in text.splitlines()
+                   if line.startswith(name + "{")):
+            missing.append(f"{name}{{{', '.join(needed)}}}")
+    return missing
 
 
 def submit_from_another_driver(ray, namespace: str, name: str, keys: dict) -> None:
@@ -106,9 +140,34 @@ def test_submit_from_one_driver_supervise_from_another_and_two_tasks_side_by_sid
                                   mirrored("orders-merger", "binlog_drainer_")),
                       what="the SQL workers' metrics merged in")
     # ... and read back where Grafana reads them: Ray's Prometheus export on this node
+    # Every series the Ray-export alert rules select is there under the rules' name
+    # (ray_binlog_*, tagged source=<actor>), with the rules' label matchers.
     port = ray._private.worker._global_node.metrics_export_port  # private: test only
-    wait_until(lambda: b"binlog_pump_" in _get(f"http://127.0.0.1:{port}/metrics"),
-               timeout_s=90, what="pump metrics in Ray's Prometheus export")
+    sources = {"pump": "pump-0", "drainer": "orders-merger"}
+    missing: list[str] = []
+
+    # ... and every gauge the mirrors set is there as ray_<its name> (counters' _total too)
+    gauges = {(name, dict(tags)["source"]) for actor in ("pump-0", "orders-merger")
+              for (name, tags) in ray.get(ray.get_actor(actor, namespace=ns)
+                                          .mirrored_metrics.remote())}
+    assert any(name.endswith("_total") for name, _ in gauges)
+
+    def exported():
+        text = _get(f"http://127.0.0.1:{port}/metrics").decode("utf-8", "replace")
+        missing[:] = missing_from_export(text, sources) + sorted(
+            f"ray_{name}{{source={source}}}" for name, source in gauges
+            if not re.search(rf'^ray_{name}\{{[^}}]*source="{source}"', text, re.M))
+        if missing:
+            write(upstream, 1000 + len(polls), 1)   # keep the histograms observing
+            polls.append(1)
+        return not missing
+
+    polls: list[int] = []
+    assert len(ray_rule_series()) >= 6
+    try:
+        wait_until(exported, timeout_s=150, what="the alert rules' series in Ray's export")
+    except AssertionError:
+        raise AssertionError(f"not in Ray's Prometheus export: {missing}") from None
 
     # Ray restarts a killed actor of the task from its settings alone (its creator is
     # gone): the coordinator finds its workers by name, the merger resets the pipeline.
@@ -156,16 +215,33 @@ def test_submit_from_one_driver_supervise_from_another_and_two_tasks_side_by_sid
     task.wait_synced(timeout=120)
     assert rows(down_db, "shop.t") == rows(up_db, "shop.t")
 
-    # a second task to a second downstream, side by side
+    # a second task to a second downstream, side by side: through a user with a
+    # password, and filters= leaving out the schema "noise"
     down2 = mariadb_factory("down2")
+    secret = "pw-Secr3t-4711"
+    query(down2, f"CREATE USER 'copier'@'127.0.0.1' IDENTIFIED BY '{secret}'")
+    query(down2, "GRANT ALL ON *.* TO 'copier'@'127.0.0.1'")
+    keys = {**task_keys(down2), "syncer.to.user": "copier", "syncer.to.password": secret}
     with pytest.raises(ConfigError, match="exists"):
-        api.submit("orders", task_keys(down2))
-    other = api.submit("copy", task_keys(down2), worker_count=3)
+        api.submit("orders", keys)
+    other = api.submit("copy", keys, worker_count=3, filters={
+        "ignore-schemas": "INFORMATION_SCHEMA,PERFORMANCE_SCHEMA,mysql,noise"})
     assert sorted(t.name for t in api.tasks()) == ["copy", "orders"]
+    upstream.ddl("CREATE DATABASE noise")
+    upstream.ddl("CREATE TABLE noise.n (id INT PRIMARY KEY)")
+    with upstream.session("noise") as s, s.begin() as txn:
+        txn.insert("n", [{"id": 1}])
     write(upstream, 10, 5)
-    other.wait_synced(timeout=120)
+    st = other.wait_synced(timeout=120)
     task.wait_synced(timeout=120)
     assert rows(down2, "shop.t") == rows(up_db, "shop.t") == rows(down_db, "shop.t")
+    assert rows(down_db, "noise.n") == ((1,),)            # "orders" has no filter
+    assert query(down2, "SHOW DATABASES LIKE 'noise'") == ()
+    # no password in the typed status nor on the drainer's HTTP /status
+    assert secret not in repr(st) and secret not in repr(dataclasses.asdict(st))
+    status_addr = Drainer.attach("copy", ns, 30).status_addr
+    body = _get(f"http://{status_addr}/status")
+    assert b"PumpPos" in body and secret.encode() not in body
 
     # fewer workers: stop with the final checkpoint, restart with the new count
     assert other.update(worker_count=1).worker_count == 1
@@ -180,3 +256,52 @@ def test_submit_from_one_driver_supervise_from_another_and_two_tasks_side_by_sid
     assert api.tasks() == []
     with pytest.raises(UnavailableError, match="no replication task named 'orders'"):
         api.task("orders")
+
+
+def readme_python_api_block() -> str:
+    """README.md's first Python block under "### Python API"."""
+    with open(os.path.join(REPO, "README.md")) as f:
+        text = f.read()
+    start = text.index("```python", text.index("### Python API")) + len("```python")
+    return text[start:text.index("```", start)]
+
+
+def test_readme_python_api_example_runs_as_written(ray_local, tmp_path, free_port):
+    """The block runs as a new user runs it (``python example.py`` in a directory with
+    ``config/``), as its own driver that exits, joined to this session's Ray through
+    ``$RAY_ADDRESS`` (the README's ``address=None`` honours it) in a namespace of its
+    own. It must print the synced status and the replicated rows and end cleanly: no
+    traceback and no crash report from Ray's core worker at exit (the pump client it
+    used is closed before Ray shuts down)."""
+    ray = ray_local
+    block = readme_python_api_block()
+    namespace = f"readme-{os.getpid()}"
+    assert block.count('namespace="tidb-binlog"') == 1
+    (tmp_path / "example.py").write_text(
+        block.replace('namespace="tidb-binlog"', f"namespace={namespace!r}"))
+    shutil.copytree(os.path.join(REPO, "config"), tmp_path / "config")
+    toml = tmp_path / "config" / "drainer.toml"
+    text = toml.read_text()
+    assert text.count('addr = "127.0.0.1:8249"') == 1  # a free port: tests run side by side
+    toml.write_text(text.replace('addr = "127.0.0.1:8249"', f'addr = "127.0.0.1:{free_port()}"'))
+    env = {**os.environ, "PYTHONPATH": REPO,
+           "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    try:
+        proc = subprocess.Popen([sys.executable, "example.py"], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err[-4000:]
+        assert "TaskStatus(name='shop-copy', state='running'" in out, out
+        assert "((1, 'a'), (2, 'c'))" in out, out
+        # the driver's own core log (where Ray's C++ side reports a crash at exit)
+        session = ray._private.worker._global_node.get_session_dir_path()  # private: test only
+        logs = glob.glob(os.path.join(session, "logs", f"python-core-driver-*_{proc.pid}.log"))
+        assert logs, "the example driver's core log is missing"
+        for text in [err, *(open(p, errors="replace").read() for p in logs)]:
+            for crash in ("Traceback", "*** SIG", "Check failed", " F ", "FATAL"):
+                assert crash not in text, text[-4000:]
+        assert (tmp_path / "work" / "pump-0").is_dir()   # relative dirs: the driver's cwd
+    finally:  # the registry and the pump are detached: they outlive the example's driver
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"] == namespace:
+                ray.kill(ray.get_actor(actor["name"], namespace=namespace))

@@ -18,6 +18,7 @@ from tidb_binlog.config import (
     parse_go_duration,
     split_registry,
 )
+from tidb_binlog.cpus import default_worker_count
 from tidb_binlog.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,7 +82,7 @@ DRAINER_DEFAULTS = [
     ("cache_binlog_count", 8),
     ("syncer.sql_mode", None),
     ("syncer.txn_batch", 20),
-    ("syncer.worker_count", 16),
+    ("syncer.worker_count", default_worker_count()),
     ("syncer.enable_dispatch", True),
     ("syncer.enable_detect", True),
     ("syncer.safe_mode", False),
@@ -358,7 +359,7 @@ def test_unknown_and_bad_overrides(tmp_path):
 def test_enable_disable_pairs(tmp_path, file_text, overrides, expected):
     cfg = load_drainer_config(write(tmp_path, file_text), overrides, env={})
     assert cfg.syncer.enable_dispatch is expected
-    assert cfg.syncer.worker_count == (16 if expected else 1)
+    assert cfg.syncer.worker_count == (default_worker_count() if expected else 1)
 
 
 def test_detect_pair(tmp_path):

@@ -1,4 +1,5 @@
-"""The README's codec example runs as written (a README that lies is a defect)."""
+"""The README's codec example runs as written (a README that lies is a defect). Its
+Python API example needs MariaDB and Ray: tests/ray/test_task_api.py runs that one."""
 
 from __future__ import annotations
 

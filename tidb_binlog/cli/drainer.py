@@ -88,7 +88,8 @@ def register(sub) -> None:
                    help="start ts when no checkpoint exists (-1 = now)")
     p.add_argument("--detect-interval", type=float, help="seconds between pump discovery rounds")
     p.add_argument("-c", "--worker-count", dest="worker_count", type=int,
-                   help="SQL workers (syncer.worker-count)")
+                   help="SQL workers (syncer.worker-count; default: this machine's CPUs, "
+                        "1 to 16)")
     p.add_argument("--txn-batch", type=int, help="DMLs per downstream transaction")
     p.add_argument("--safe-mode", action="store_const", const=True, default=None,
                    help="REPLACE / DELETE+REPLACE instead of INSERT / UPDATE")

@@ -43,6 +43,7 @@ from tidb_binlog.config._kinds import (
     _str_map_kind,
 )
 from tidb_binlog.config._toml import _load, _to_toml
+from tidb_binlog.cpus import default_worker_count
 from tidb_binlog.errors import ConfigError
 from tidb_binlog.filter.rules import config_problems
 
@@ -170,7 +171,8 @@ class SyncerConfig:
 
     sql_mode: str | None = _opt("sql-mode", _STR, None)
     txn_batch: int = _opt("txn-batch", _int_kind(1), 20)
-    worker_count: int = _opt("worker-count", _int_kind(1), 16)
+    # TiDB Binlog's 16, but never more than this machine's CPUs (tidb_binlog/cpus.py)
+    worker_count: int = _opt("worker-count", _int_kind(1), default_worker_count())
     enable_dispatch: bool = _opt("enable-dispatch", _BOOL, True, inverse="disable-dispatch")
     enable_detect: bool = _opt("enable-detect", _BOOL, True, inverse="disable-detect")
     safe_mode: bool = _opt("safe-mode", _BOOL, False)

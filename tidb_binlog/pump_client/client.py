@@ -81,11 +81,13 @@ Bounded waits
 
 from __future__ import annotations
 
+import atexit
 import io
 import logging
 import random
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -256,6 +258,7 @@ class PumpClient:
             self._spawn("pump-client-watch", self._watch_loop, registry, revision,
                         watch_timeout_s)
         self._spawn("pump-client-probe", self._probe_loop, probe_interval_s)
+        _close_at_exit(self)
 
     # -- public API --------------------------------------------------------------
 
@@ -484,8 +487,11 @@ class PumpClient:
            retries and the prober to finish; if gRPC or a thread still has not, raises
            :class:`PumpClientTimeout` naming the pumps (the threads are daemons).
 
-        The watcher thread is not waited for: it ends when its long poll returns.
-        Must not be called on gRPC's callback thread.
+        The registry watcher ends as well (its long poll gives up when the client
+        closes), so once close() returns no thread of the client calls the registry. A
+        client never closed is closed when the interpreter exits (before Ray shuts
+        down, on Ray). Must not be called on gRPC's callback thread. Closing twice is
+        harmless.
         """
         try:
             self.flush(timeout_s)
@@ -496,11 +502,13 @@ class PumpClient:
         self._closed.set()
         self._executor.shutdown(wait=False)  # queued retries still run: they give up at once
         self._drop_channels()
+        _OPEN_CLIENTS.discard(self)
         deadline = time.monotonic() + self.rpc_timeout_s + COMPLETION_GRACE_S
         for t in self._threads:
-            if t.name != "pump-client-watch":
+            if t is not threading.current_thread():
                 t.join(max(deadline - time.monotonic(), 0.0))
-        stuck = [t.name for t in self._threads if t.name != "pump-client-watch" and t.is_alive()]
+        stuck = [t.name for t in self._threads
+                 if t is not threading.current_thread() and t.is_alive()]
         try:
             self.flush(max(deadline - time.monotonic(), 0.0))
         except PumpClientTimeout as exc:
@@ -731,13 +739,21 @@ class PumpClient:
         self._threads.append(t)
 
     def _watch_loop(self, registry: RegistryClient, revision: int, timeout_s: float) -> None:
+        # the long poll returns None soon after close() sets _closed: the thread never
+        # outlives close() inside a registry call (on Ray, a call that runs while the
+        # interpreter exits and Ray's core worker shuts down is reported as a crash)
         while not self._closed.is_set():
             try:
-                revision, records = registry.watch(PUMP, revision, timeout_s)
+                got = registry.watch(PUMP, revision, timeout_s, stop=self._closed)
             except Exception as exc:  # noqa: BLE001 - the registry may restart; keep following
+                if self._closed.is_set():
+                    return
                 log.warning("watching the registry failed, retrying in 1 s: %s", exc)
                 self._closed.wait(1.0)
                 continue
+            if got is None:
+                return
+            revision, records = got
             self._apply(records, complete=True)
 
     def _probe_loop(self, interval_s: float) -> None:
@@ -746,6 +762,35 @@ class PumpClient:
                 self.probe_now()
             except Exception:  # noqa: BLE001 - logged; the next round tries again
                 log.exception("probing unavailable pumps failed")
+
+
+_OPEN_CLIENTS: weakref.WeakSet[PumpClient] = weakref.WeakSet()
+_exit_hook_lock = threading.Lock()
+_exit_hook_registered = False
+
+
+def _close_at_exit(client: PumpClient) -> None:
+    """Close ``client`` when the interpreter exits if it is still open then.
+
+    The hook is registered with the first client, so on Ray (imported before any
+    client is made: the registry client is a Ray one) it runs before Ray's own exit
+    hook, which shuts down the core worker: the watcher's long poll to the registry
+    ends first, and the Commit binlogs still in flight get close()'s flush.
+    """
+    global _exit_hook_registered
+    _OPEN_CLIENTS.add(client)
+    with _exit_hook_lock:
+        if not _exit_hook_registered:
+            atexit.register(_close_open_clients)
+            _exit_hook_registered = True
+
+
+def _close_open_clients() -> None:
+    for client in list(_OPEN_CLIENTS):
+        try:
+            client.close()
+        except Exception as exc:  # noqa: BLE001 - at exit: say so, close the others
+            log.warning("closing a pump client left open at interpreter exit: %s", exc)
 
 
 class _BatchSide:

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from tidb_binlog.node import NodeStatus
+from tidb_binlog.node import WATCH_STOP_CHECK_S, NodeStatus
 from tidb_binlog.registry import DEFAULT_ALIVE_TIMEOUT_S, RegistryState
 
 __all__ = ["InMemoryRegistry"]
@@ -59,18 +59,22 @@ class InMemoryRegistry:
         with self._changed:
             return self._state.node(kind, node_id)
 
-    def watch(self, kind: str, since_revision: int,
-              timeout_s: float) -> tuple[int, list[NodeStatus]]:
+    def watch(self, kind: str, since_revision: int, timeout_s: float,
+              stop: threading.Event | None = None) -> tuple[int, list[NodeStatus]] | None:
         """Wait until a ``kind`` record changes after ``since_revision`` or the timeout
-        passes; return the current revision and every current ``kind`` record."""
+        passes; return the current revision and every current ``kind`` record (None
+        once ``stop`` is set)."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
         with self._changed:
             while True:
+                if stop is not None and stop.is_set():
+                    return None
                 revision, changed = self._state.changes_since(kind, since_revision)
                 remaining = deadline - time.monotonic()
                 if changed or remaining <= 0:
                     return revision, self._state.nodes(kind)
-                self._changed.wait(remaining)
+                self._changed.wait(remaining if stop is None
+                                   else min(remaining, WATCH_STOP_CHECK_S))
 
     def kv_get(self, key: str) -> str | None:
         with self._changed:

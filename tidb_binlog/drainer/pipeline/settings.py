@@ -18,14 +18,35 @@ from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
 from tidb_binlog.binlog_ref import DEFAULT_REF_ABOVE_BYTES
+from tidb_binlog.cpus import default_worker_count
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
+from tidb_binlog.errors import ConfigError
 from tidb_binlog.filter.rules import FilterSettings
 
-__all__ = ["TaskSettings", "SINKS"]
+__all__ = ["TaskSettings", "SINKS", "sink_of_db_type", "check_worker_count_update"]
 
 SINKS = ("mysql", "file", "parquet")
 """The sink kinds a task can write to (``[syncer] db-type`` tidb is ``mysql`` here)."""
+
+
+def sink_of_db_type(db_type: str) -> str:
+    """``TaskSettings.sink`` of a ``[syncer] db-type`` (tidb writes through mysql)."""
+    return db_type if db_type in ("file", "parquet") else "mysql"
+
+
+def check_worker_count_update(task: str, db_type: str, worker_count) -> None:
+    """ConfigError unless ``ReplicationTask.update(worker_count=...)`` can change the SQL
+    workers of task ``task`` writing to ``db_type``: a whole number of at least 1, and a
+    MySQL/TiDB sink (a file or Parquet task has one writer, no SQL workers)."""
+    if isinstance(worker_count, bool) or not isinstance(worker_count, int) or worker_count < 1:
+        raise ConfigError(f"task {task!r}: worker_count must be a whole number of at least 1, "
+                          f"got {worker_count!r}", key="syncer.worker-count")
+    if sink_of_db_type(db_type) != "mysql":
+        raise ConfigError(
+            f"task {task!r} writes to a {db_type} sink, which has one writer and no SQL "
+            "workers: update(worker_count=...) applies to db-type mysql/tidb tasks only "
+            "(nothing was changed; the task runs on as it was)", key="syncer.worker-count")
 
 
 @dataclass(frozen=True)
@@ -33,7 +54,7 @@ class TaskSettings:
     """Everything the pipeline actors need, derived once from drainer.toml."""
 
     cluster_id: int
-    worker_count: int = 16
+    worker_count: int = field(default_factory=default_worker_count)  # drainer.toml's
     txn_batch: int = 20
     exactly_once: bool = True
     txn_atomic: bool = False  # [syncer] txn-atomic: each upstream txn one downstream txn
