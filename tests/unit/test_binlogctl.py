@@ -298,6 +298,10 @@ def test_drainer_config_decrypts_encrypted_password(tmp_path):
     # without the checkpoint's own, it inherits the downstream's decrypted password
     path.write_text(f'[syncer.to]\nencrypted_password = "{to_pw}"\n')
     assert load_drainer_config(path, env=env).syncer.to.checkpoint.password == "down-pw"
+    # TiDB's format has no MAC: a wrong key is seen only when the bytes are not UTF-8, which
+    # a 7-byte password passes about once in 128 tries; 48 random bytes never do.
+    long_pw = encrypt("p" * 48, key=bytes.fromhex(key_hex))
+    path.write_text(f'[syncer.to]\nencrypted_password = "{long_pw}"\n')
     with pytest.raises(ConfigError, match="made with another key") as info:
         load_drainer_config(path, env={})
     assert info.value.key == "syncer.to.encrypted_password" and str(path) in str(info.value)
