@@ -18,10 +18,10 @@ from tidb_binlog.binlogfile import (
     binlog_name,
     binlog_names,
     encode_record,
+    framing,
     parse_binlog_name,
     walk,
 )
-from tidb_binlog.binlogfile import framing
 from tidb_binlog.binlogfile.files import BadBinlogName, is_contiguous
 from tidb_binlog.errors import CorruptRecord, StorageError
 

@@ -62,6 +62,7 @@ class ReparoResult:
     applied_txns: int = 0       # transactions printed or applied
     rows: int = 0               # row changes printed or applied
     ddls: int = 0
+    large_records: int = 0      # records of large-record-bytes or more, read in place
     first_ts: int = 0           # commit_ts of the first / last record printed or applied
     last_ts: int = 0
     corruptions: list[tuple[str, int, str]] = field(default_factory=list)
@@ -111,6 +112,7 @@ def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None) -
                                  skip_corrupt=cfg.skip_corrupt, picked=picked,
                                  large_record_bytes=cfg.large_record_bytes):
             result.records += 1
+            result.large_records += isinstance(b, LargeRecord)
             if isinstance(b, LargeRecord) and b.tp == pb.DML:
                 if applier is None:
                     done = _print_large(b, filt, emit)
@@ -220,6 +222,9 @@ def summary_lines(result: ReparoResult) -> list[str]:
              f"{result.applied_txns} transaction(s) ({result.rows} row change(s), "
              f"{result.ddls} DDL(s)); {result.filtered} filtered out; "
              f"{result.seconds:.1f} s"]
+    if result.large_records:
+        lines.append(f"reparo: {result.large_records} large record(s) read in place and "
+                     "applied in chunks")
     if result.applied_txns:
         lines.append(f"reparo: commit_ts {_ts_text(result.first_ts)} .. "
                      f"{_ts_text(result.last_ts)}")
