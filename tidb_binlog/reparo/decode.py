@@ -31,6 +31,11 @@ binary families (BINARY, VARBINARY, BLOBs, GEOMETRY) and for text that is not UT
 TIMESTAMP text is in the zone the drainer wrote it in (``[syncer.to.params] time_zone``,
 default UTC): the applying session must use the same zone.
 
+**Large records** (:class:`LargeRecord`): a record of hundreds of MB is read in place from
+a :class:`~tidb_binlog.binlog_ref.ByteSource` through a bounded window
+(:mod:`tidb_binlog.drainer.translate.pb_wire`), its events checked first, then its DMLs
+handed out one at a time or in chunks; the same DMLs and errors as the whole decode.
+
 Malformed bytes raise :class:`~tidb_binlog.errors.ProtocolError` (not a pb Binlog, an
 unknown event type, an update column without its new value) or
 :class:`~tidb_binlog.errors.CodecError` (a value that is not a datum), naming the
