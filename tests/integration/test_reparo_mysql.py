@@ -15,6 +15,7 @@ from tidb_binlog.config.reparo import load_reparo_config
 from tidb_binlog.drainer.translate.pb import ddl_record
 from tidb_binlog.errors import DownstreamError, SchemaError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
+from tidb_binlog.reparo import apply as reparo_apply
 from tidb_binlog.reparo.runner import run_reparo
 
 
@@ -134,10 +135,12 @@ def test_cli_unreachable_destination(tmp_path, free_port):
     assert "hunter2" not in proc.stderr + proc.stdout
 
 
-def test_large_transactions_apply_in_chunks_as_whole_ones(mariadb, tmp_path):
+def test_large_transactions_apply_in_chunks_as_whole_ones(mariadb, tmp_path, monkeypatch):
     """Records of large-record-bytes or more are read in place and applied in chunks of
-    txn-batch x worker-count rows (here 12): the downstream ends up as with the whole
-    read, and a rerun without safe mode names the commit_ts below which all is applied."""
+    txn-batch x worker-count rows (here 12), the causality window flushed every 500 keys:
+    the downstream ends up as with the whole read, and a rerun without safe mode names
+    the commit_ts below which all is applied."""
+    monkeypatch.setattr(reparo_apply, "MAX_WINDOW_KEYS", 500)
     db = "reparo_it_c"
     n = 3000
     records = [ddl_record(5, "", f"CREATE DATABASE `{db}`"),

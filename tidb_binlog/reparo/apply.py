@@ -12,7 +12,9 @@ data (as TiDB's reparo). Workers run in threads: the time is spent waiting on My
 **Large transactions** (:meth:`MysqlApplier.add_chunks`, a record read in place): the
 rows come in chunks and each chunk goes to the workers as it comes (the drainer's
 :meth:`~tidb_binlog.drainer.apply.dispatch.Dispatcher.add_chunk`: conflicts flushed, nothing
-counted for :attr:`applied_ts`); before the last chunk every earlier one is committed,
+counted for :attr:`applied_ts`; the causality window, which holds every key since the
+last flush, is flushed and emptied every :data:`MAX_WINDOW_KEYS` keys, so it does not grow
+with the transaction); before the last chunk every earlier one is committed,
 and the last is added as a transaction of its own, so :attr:`applied_ts` passes the
 transaction only when all of it is committed. Downstream transactions are still of
 ``txn-batch`` row changes each, as for any transaction: reparo never applied an upstream
@@ -52,6 +54,11 @@ __all__ = ["MysqlApplier", "TableShape", "read_table_schema"]
 log = logging.getLogger(__name__)
 
 _MAX_IN_FLIGHT_PER_WORKER = 4  # batches queued per worker before the reader waits
+# The causality window (every key of the rows since the last flush, ~100 bytes each) is
+# flushed and emptied once it holds this many keys while a large transaction's chunks
+# go out: else it grows with the transaction (a flush waits for the workers, once per
+# ~64k rows).
+MAX_WINDOW_KEYS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,9 @@ class MysqlApplier:
                 dmls = tuple(self._with_schema(d, commit_ts) for d in cur)
                 for action in self._dispatcher.add_chunk(commit_ts, dmls):
                     self._run(action, counted=False)
+                if self._dispatcher.window_keys >= MAX_WINDOW_KEYS:
+                    for action in self._dispatcher.end_chunks():  # a flush; the window empties
+                        self._run(action, counted=False)
                 self._reap(block=len(self._in_flight)
                            >= _MAX_IN_FLIGHT_PER_WORKER * self.worker_count)
                 cur, nxt = nxt, next(it, None)
