@@ -223,8 +223,8 @@ def summary_lines(result: ReparoResult) -> list[str]:
              f"{result.ddls} DDL(s)); {result.filtered} filtered out; "
              f"{result.seconds:.1f} s"]
     if result.large_records:
-        lines.append(f"reparo: {result.large_records} large record(s) read in place and "
-                     "applied in chunks")
+        lines.append(f"reparo: {result.large_records} large record(s) read in place, never "
+                     "held whole")
     if result.applied_txns:
         lines.append(f"reparo: commit_ts {_ts_text(result.first_ts)} .. "
                      f"{_ts_text(result.last_ts)}")
