@@ -13,7 +13,7 @@ from tidb_binlog.binlogfile import Binlogger
 from tidb_binlog.codec import Datum, encode_value
 from tidb_binlog.config.reparo import load_reparo_config
 from tidb_binlog.drainer.translate.pb import ddl_record
-from tidb_binlog.errors import DownstreamError, SchemaError
+from tidb_binlog.errors import DownstreamError, ProtocolError, SchemaError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 from tidb_binlog.reparo import apply as reparo_apply
 from tidb_binlog.reparo.runner import run_reparo
@@ -166,5 +166,16 @@ def test_large_transactions_apply_in_chunks_as_whole_ones(mariadb, tmp_path, mon
         with pytest.raises(DownstreamError, match=r"txn at commit_ts 10.*Duplicate entry") as e:
             run_reparo(config(tmp_path / "f", mariadb, **{"large-record-bytes": 10_000}))
         assert str(e.value).endswith("rerun with start-tso = 7]")
+        # a row that does not decode at event 2000 of the large insert: nothing of the
+        # record is applied (its rows are checked before the first chunk goes out)
+        bad = pb.Binlog.FromString(records[2])
+        bad.dml_data.events[2000].row[1] = b"\xff"
+        with Binlogger(tmp_path / "g") as b:
+            b.write_many([*records[:2], bad.SerializeToString()])
+            b.sync()
+        drop(mariadb, db)
+        with pytest.raises(ProtocolError, match="event 2000 .* at commit_ts 10"):
+            run_reparo(config(tmp_path / "g", mariadb, **{"large-record-bytes": 10_000}))
+        assert rows(mariadb, db) == ()
     finally:
         drop(mariadb, db)
