@@ -13,8 +13,9 @@ from tidb_binlog.binlogfile import Binlogger
 from tidb_binlog.codec import Datum, encode_value
 from tidb_binlog.config.reparo import load_reparo_config
 from tidb_binlog.drainer.translate.pb import ddl_record
-from tidb_binlog.errors import DownstreamError, SchemaError
+from tidb_binlog.errors import DownstreamError, ProtocolError, SchemaError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
+from tidb_binlog.reparo import apply as reparo_apply
 from tidb_binlog.reparo.runner import run_reparo
 
 
@@ -132,3 +133,49 @@ def test_cli_unreachable_destination(tmp_path, free_port):
             f"127.0.0.1:{port} as user 'root'") in proc.stderr
     assert "Check [dest-db] host, port, user and password" in proc.stderr
     assert "hunter2" not in proc.stderr + proc.stdout
+
+
+def test_large_transactions_apply_in_chunks_as_whole_ones(mariadb, tmp_path, monkeypatch):
+    """Records of large-record-bytes or more are read in place and applied in chunks of
+    txn-batch x worker-count rows (here 12), the causality window flushed every 500 keys:
+    the downstream ends up as with the whole read, and a rerun without safe mode names
+    the commit_ts below which all is applied."""
+    monkeypatch.setattr(reparo_apply, "MAX_WINDOW_KEYS", 500)
+    db = "reparo_it_c"
+    n = 3000
+    records = [ddl_record(5, "", f"CREATE DATABASE `{db}`"),
+               ddl_record(6, db, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))"),
+               dml(10, db, pb.Insert, [(i, f"v{i}") for i in range(1, n + 1)]),
+               dml(11, db, pb.Update, [((i, f"v{i}"), (i + n, "moved")) for i in range(1, 501)]
+                   + [((i, f"v{i}"), (i, "x")) for i in range(501, 1001)]),
+               dml(12, db, pb.Delete, [(i, f"v{i}") for i in range(1001, 1501)]),
+               dml(13, db, pb.Insert, [(1001, None)])]
+    assert len(records[2]) > 50_000 and len(records[4]) > 10_000
+    want = (*((i, "x") for i in range(501, 1001)), (1001, None),
+            *((i, f"v{i}") for i in range(1501, n + 1)), *((i + n, "moved") for i in range(1, 501)))
+    with Binlogger(tmp_path / "f") as b:
+        b.write_many(records)
+        b.sync()
+    try:
+        for large in (0, 10_000):
+            drop(mariadb, db)
+            result = run_reparo(config(tmp_path / "f", mariadb, **{"large-record-bytes": large}))
+            assert (result.records, result.ddls, result.rows) == (6, 2, n + 1000 + 500 + 1)
+            assert result.large_records == (3 if large else 0)
+            assert rows(mariadb, db) == want
+        with pytest.raises(DownstreamError, match=r"txn at commit_ts 10.*Duplicate entry") as e:
+            run_reparo(config(tmp_path / "f", mariadb, **{"large-record-bytes": 10_000}))
+        assert str(e.value).endswith("rerun with start-tso = 7]")
+        # a row that does not decode at event 2000 of the large insert: nothing of the
+        # record is applied (its rows are checked before the first chunk goes out)
+        bad = pb.Binlog.FromString(records[2])
+        bad.dml_data.events[2000].row[1] = b"\xff"
+        with Binlogger(tmp_path / "g") as b:
+            b.write_many([*records[:2], bad.SerializeToString()])
+            b.sync()
+        drop(mariadb, db)
+        with pytest.raises(ProtocolError, match="event 2000 .* at commit_ts 10"):
+            run_reparo(config(tmp_path / "g", mariadb, **{"large-record-bytes": 10_000}))
+        assert rows(mariadb, db) == ()
+    finally:
+        drop(mariadb, db)

@@ -8,6 +8,8 @@ upstream (tidb_binlog/compare.py):
   downstream B equals A, i.e. the upstream as of T;
 - A continued with ``start-tso = T + 1`` equals the final upstream;
 - everything in one run (8 workers) into B, emptied, equals the final upstream;
+- phase 2 holds a transaction of 3 000 rows, which the runs after it read in place
+  (``large-record-bytes`` = 64 KiB) and apply in chunks;
 - a damaged byte in a segment stops the CLI naming the file and the offset.
 
 The workloads cover every type family (all_types), a table without primary key, primary
@@ -96,6 +98,8 @@ def test_drainer_files_restore_whole_and_to_a_point(ray_local, mariadb_factory, 
         workload.run(upstream, "ddl", database="shop", sessions=2, ops=40, seed=5)
         workload.run(upstream, "mixed", database="shop", sessions=2, ops=80, seed=6)
         workload.run(upstream, "all_types", database="wl", sessions=1, ops=20, seed=7)
+        # one large transaction (3 000 rows, ~700 KB of record): read in place below
+        workload.run(upstream, "large", database="shop", ops=1, rows_per_txn=3000, seed=8)
         upstream.flush()
         drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=180)
         drainer.stop()
@@ -115,8 +119,10 @@ def test_drainer_files_restore_whole_and_to_a_point(ray_local, mariadb_factory, 
 
         # continue the first downstream from mid_ts + 1: equal to the final upstream
         cont = run_reparo(load_reparo_config(reparo_toml(
-            tmp_path / "a2.toml", files, down_a, **{"start-tso": mid_ts + 1})))
+            tmp_path / "a2.toml", files, down_a, **{"start-tso": mid_ts + 1,
+                                                   "large-record-bytes": 65536})))
         assert cont.first_ts > mid_ts and cont.ddls >= 1
+        assert cont.large_records == 1  # the large transaction, applied in chunks
         assert_equal(up_db, down_a, 5)  # + rnd, ddlt
 
         # everything, in one run, into an emptied downstream: equal to the final upstream
@@ -125,8 +131,10 @@ def test_drainer_files_restore_whole_and_to_a_point(ray_local, mariadb_factory, 
             for schema in SCHEMAS:
                 cur.execute(f"DROP DATABASE {schema}")
         conn.close()
-        full = run_reparo(load_reparo_config(reparo_toml(tmp_path / "b2.toml", files, down_b,
-                                                         **{"worker-count": 8})))
+        full = run_reparo(load_reparo_config(reparo_toml(
+            tmp_path / "b2.toml", files, down_b, **{"worker-count": 8,
+                                                   "large-record-bytes": 65536})))
+        assert full.large_records == 1
         assert full.first_ts < mid_ts < full.last_ts == cont.last_ts
         assert full.records == cut.records + cont.records and full.ddls >= 4
         assert_equal(up_db, down_b, 5)

@@ -13,10 +13,12 @@ import pytest
 from tidb_binlog.binlogfile import (
     Binlogger,
     Pos,
+    RecordSource,
     WalkStats,
     binlog_name,
     binlog_names,
     encode_record,
+    framing,
     parse_binlog_name,
     walk,
 )
@@ -256,3 +258,82 @@ def test_readme_example_runs(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out == ["Pos(suffix=0, offset=43) b'second'", "Pos(suffix=0, offset=64) b'third'",
                    "2 0"]
+
+
+# -- large records: CRC in blocks, payload read in place ------------------------------
+def _large_dir(tmp_path, sizes=(10, 5000, 20, 70000)):
+    d = tmp_path / "large"
+    payloads = [bytes((i * 7 + n) % 251 for n in range(size)) for i, size in enumerate(sizes)]
+    with Binlogger(d) as b:
+        positions = b.write_many(payloads)
+        b.sync()
+    return d, payloads, positions
+
+
+def test_walk_hands_large_records_out_in_place(tmp_path):
+    d, payloads, positions = _large_dir(tmp_path)
+    stats = WalkStats()
+    got = []
+    for pos, item in walk(d, stats=stats, inline_max=4096):
+        if isinstance(item, bytes):
+            got.append((pos, "bytes", item))
+            continue
+        assert isinstance(item, RecordSource) and item.size == len(payloads[len(got)])
+        # any range, as a ByteSource reads it
+        assert item.read(0, 3) == payloads[len(got)][:3]
+        assert item.read(item.size - 5, 100) == payloads[len(got)][-5:]
+        body = b"".join(item.read(o, 999) for o in range(0, item.size, 999))
+        got.append((pos, "source", body))
+        source = item
+    assert [(p, k) for p, k, _ in got] == list(zip(positions, ["bytes", "source", "bytes",
+                                                              "source"], strict=True))
+    assert [b for _, _, b in got] == payloads and stats.records == 4
+    # a source is valid until the walk moves on
+    with pytest.raises(StorageError, match="read after the walk moved on"):
+        source.read(0, 1)
+    # without inline_max every record comes whole, as before
+    assert [p for _, p in walk(d)] == payloads
+
+
+def test_large_record_crc_is_checked_in_blocks(tmp_path):
+    d, payloads, _ = _large_dir(tmp_path, sizes=(3 << 20, 10))
+    seg = sorted(d.glob("binlog-*"))[0]
+    reads = []
+    with open(seg, "rb") as f:
+        orig_read = f.read
+
+        class Spy:
+            def __getattr__(self, name):
+                return getattr(f, name)
+
+            def read(self, n=-1):
+                reads.append(n)
+                return orig_read(n)
+
+        items = list(framing.scan(Spy(), 0, os.path.getsize(seg), inline_max=1000))
+    assert [type(i).__name__ for i in items] == ["RecordSpan", "Record"]
+    assert items[0].size == 3 << 20 and max(reads) == framing.BLOCK  # never the payload whole
+    # a flipped byte in the middle of a large payload: the same damage as a whole read
+    data = bytearray(seg.read_bytes())
+    data[framing.HEADER_SIZE + 150000] ^= 1
+    seg.write_bytes(bytes(data))
+    for inline in (None, 1000):
+        stats = WalkStats()
+        assert [len(p) if isinstance(p, bytes) else p.size
+                for _, p in walk(d, stats=stats, inline_max=inline)] == [10]
+        assert (stats.corrupt, stats.corruptions[0][1:]) == (1, (0, "CRC mismatch"))
+        with pytest.raises(CorruptRecord, match=f"corrupt binlog record in {seg} at offset 0"):
+            list(walk(d, strict=True, inline_max=inline))
+
+
+def test_torn_large_record_at_the_tail(tmp_path):
+    d, payloads, positions = _large_dir(tmp_path, sizes=(10, 70000))
+    seg = sorted(d.glob("binlog-*"))[0]
+    with open(seg, "r+b") as f:
+        f.truncate(positions[1].offset - 5)
+    for inline in (None, 0, 1000):
+        stats = WalkStats()
+        assert len(list(walk(d, stats=stats, inline_max=inline))) == 1
+        assert stats.torn_tail and not stats.corrupt
+    with Binlogger(d) as b:  # the writer truncates it (its check keeps no payload)
+        assert b.position == positions[0] and b.truncated_bytes > 0

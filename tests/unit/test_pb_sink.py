@@ -10,6 +10,7 @@ import pytest
 from tidb_binlog.binlogfile import Binlogger, binlog_names, encode_record, walk
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.checkpoint.store import FileCheckpointStore
+from tidb_binlog.drainer.sinks.file import sink as sink_module
 from tidb_binlog.drainer.sinks.file.sink import FileSink
 from tidb_binlog.drainer.translate.pb import ddl_record, record_commit_ts
 from tidb_binlog.errors import StorageError
@@ -95,7 +96,16 @@ def test_replayed_items_are_skipped(env):
     assert sink.status()["skipped"] == 2
 
 
-def test_crash_window_records_are_written_once(env):
+@pytest.fixture(params=["whole", "in place"])
+def trim_mode(request, monkeypatch):
+    """The trim on a reset reads records whole, or (as records of 8 MiB or more) only
+    their top level in place."""
+    if request.param == "in place":
+        monkeypatch.setattr(sink_module, "_TRIM_INLINE_MAX", 0)
+    return request.param
+
+
+def test_crash_window_records_are_written_once(env, trim_mode):
     make, store, clock, files = env
     sink = make()
     sink.reset()
@@ -112,7 +122,7 @@ def test_crash_window_records_are_written_once(env):
     assert written(files) == [10, 11, 12, 13, 14, 15]
 
 
-def test_crash_window_across_rotations_and_a_torn_tail(env):
+def test_crash_window_across_rotations_and_a_torn_tail(env, trim_mode):
     make, store, clock, files = env
     sink = make(max_file_size_bytes=60)
     sink.reset()
@@ -156,7 +166,7 @@ def test_no_checkpoint_with_existing_files_appends(env):
     assert written(files) == [100, 201]
 
 
-def test_foreign_records_are_refused(env):
+def test_foreign_records_are_refused(env, trim_mode):
     make, store, clock, files = env
     store.save(Checkpoint(1))
     with Binlogger(files) as b:

@@ -144,3 +144,57 @@ def test_a_file_with_damage_and_no_valid_record_is_not_taken_for_an_empty_one(tm
     assert f"{seg} holds no valid binlog record: damage at offset 0" in str(info.value)
     assert "set skip-corrupt = true to leave it out" in str(info.value)
     assert select_segments(d, skip_corrupt=True) == []
+
+
+def big(ts: int, rows: int) -> bytes:
+    """A record of ``rows`` inserts over two tables (``t`` and ``log``)."""
+    b = pb.Binlog(tp=pb.DML, commit_ts=ts)
+    for i in range(rows):
+        ev = b.dml_data.events.add(schema_name="shop", table_name=("t", "log")[i % 2],
+                                   tp=pb.Insert)
+        ev.row.append(pb.column(name="id", tp=b"\x03", mysql_type="int",
+                                value=b"\x03" + i.to_bytes(8, "big")).SerializeToString())
+    return b.SerializeToString()
+
+
+def test_large_records_print_as_whole_ones(tmp_path):
+    """Records of large-record-bytes or more are read in place (LargeRecord) and printed
+    event by event: the same lines and counts as read whole, filters included; a
+    malformed large record fails before any of its lines is printed."""
+    d = tmp_path / "files"
+    with Binlogger(d) as b:
+        b.write_many([ddl_record(5, "shop", "CREATE TABLE t (id INT)"), big(10, 400), dml(11),
+                      big(12, 2), big(13, 300), ddl_record(14, "shop", "DROP TABLE t")])
+        b.sync()
+    kinds = [type(r).__name__ for _, r in read_records(d, large_record_bytes=1000)]
+    assert kinds == ["Binlog", "LargeRecord", "Binlog", "Binlog", "LargeRecord", "Binlog"]
+    toml = tmp_path / "reparo.toml"
+    toml.write_text(f'data-dir = "{d}"\nstart-tso = 10\n[[replicate-ignore-table]]\n'
+                    'db-name = "shop"\ntbl-name = "log"\n')
+    for over in ({}, {"stop-tso": 13}):
+        runs = []
+        for large in (0, 1000, 1):  # off, the big ones in place, every record in place
+            lines: list[str] = []
+            cfg = load_reparo_config(toml, {"large-record-bytes": large, **over})
+            result = run_reparo(cfg, out=lines.append)
+            runs.append((lines, result.records, result.applied_txns, result.rows,
+                         result.filtered, result.ddls, result.last_ts))
+        assert runs[0] == runs[1] == runs[2]
+        assert runs[0][0].count("schema: shop; table: t; type: Insert") == 200 + 1 + 1 + 150
+    # a large record whose 200th event is not an Event: nothing of it is printed
+    bad = pb.Binlog.FromString(big(20, 400))
+    bad.dml_data.events[200].row[0] = b"\xff"
+    e = tmp_path / "bad"
+    with Binlogger(e) as b:
+        b.write_many([dml(19), bad.SerializeToString()])
+        b.sync()
+    errors = []
+    for large in (0, 1000):
+        lines = []
+        with pytest.raises(Exception) as info:
+            run_reparo(load_reparo_config(None, {"data-dir": str(e),
+                                                 "large-record-bytes": large}),
+                       out=lines.append)
+        errors.append((type(info.value), str(info.value), len(lines)))
+    assert errors[0] == errors[1] and errors[0][2] == 2  # only dml(19)'s lines
+    assert "event 200 (`shop`.`t`) at commit_ts 20" in errors[0][1]

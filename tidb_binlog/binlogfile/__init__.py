@@ -21,8 +21,8 @@ from tidb_binlog.binlogfile.files import (
     parse_binlog_name,
 )
 from tidb_binlog.binlogfile.framing import MAGIC, RECORD_OVERHEAD, encode_record
-from tidb_binlog.binlogfile.reader import WalkStats, walk
+from tidb_binlog.binlogfile.reader import RecordSource, WalkStats, walk
 
 __all__ = ["Binlogger", "SEGMENT_SIZE_BYTES", "LOCK_FILE", "Pos", "binlog_name", "binlog_names",
            "is_contiguous", "parse_binlog_name", "MAGIC", "RECORD_OVERHEAD", "encode_record",
-           "WalkStats", "walk"]
+           "RecordSource", "WalkStats", "walk"]

@@ -127,7 +127,7 @@ class Binlogger:
     def _repair_tail(self) -> None:
         last = None
         with open(self.path, "rb") as f:
-            for item in scan(f, 0, self.offset):
+            for item in scan(f, 0, self.offset, inline_max=0):  # keeps no payload
                 last = item
         if isinstance(last, Damage) and last.torn:
             dropped = self.offset - last.offset
@@ -268,9 +268,9 @@ class Binlogger:
 
     # -- read and GC --------------------------------------------------------------------
     def walk(self, from_pos: Pos | None = None, *, stats: WalkStats | None = None,
-             strict: bool = False):
+             strict: bool = False, inline_max: int | None = None):
         """:func:`~tidb_binlog.binlogfile.reader.walk` on this directory."""
-        return walk(self.dir, from_pos, stats=stats, strict=strict)
+        return walk(self.dir, from_pos, stats=stats, strict=strict, inline_max=inline_max)
 
     def gc_by_time(self, retention_s: float, now_s: float | None = None) -> list[str]:
         """Remove segments (not the newest) not modified for ``retention_s``; their names."""

@@ -22,6 +22,15 @@ they are not valid:
 
 Malformed bytes never raise here; the caller decides (the reader counts
 corruption, the writer truncates a torn tail).
+
+**Large records.** ``scan(..., inline_max=n)`` hands a record whose payload is larger
+than ``n`` bytes out as a :class:`RecordSpan` ``(offset, end)`` instead: its CRC is
+checked block by block (:data:`BLOCK` = 1 MiB reads, :func:`payload_crc`) and its payload
+is not kept; the caller reads it in ranges (``payload_offset``, ``size``; the reader's
+:class:`~tidb_binlog.binlogfile.reader.RecordSource`). ``inline_max=0`` gives every
+record as a span (the writer's tail check keeps nothing). Without ``inline_max`` every
+record comes whole, as before; its payload is read once (``read(size)``, then the 4-byte
+CRC), never sliced out of a larger read.
 """
 
 from __future__ import annotations
@@ -32,9 +41,9 @@ from typing import BinaryIO, NamedTuple
 
 import google_crc32c
 
-__all__ = ["MAGIC", "HEADER_SIZE", "TRAILER_SIZE", "RECORD_OVERHEAD", "Record", "Damage",
-           "encode_record", "record_header", "record_trailer", "crc_extend", "scan",
-           "find_magic"]
+__all__ = ["MAGIC", "HEADER_SIZE", "TRAILER_SIZE", "RECORD_OVERHEAD", "BLOCK", "Record",
+           "RecordSpan", "Damage", "encode_record", "record_header", "record_trailer",
+           "crc_extend", "payload_crc", "scan", "find_magic"]
 
 MAGIC = 0x1C1B0504
 _HEADER = struct.Struct("<IQ")
@@ -44,6 +53,7 @@ TRAILER_SIZE = _TRAILER.size  # 4
 RECORD_OVERHEAD = HEADER_SIZE + TRAILER_SIZE
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
 _SEEK_CHUNK = 1 << 16
+BLOCK = 1 << 20  # a large payload's CRC is checked in reads of this many bytes
 _crc = google_crc32c.value
 crc_extend = google_crc32c.extend  # crc_extend(crc, more_bytes): the CRC-32C of both
 
@@ -54,6 +64,22 @@ class Record(NamedTuple):
     offset: int
     end: int
     payload: bytes
+
+
+class RecordSpan(NamedTuple):
+    """A valid record whose payload was not kept (``scan``'s ``inline_max``): its first
+    byte and the byte after it. The payload is ``size`` bytes at ``payload_offset``."""
+
+    offset: int
+    end: int
+
+    @property
+    def payload_offset(self) -> int:
+        return self.offset + HEADER_SIZE
+
+    @property
+    def size(self) -> int:
+        return self.end - self.offset - RECORD_OVERHEAD
 
 
 class Damage(NamedTuple):
@@ -82,8 +108,25 @@ def record_trailer(crc: int) -> bytes:
     return _TRAILER.pack(crc)
 
 
-def _read_at(f: BinaryIO, off: int, end: int) -> Record | str:
-    """The record at ``off``, or why there is none (``magic``/``crc``/``partial``)."""
+def payload_crc(f: BinaryIO, offset: int, size: int, block: int = BLOCK) -> int | None:
+    """The CRC-32C of ``f[offset:offset + size]`` read in blocks of at most ``block``
+    bytes (never more in memory); None when the file ends before."""
+    crc = 0
+    f.seek(offset)
+    left = size
+    while left:
+        got = f.read(min(block, left))
+        if not got:
+            return None
+        crc = crc_extend(crc, got)
+        left -= len(got)
+    return crc
+
+
+def _read_at(f: BinaryIO, off: int, end: int,
+             inline_max: int | None = None) -> Record | RecordSpan | str:
+    """The record at ``off``, or why there is none (``magic``/``crc``/``partial``); a
+    payload over ``inline_max`` bytes is CRC-checked in blocks and not kept."""
     if end - off < HEADER_SIZE:
         f.seek(off)
         head = f.read(min(4, end - off))
@@ -98,11 +141,17 @@ def _read_at(f: BinaryIO, off: int, end: int) -> Record | str:
     rec_end = off + RECORD_OVERHEAD + size
     if rec_end > end:
         return "partial"
-    body = f.read(size + TRAILER_SIZE)
-    if len(body) < size + TRAILER_SIZE:
+    if inline_max is not None and size > inline_max:
+        crc = payload_crc(f, off + HEADER_SIZE, size)
+        trailer = f.read(TRAILER_SIZE) if crc is not None else b""
+        if len(trailer) < TRAILER_SIZE:
+            return "partial"
+        return RecordSpan(off, rec_end) if crc == _TRAILER.unpack(trailer)[0] else "crc"
+    payload = f.read(size)
+    trailer = f.read(TRAILER_SIZE)
+    if len(payload) < size or len(trailer) < TRAILER_SIZE:
         return "partial"
-    payload = body[:size]
-    if _crc(payload) != _TRAILER.unpack_from(body, size)[0]:
+    if _crc(payload) != _TRAILER.unpack(trailer)[0]:
         return "crc"
     return Record(off, rec_end, payload)
 
@@ -122,12 +171,14 @@ def find_magic(f: BinaryIO, start: int, end: int) -> int | None:
     return None
 
 
-def scan(f: BinaryIO, start: int, end: int) -> Iterator[Record | Damage]:
-    """Records and damage of ``f[start:end]`` in file order (see the module doc)."""
+def scan(f: BinaryIO, start: int, end: int, *,
+         inline_max: int | None = None) -> Iterator[Record | RecordSpan | Damage]:
+    """Records and damage of ``f[start:end]`` in file order (see the module doc); a
+    payload over ``inline_max`` bytes comes as a :class:`RecordSpan`."""
     off = start
     while off < end:
-        got = _read_at(f, off, end)
-        if isinstance(got, Record):
+        got = _read_at(f, off, end, inline_max)
+        if not isinstance(got, str):
             yield got
             off = got.end
             continue

@@ -17,6 +17,16 @@ What it does with bad bytes (counted in :class:`WalkStats`, never an IndexError)
   the walk goes on with the next segment (TiDB stops with an error there; a
   reader that must not skip anything passes ``strict=True``).
 
+**Large records** (``inline_max``): a record whose payload is more than ``inline_max``
+bytes is yielded not as bytes but as a :class:`RecordSource`, a
+:class:`~tidb_binlog.binlog_ref.ByteSource` over the payload in the file: the walk
+checked its CRC in 1 MiB blocks and kept nothing; the caller reads the payload in ranges
+(e.g. through the bounded window of
+:mod:`tidb_binlog.drainer.translate.wire` / ``pb_wire``). A source is valid until the
+walk moves on (the next record, or the walk closed); reading it later raises
+:class:`~tidb_binlog.errors.StorageError`. Without ``inline_max`` (the default) every
+payload comes as bytes, as before.
+
 Segments must be contiguous from the start segment on (TiDB's
 ``IsValidBinlog``), else :class:`~tidb_binlog.errors.StorageError`; so is a
 ``from_pos`` whose segment does not exist (garbage-collected, or never written).
@@ -32,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidb_binlog.binlogfile.files import Pos, binlog_names, is_contiguous, parse_binlog_name
-from tidb_binlog.binlogfile.framing import Damage, Record, scan
+from tidb_binlog.binlogfile.framing import Damage, Record, RecordSpan, scan
 from tidb_binlog.errors import CorruptRecord, StorageError
 
-__all__ = ["walk", "WalkStats", "segments"]
+__all__ = ["walk", "WalkStats", "segments", "RecordSource"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +61,53 @@ class WalkStats:
     corruptions: list[tuple[str, int, str]] = field(default_factory=list)  # (file, offset, why)
 
 
+class RecordSource:
+    """A large record's payload in its segment file (a
+    :class:`~tidb_binlog.binlog_ref.ByteSource`): :attr:`size` bytes,
+    ``read(offset, n)`` by ``pread`` on the walk's open file. ``path`` and
+    ``record_offset`` (the record's first byte) name it in errors. Valid until the walk
+    moves on (module doc)."""
+
+    __slots__ = ("path", "record_offset", "size", "_fd", "_base", "reads", "bytes_read")
+
+    def __init__(self, path: Path, fd: int, span: RecordSpan):
+        self.path = path
+        self.record_offset = span.offset
+        self.size = span.size
+        self._fd = fd
+        self._base = span.payload_offset
+        self.reads = 0
+        self.bytes_read = 0
+
+    def read(self, offset: int, n: int) -> bytes:
+        """Exactly ``min(n, size - offset)`` bytes from ``offset`` of the payload."""
+        if offset < 0 or n < 0 or offset > self.size:
+            raise ValueError(f"read of {n} bytes at {offset} outside a payload of "
+                             f"{self.size} bytes")
+        if self._fd is None:
+            raise StorageError(f"the record at offset {self.record_offset} of {self.path} was "
+                               "read after the walk moved on; read a large record before "
+                               "asking for the next one")
+        n = min(n, self.size - offset)
+        parts = []
+        at, left = self._base + offset, n
+        while left:
+            got = os.pread(self._fd, left, at)
+            if not got:
+                raise StorageError(f"{self.path} ends at {at} inside the record at offset "
+                                   f"{self.record_offset} ({self.size} bytes of payload): "
+                                   "the file was truncated while it was read")
+            parts.append(got)
+            at += len(got)
+            left -= len(got)
+        self.reads += 1
+        self.bytes_read += n
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def close(self) -> None:
+        self._fd = None
+
+
 def segments(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     """``(suffix, path)`` of every segment, in order."""
     d = Path(directory)
@@ -59,9 +116,11 @@ def segments(directory: str | os.PathLike) -> list[tuple[int, Path]]:
 
 def walk(directory: str | os.PathLike, from_pos: Pos | None = None, *,
          stats: WalkStats | None = None, strict: bool = False,
-         single_segment: bool = False) -> Iterator[tuple[Pos, bytes]]:
+         single_segment: bool = False, inline_max: int | None = None
+         ) -> Iterator[tuple[Pos, bytes | RecordSource]]:
     """Yield ``(pos after the record, payload)`` from ``from_pos`` on (see the module
-    doc). ``single_segment`` stops at the end of ``from_pos``'s segment."""
+    doc). ``single_segment`` stops at the end of ``from_pos``'s segment; a payload of
+    more than ``inline_max`` bytes comes as a :class:`RecordSource`."""
     stats = stats if stats is not None else WalkStats()
     segs = segments(directory)
     if not segs:
@@ -82,12 +141,14 @@ def walk(directory: str | os.PathLike, from_pos: Pos | None = None, *,
     last_suffix = segs[-1][0]
     offset = from_pos.offset
     for suffix, path in todo:
-        yield from _walk_segment(path, suffix, offset, suffix == last_suffix, stats, strict)
+        yield from _walk_segment(path, suffix, offset, suffix == last_suffix, stats, strict,
+                                 inline_max)
         offset = 0
 
 
 def _walk_segment(path: Path, suffix: int, offset: int, is_last: bool, stats: WalkStats,
-                  strict: bool) -> Iterator[tuple[Pos, bytes]]:
+                  strict: bool, inline_max: int | None
+                  ) -> Iterator[tuple[Pos, bytes | RecordSource]]:
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed in finally; the generator may stop early
     except FileNotFoundError as exc:
@@ -97,10 +158,18 @@ def _walk_segment(path: Path, suffix: int, offset: int, is_last: bool, stats: Wa
         size = os.fstat(f.fileno()).st_size
         if offset > size:
             raise StorageError(f"position {offset} is past the end of {path} ({size} bytes)")
-        for item in scan(f, offset, size):
+        for item in scan(f, offset, size, inline_max=inline_max):
             if isinstance(item, Record):
                 stats.records += 1
                 yield Pos(suffix, item.end), item.payload
+                continue
+            if isinstance(item, RecordSpan):
+                stats.records += 1
+                source = RecordSource(path, f.fileno(), item)
+                try:
+                    yield Pos(suffix, item.end), source
+                finally:
+                    source.close()
                 continue
             if item.torn and is_last and item.reason == "partial":
                 stats.torn_tail = True

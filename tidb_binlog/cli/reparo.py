@@ -40,6 +40,7 @@ _FLAG_KEYS = {
     "worker_count": "worker-count",
     "safe_mode": "safe-mode",
     "skip_corrupt": "skip-corrupt",
+    "large_record_bytes": "large-record-bytes",
     "log_file": "log-file",
 }
 
@@ -71,6 +72,11 @@ def register(sub) -> None:
     p.add_argument("--skip-corrupt", action="store_const", const=True,
                    help="skip damaged records (each reported with file and offset) instead "
                    "of stopping at the first")
+    p.add_argument("--large-record-bytes", metavar="SIZE",
+                   help="a record (one upstream transaction) of this size or more, e.g. "
+                   "8388608 or '8 MiB', is read in place and applied in chunks of "
+                   "txn-batch x worker-count rows, never held whole (default 8 MiB; 0: "
+                   "read every record whole)")
     p.add_argument("--log-file", "-log-file", help="also write the log to this file")
     p.set_defaults(func=run)
 

@@ -5,7 +5,7 @@ TiDB Binlog's ``reparo/config.go`` keys and defaults (``data-dir``, ``log-file``
 ``safe-mode``, ``start-datetime`` / ``stop-datetime``, ``start-tso`` / ``stop-tso``,
 ``replicate-do-db``, ``[[replicate-do-table]]``, ``replicate-ignore-db``,
 ``[[replicate-ignore-table]]`` with ``db-name`` / ``tbl-name``, ``[dest-db]`` host,
-port, user, password), plus ours: ``skip-corrupt``, ``[dest-db] time-zone`` and
+port, user, password), plus ours: ``skip-corrupt``, ``large-record-bytes``, ``[dest-db] time-zone`` and
 ``[dest-db.security]`` ``ssl-ca`` / ``ssl-cert`` / ``ssl-key`` (TLS to the MySQL/TiDB
 restored into, read as drainer.toml's ``[syncer.to.security]``; TiDB's reparo has none). The same
 strict rules as the other files: an unknown key is an error naming the key and the file;
@@ -34,6 +34,7 @@ from tidb_binlog.config._common import SecurityConfig
 from tidb_binlog.config._kinds import (
     _BOOL,
     _STR,
+    _bytes_kind,
     _int_kind,
     _list_kind,
     _opt,
@@ -101,6 +102,8 @@ class ReparoConfig:
     stop_tso: int = _opt("stop-tso", _int_kind(0, (1 << 63) - 1), 0)
     # Ours: skip damaged records (reported with file and offset) instead of stopping.
     skip_corrupt: bool = _opt("skip-corrupt", _BOOL, False)
+    # Ours: a record of this many bytes or more is read in place, never whole (0 = off).
+    large_record_bytes: int = _opt("large-record-bytes", _bytes_kind(), 8 << 20)
     replicate_do_db: tuple[str, ...] = _opt("replicate-do-db", _NAMES, ())
     replicate_ignore_db: tuple[str, ...] = _opt("replicate-ignore-db", _NAMES, ())
     replicate_do_table: tuple[ReparoTableName, ...] = _section(

@@ -4,6 +4,8 @@ TiDB Binlog's ``reparo``, in parts that others reuse:
 
 - :mod:`.decode` (pure): pb ``Binlog`` bytes → the drainer's :class:`~tidb_binlog.drainer.
   apply.dml.Txn` (DMLs with column values, or a DDL); the file sink's translation reversed;
+  a record too large to parse whole is read in place (:class:`~.decode.LargeRecord`;
+  README.md in this folder, "Large records");
 - :mod:`.filter` (pure): :class:`~.filter.TableFilter`, TiDB's replicate-do/ignore
   db/table rules (``~`` = regex, else exact; case-insensitive; allow list, then block list);
 - :mod:`.printer` (pure): what ``dest-type = "print"`` prints;

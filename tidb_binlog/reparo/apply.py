@@ -9,6 +9,17 @@ with ``safe-mode`` (REPLACE, DELETE + REPLACE) when asked. No exactly-once progr
 and no checkpoint table are written: reparo leaves nothing in the downstream but the
 data (as TiDB's reparo). Workers run in threads: the time is spent waiting on MySQL.
 
+**Large transactions** (:meth:`MysqlApplier.add_chunks`, a record read in place): the
+rows come in chunks and each chunk goes to the workers as it comes (the drainer's
+:meth:`~tidb_binlog.drainer.apply.dispatch.Dispatcher.add_chunk`: conflicts flushed, nothing
+counted for :attr:`applied_ts`; the causality window, which holds every key since the
+last flush, is flushed and emptied every :data:`MAX_WINDOW_KEYS` keys, so it does not grow
+with the transaction); before the last chunk every earlier one is committed,
+and the last is added as a transaction of its own, so :attr:`applied_ts` passes the
+transaction only when all of it is committed. Downstream transactions are still of
+``txn-batch`` row changes each, as for any transaction: reparo never applied an upstream
+transaction atomically (TiDB's neither).
+
 **Table schemas.** A pb record names columns but not keys, so the target table's
 :class:`~tidb_binlog.drainer.apply.dml.TableSchema` (writable columns, primary key and
 unique keys) is read from the downstream's information_schema (:func:`read_table_schema`,
@@ -43,6 +54,11 @@ __all__ = ["MysqlApplier", "TableShape", "read_table_schema"]
 log = logging.getLogger(__name__)
 
 _MAX_IN_FLIGHT_PER_WORKER = 4  # batches queued per worker before the reader waits
+# The causality window (every key of the rows since the last flush, ~100 bytes each) is
+# flushed and emptied once it holds this many keys while a large transaction's chunks
+# go out: else it grows with the transaction (a flush waits for the workers, once per
+# ~64k rows).
+MAX_WINDOW_KEYS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -103,7 +119,7 @@ class MysqlApplier:
                                       exactly_once=False)
         self._pools = [ThreadPoolExecutor(1, thread_name_prefix=f"reparo-worker-{w}")
                        for w in range(worker_count)]
-        self._in_flight: list[tuple[Send, Future]] = []
+        self._in_flight: list[tuple[Send, Future, bool]] = []  # (send, future, counted)
         self._shapes: dict[tuple[str, str], TableShape] = {}
         self.rows = 0
         self.ddls = 0
@@ -138,6 +154,35 @@ class MysqlApplier:
             self._run(action)
         self._reap(block=len(self._in_flight) >= _MAX_IN_FLIGHT_PER_WORKER * self.worker_count)
 
+    def add_chunks(self, commit_ts: int, chunks) -> int:
+        """Apply one transaction given as an iterable of DML tuples (module doc: "Large
+        transactions"), reading one chunk ahead; the rows added (0: nothing was, the
+        chunks were empty)."""
+        it = (c for c in chunks if c)
+        cur = next(it, None)
+        if cur is None:
+            return 0
+        nxt = next(it, None)
+        rows = len(cur)
+        if nxt is not None:
+            for action in self._dispatcher.drain():  # no Send mixes counted parts with chunks
+                self._run(action)
+            while nxt is not None:
+                dmls = tuple(self._with_schema(d, commit_ts) for d in cur)
+                for action in self._dispatcher.add_chunk(commit_ts, dmls):
+                    self._run(action, counted=False)
+                if self._dispatcher.window_keys >= MAX_WINDOW_KEYS:
+                    for action in self._dispatcher.end_chunks():  # a flush; the window empties
+                        self._run(action, counted=False)
+                self._reap(block=len(self._in_flight)
+                           >= _MAX_IN_FLIGHT_PER_WORKER * self.worker_count)
+                cur, nxt = nxt, next(it, None)
+                rows += len(cur)
+            for action in self._dispatcher.end_chunks():
+                self._run(action, counted=False)
+        self.add(Txn.of_dmls(commit_ts, cur))
+        return rows
+
     def finish(self) -> None:
         """Send what is pending and wait until everything is committed."""
         for send in self._dispatcher.drain():
@@ -152,12 +197,14 @@ class MysqlApplier:
         self._schema_conn.close()
 
     # -- internals -------------------------------------------------------------------
-    def _run(self, action) -> None:
+    def _run(self, action, *, counted: bool = True) -> None:
+        """Carry out one dispatcher action; a Send of a chunk (``counted`` False) is not
+        acked to the dispatcher (nothing was registered for it)."""
         if isinstance(action, Send):
             loader = self._loaders[action.worker]
             parts = [Part(ts, dmls, None) for ts, dmls in action.parts]
             future = self._pools[action.worker].submit(loader.execute_batch, parts)
-            self._in_flight.append((action, future))
+            self._in_flight.append((action, future, counted))
             self.rows += action.dml_count
         elif isinstance(action, Flush):
             self._wait_all()
@@ -177,14 +224,15 @@ class MysqlApplier:
         if block and self._in_flight:
             self._in_flight[0][1].result()
         while self._in_flight and self._in_flight[0][1].done():
-            send, future = self._in_flight.pop(0)
-            future.result()
-            self._dispatcher.acked(send)
+            self._ack(*self._in_flight.pop(0))
 
     def _wait_all(self) -> None:
         while self._in_flight:
-            send, future = self._in_flight.pop(0)
-            future.result()
+            self._ack(*self._in_flight.pop(0))
+
+    def _ack(self, send: Send, future: Future, counted: bool) -> None:
+        future.result()
+        if counted:
             self._dispatcher.acked(send)
 
     def _shape(self, database: str, table: str, commit_ts: int) -> TableShape:

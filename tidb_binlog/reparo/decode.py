@@ -31,6 +31,11 @@ binary families (BINARY, VARBINARY, BLOBs, GEOMETRY) and for text that is not UT
 TIMESTAMP text is in the zone the drainer wrote it in (``[syncer.to.params] time_zone``,
 default UTC): the applying session must use the same zone.
 
+**Large records** (:class:`LargeRecord`): a record of hundreds of MB is read in place from
+a :class:`~tidb_binlog.binlog_ref.ByteSource` through a bounded window
+(:mod:`tidb_binlog.drainer.translate.pb_wire`), its events checked first, then its DMLs
+handed out one at a time or in chunks; the same DMLs and errors as the whole decode.
+
 Malformed bytes raise :class:`~tidb_binlog.errors.ProtocolError` (not a pb Binlog, an
 unknown event type, an update column without its new value) or
 :class:`~tidb_binlog.errors.CodecError` (a value that is not a datum), naming the
@@ -47,11 +52,18 @@ from tidb_binlog.codec import mysql as m
 from tidb_binlog.codec.datum import Datum, Kind
 from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, Txn
 from tidb_binlog.drainer.translate.pb import decode_columns
+from tidb_binlog.drainer.translate.pb_wire import (
+    PB_WINDOW,
+    iter_events,
+    read_ddl_query,
+    read_record_head,
+)
 from tidb_binlog.errors import CodecError, ProtocolError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 
 __all__ = ["decode_binlog", "parse_binlog", "binlog_to_txn", "column_value", "split_ddl_query",
-           "ddl_target", "EVENT_TYPES"]
+           "ddl_target", "EVENT_TYPES", "event_to_dml", "ddl_txn", "LargeRecord",
+           "open_large_record"]
 
 EVENT_TYPES = {pb.Insert: DMLType.INSERT, pb.Update: DMLType.UPDATE, pb.Delete: DMLType.DELETE}
 """pb ``EventType`` → the model's :class:`DMLType`."""
@@ -182,39 +194,129 @@ def binlog_to_txn(b: pb.Binlog) -> Txn:
     """A parsed ``pb_binlog.Binlog`` → its :class:`Txn` (see the module doc)."""
     ts = b.commit_ts
     if b.tp == pb.DDL:
-        try:
-            query = b.ddl_query.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ProtocolError(f"DDL record at commit_ts {ts} is not UTF-8 text: {exc}") from exc
-        database, sql = split_ddl_query(query)
-        schema, table = ddl_target(sql, database)
-        return Txn(ts, ddl=DDL(database or schema, table, sql, ts))
+        return ddl_txn(ts, b.ddl_query)
     if b.tp != pb.DML:
         raise ProtocolError(f"record at commit_ts {ts} has unknown binlog type {b.tp}")
-    dmls = []
-    for i, ev in enumerate(b.dml_data.events):
-        where = f"event {i} (`{ev.schema_name}`.`{ev.table_name}`) at commit_ts {ts}"
-        tp = EVENT_TYPES.get(ev.tp)
-        if tp is None:
-            raise ProtocolError(f"{where} has unknown event type {ev.tp}")
+    return Txn(ts, tuple(event_to_dml(ev, i, ts) for i, ev in enumerate(b.dml_data.events)))
+
+
+def ddl_txn(ts: int, ddl_query: bytes) -> Txn:
+    """The DDL record's :class:`Txn` (see the module doc)."""
+    try:
+        query = ddl_query.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"DDL record at commit_ts {ts} is not UTF-8 text: {exc}") from exc
+    database, sql = split_ddl_query(query)
+    schema, table = ddl_target(sql, database)
+    return Txn(ts, ddl=DDL(database or schema, table, sql, ts))
+
+
+def event_to_dml(ev: pb.Event, i: int, ts: int) -> DML:
+    """Event number ``i`` (from 0, in the record) of the record at ``ts`` → its DML."""
+    where = f"event {i} (`{ev.schema_name}`.`{ev.table_name}`) at commit_ts {ts}"
+    tp = EVENT_TYPES.get(ev.tp)
+    if tp is None:
+        raise ProtocolError(f"{where} has unknown event type {ev.tp}")
+    try:
+        cols = decode_columns(ev.row)
+    except (ProtocolError, CodecError) as exc:
+        raise type(exc)(f"{where}: {exc}") from exc
+    values: dict[str, Any] = {}
+    old: dict[str, Any] | None = {} if tp is DMLType.UPDATE else None
+    for c in cols:
         try:
-            cols = decode_columns(ev.row)
+            value = column_value(c.value, c.tp, c.mysql_type)
+            if old is not None:
+                if c.changed is None:
+                    raise ProtocolError("an update column without changed_value")
+                old[c.name] = value
+                value = column_value(c.changed, c.tp, c.mysql_type)
         except (ProtocolError, CodecError) as exc:
-            raise type(exc)(f"{where}: {exc}") from exc
-        values: dict[str, Any] = {}
-        old: dict[str, Any] | None = {} if tp is DMLType.UPDATE else None
-        for c in cols:
-            try:
-                value = column_value(c.value, c.tp, c.mysql_type)
-                if old is not None:
-                    if c.changed is None:
-                        raise ProtocolError("an update column without changed_value")
-                    old[c.name] = value
-                    value = column_value(c.changed, c.tp, c.mysql_type)
-            except (ProtocolError, CodecError) as exc:
-                raise type(exc)(f"{where}, column {c.name!r}: {exc}") from exc
-            values[c.name] = value
-        if not values:
-            raise ProtocolError(f"{where} has no columns")
-        dmls.append(DML(ev.schema_name, ev.table_name, tp, values, old))
-    return Txn(ts, tuple(dmls))
+            raise type(exc)(f"{where}, column {c.name!r}: {exc}") from exc
+        values[c.name] = value
+    if not values:
+        raise ProtocolError(f"{where} has no columns")
+    return DML(ev.schema_name, ev.table_name, tp, values, old)
+
+
+class LargeRecord:
+    """A record too large to parse whole, read in place from a
+    :class:`~tidb_binlog.binlog_ref.ByteSource` (a
+    :class:`~tidb_binlog.binlogfile.reader.RecordSource`) through a bounded window
+    (:mod:`tidb_binlog.drainer.translate.pb_wire`): what it holds is one window and one
+    event, whatever the record's size.
+
+    Made by :func:`open_large_record`, which reads the top level and walks every event
+    once (:meth:`validate`), so a record protobuf would refuse is refused before any
+    row is used, with :func:`parse_binlog`'s errors. :meth:`dmls` / :meth:`chunks` then
+    decode the rows in order, the same :class:`DML` objects :func:`binlog_to_txn` gives,
+    with its errors (a caller that must not apply a part of a record whose rows do not
+    decode walks :meth:`dmls` once first). ``tp``, ``commit_ts``; :meth:`txn` for a DDL
+    record (small by nature) or a small test."""
+
+    __slots__ = ("source", "window", "head", "tp", "commit_ts", "events")
+
+    def __init__(self, source, window: int = PB_WINDOW):
+        self.source = source
+        self.window = window
+        self.head = read_record_head(source, window)
+        self.tp = self.head.tp
+        self.commit_ts = self.head.commit_ts or 0
+        self.events = 0
+
+    @property
+    def size(self) -> int:
+        return self.source.size
+
+    def validate(self) -> None:
+        """Walk every event once (parsed, not decoded): ProtocolError as
+        :func:`parse_binlog` raises for the whole record; sets :attr:`events`."""
+        n = 0
+        for _ in iter_events(self.source, self.head, self.window):
+            n += 1
+        self.events = n
+        if self.head.commit_ts is None:
+            raise ProtocolError("binlog file record carries no commit_ts")
+
+    def iter_events(self):
+        """The ``pb_binlog.Event`` messages, in order, one at a time."""
+        return iter_events(self.source, self.head, self.window)
+
+    def ddl_query(self) -> bytes:
+        return read_ddl_query(self.source, self.head)
+
+    def dmls(self):
+        """The DMLs of a DML record, one at a time (:func:`binlog_to_txn`'s, in order)."""
+        if self.tp != pb.DML:
+            raise ProtocolError(f"record at commit_ts {self.commit_ts} is a DDL, not rows")
+        ts = self.commit_ts
+        for i, ev in enumerate(self.iter_events()):
+            yield event_to_dml(ev, i, ts)
+
+    def chunks(self, rows: int):
+        """:meth:`dmls` in tuples of at most ``rows``."""
+        if rows < 1:
+            raise ValueError(f"rows must be >= 1, got {rows}")
+        chunk: list[DML] = []
+        for dml in self.dmls():
+            chunk.append(dml)
+            if len(chunk) >= rows:
+                yield tuple(chunk)
+                chunk = []
+        if chunk:
+            yield tuple(chunk)
+
+    def txn(self) -> Txn:
+        """The whole :class:`Txn` (:func:`binlog_to_txn`'s): for a DDL record, or where
+        holding every row is fine."""
+        if self.tp == pb.DDL:
+            return ddl_txn(self.commit_ts, self.ddl_query())
+        return Txn(self.commit_ts, tuple(self.dmls()))
+
+
+def open_large_record(source, window: int = PB_WINDOW) -> LargeRecord:
+    """A :class:`LargeRecord` of ``source``, checked (see there); ProtocolError as
+    :func:`parse_binlog` raises."""
+    rec = LargeRecord(source, window)
+    rec.validate()
+    return rec

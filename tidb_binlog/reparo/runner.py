@@ -12,6 +12,14 @@
    (:class:`~tidb_binlog.reparo.apply.MysqlApplier`);
 4. return a :class:`ReparoResult` (what was read, applied, skipped; the damage met).
 
+A record of ``large-record-bytes`` or more (one large upstream transaction) is never held
+whole: it comes as a :class:`~tidb_binlog.reparo.decode.LargeRecord` read in place
+(:mod:`.source`), its rows are decoded once to check them (a record whose rows do not
+decode fails before any of them is applied or printed, as a whole one does), then
+decoded again and applied in chunks of ``txn-batch`` × ``worker-count`` rows
+(:meth:`~tidb_binlog.reparo.apply.MysqlApplier.add_chunks`) or printed event by event.
+What the downstream ends up with is the same as for a whole record.
+
 On a failure after records were applied the error says up to which commit_ts the
 downstream holds everything (``start-tso`` for the next run; with ``safe-mode = true`` a
 rerun over already-applied rows is harmless).
@@ -27,13 +35,14 @@ from dataclasses import dataclass, field
 
 from tidb_binlog.binlogfile import WalkStats
 from tidb_binlog.config.reparo import DEST_DB_TLS_SECTION, ReparoConfig
+from tidb_binlog.drainer.apply.dml import Txn
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 from tidb_binlog.errors import BinlogError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 from tidb_binlog.reparo.apply import MysqlApplier
-from tidb_binlog.reparo.decode import binlog_to_txn
+from tidb_binlog.reparo.decode import LargeRecord, binlog_to_txn
 from tidb_binlog.reparo.filter import TableFilter, TableRule
-from tidb_binlog.reparo.printer import format_binlog
+from tidb_binlog.reparo.printer import format_binlog, format_ddl, format_event
 from tidb_binlog.reparo.source import read_records, select_segments
 from tidb_binlog.security import mysql_ssl
 from tidb_binlog.tso import extract_physical
@@ -53,6 +62,7 @@ class ReparoResult:
     applied_txns: int = 0       # transactions printed or applied
     rows: int = 0               # row changes printed or applied
     ddls: int = 0
+    large_records: int = 0      # records of large-record-bytes or more, read in place
     first_ts: int = 0           # commit_ts of the first / last record printed or applied
     last_ts: int = 0
     corruptions: list[tuple[str, int, str]] = field(default_factory=list)
@@ -77,7 +87,8 @@ def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None) -
     started = time.perf_counter()
     result = ReparoResult()
     picked = select_segments(cfg.data_dir, cfg.start_ts, cfg.stop_ts,
-                             skip_corrupt=cfg.skip_corrupt)
+                             skip_corrupt=cfg.skip_corrupt,
+                             large_record_bytes=cfg.large_record_bytes)
     result.files = [p.name for _, p in picked]
     log.info("reparo: %s, range [%s, %s], reading %d file(s): %s", cfg.dest_type,
              cfg.start_ts, cfg.stop_ts or "end", len(picked), ", ".join(result.files) or "-")
@@ -96,10 +107,36 @@ def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None) -
         if applier is not None:
             applier.check()
         emit = out if out is not None else _stdout
+        chunk_rows = cfg.txn_batch * cfg.worker_count
         for _, b in read_records(cfg.data_dir, cfg.start_ts, cfg.stop_ts, stats=stats,
-                                 skip_corrupt=cfg.skip_corrupt, picked=picked):
+                                 skip_corrupt=cfg.skip_corrupt, picked=picked,
+                                 large_record_bytes=cfg.large_record_bytes):
             result.records += 1
-            if applier is None:
+            result.large_records += isinstance(b, LargeRecord)
+            if isinstance(b, LargeRecord) and b.tp == pb.DML:
+                if applier is None:
+                    done = _print_large(b, filt, emit)
+                else:
+                    done = _apply_large(b, filt, applier, chunk_rows)
+                if done is None:
+                    result.filtered += 1
+                    continue
+                _count(result, b.commit_ts, False, done)
+            elif isinstance(b, LargeRecord):  # a DDL: its query is small, read whole
+                if applier is None:
+                    lines = format_ddl(b.ddl_query(), None if filt.empty else filt.skip)
+                    for line in lines:
+                        emit(line)
+                    txn = b if lines else None
+                else:
+                    txn = filt.filter_txn(b.txn())
+                    if txn is not None:
+                        applier.add(txn)
+                if txn is None:
+                    result.filtered += 1
+                    continue
+                _count(result, b.commit_ts, True, 0)
+            elif applier is None:
                 lines = format_binlog(b, None if filt.empty else filt.skip)
                 if not lines:
                     result.filtered += 1
@@ -134,6 +171,38 @@ def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None) -
     return result
 
 
+def _print_large(rec: LargeRecord, filt: TableFilter, emit) -> int | None:
+    """Print a large DML record event by event; the events printed (None: none were)."""
+    skip = None if filt.empty else filt.skip
+    ts = rec.commit_ts
+    for i, ev in enumerate(rec.iter_events()):  # every event formats: nothing printed yet
+        format_event(ev, i, ts, skip)
+    printed = 0
+    for i, ev in enumerate(rec.iter_events()):
+        lines = format_event(ev, i, ts, skip)
+        for line in lines:
+            emit(line)
+        printed += bool(lines)
+    return printed or None
+
+
+def _apply_large(rec: LargeRecord, filt: TableFilter, applier: MysqlApplier,
+                 chunk_rows: int) -> int | None:
+    """Apply a large DML record in chunks; the rows applied (None: the filter left none)."""
+    for _ in rec.dmls():  # every row decodes: nothing of the record is applied yet
+        pass
+    chunks = rec.chunks(chunk_rows)
+    if not filt.empty:
+        chunks = (tuple(d for d in c if not filt.skip(d.database, d.table)) for c in chunks)
+    rows = applier.add_chunks(rec.commit_ts, chunks)
+    if rows:
+        return rows
+    if not filt.empty:
+        return None
+    applier.add(Txn.of_dmls(rec.commit_ts, ()))  # no events: a transaction of nothing
+    return 0
+
+
 def _count(result: ReparoResult, ts: int, is_ddl: bool, rows: int) -> None:
     result.applied_txns += 1
     result.first_ts = result.first_ts or ts
@@ -153,6 +222,9 @@ def summary_lines(result: ReparoResult) -> list[str]:
              f"{result.applied_txns} transaction(s) ({result.rows} row change(s), "
              f"{result.ddls} DDL(s)); {result.filtered} filtered out; "
              f"{result.seconds:.1f} s"]
+    if result.large_records:
+        lines.append(f"reparo: {result.large_records} large record(s) read in place, never "
+                     "held whole")
     if result.applied_txns:
         lines.append(f"reparo: commit_ts {_ts_text(result.first_ts)} .. "
                      f"{_ts_text(result.last_ts)}")

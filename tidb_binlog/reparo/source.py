@@ -12,6 +12,14 @@ does the same; it reads only the first record of each segment.
 record past ``stop_ts`` instead of reading the rest (TiDB reads on to the end of the
 picked files).
 
+**Large records** (``large_record_bytes``, reparo.toml ``large-record-bytes``, default
+8 MiB, 0 = off): a record of that many payload bytes or more is not read whole. The walk
+checks its CRC in 1 MiB blocks and hands it on as a
+:class:`~tidb_binlog.reparo.decode.LargeRecord` read in place through a 1 MiB window
+(its events walked once here, so a malformed record fails as a whole one does);
+:func:`read_records` yields it in place of the ``pb.Binlog``. The first record of a
+segment (:func:`first_commit_ts`) is read the same way: only its top-level fields.
+
 **Damage.** By default (``skip_corrupt=False``) a damaged record stops the read with
 :class:`~tidb_binlog.errors.CorruptRecord` naming the file and the byte offset, as
 TiDB's reparo stops (a restore that silently skips a transaction is not a restore).
@@ -30,13 +38,23 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from tidb_binlog.binlog_ref import DEFAULT_REF_ABOVE_BYTES
 from tidb_binlog.binlogfile import Pos, WalkStats, walk
 from tidb_binlog.binlogfile.reader import segments
+from tidb_binlog.drainer.translate.pb_wire import read_record_head
 from tidb_binlog.errors import CorruptRecord, ProtocolError, StorageError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
-from tidb_binlog.reparo.decode import parse_binlog
+from tidb_binlog.reparo.decode import LargeRecord, open_large_record, parse_binlog
 
-__all__ = ["check_data_dir", "select_segments", "read_records", "first_commit_ts"]
+__all__ = ["check_data_dir", "select_segments", "read_records", "first_commit_ts",
+           "LARGE_RECORD_BYTES", "inline_max"]
+
+LARGE_RECORD_BYTES = DEFAULT_REF_ABOVE_BYTES  # 8 MiB, as the drainer's large-binlog-bytes
+
+
+def inline_max(large_record_bytes: int) -> int | None:
+    """The walk's ``inline_max`` for a ``large-record-bytes`` setting (0 = off)."""
+    return large_record_bytes - 1 if large_record_bytes > 0 else None
 
 _POINT_AT = ("point data-dir at the directory the drainer's file sink writes "
              "(drainer.toml [syncer.to] dir, default its data-dir)")
@@ -57,14 +75,18 @@ def check_data_dir(directory: str | os.PathLike) -> list[tuple[int, Path]]:
 
 
 def first_commit_ts(directory: str | os.PathLike, suffix: int, *,
-                    skip_corrupt: bool = False) -> int | None:
+                    skip_corrupt: bool = False,
+                    large_record_bytes: int = LARGE_RECORD_BYTES) -> int | None:
     """The commit_ts of the first valid record of one segment (None: it has none).
 
     A segment with damage but no valid record is not an empty one: unless
     ``skip_corrupt``, that raises :class:`~tidb_binlog.errors.CorruptRecord` naming the
     file and offset, rather than leaving the whole file out of the restore."""
     stats = WalkStats()
-    for _, payload in walk(directory, Pos(suffix, 0), single_segment=True, stats=stats):
+    for _, payload in walk(directory, Pos(suffix, 0), single_segment=True, stats=stats,
+                           inline_max=inline_max(large_record_bytes)):
+        if not isinstance(payload, bytes):
+            return read_record_head(payload).commit_ts or 0
         return _commit_ts(payload)
     if stats.corruptions and not skip_corrupt:
         path, offset, why = stats.corruptions[0]
@@ -84,7 +106,8 @@ def _commit_ts(payload: bytes) -> int:
 
 
 def select_segments(directory: str | os.PathLike, start_ts: int = 0, stop_ts: int = 0, *,
-                    skip_corrupt: bool = False) -> list[tuple[int, Path]]:
+                    skip_corrupt: bool = False,
+                    large_record_bytes: int = LARGE_RECORD_BYTES) -> list[tuple[int, Path]]:
     """The segments a restore of ``[start_ts, stop_ts]`` reads (see the module doc).
 
     A segment without a valid record (the empty one the sink opens after a rotation) is
@@ -93,7 +116,8 @@ def select_segments(directory: str | os.PathLike, start_ts: int = 0, stop_ts: in
     picked: list[tuple[int, Path]] = []
     latest: tuple[int, Path] | None = None
     for suffix, path in check_data_dir(directory):
-        first = first_commit_ts(directory, suffix, skip_corrupt=skip_corrupt)
+        first = first_commit_ts(directory, suffix, skip_corrupt=skip_corrupt,
+                                large_record_bytes=large_record_bytes)
         if first is None:
             continue
         if first <= start_ts:
@@ -111,17 +135,24 @@ def select_segments(directory: str | os.PathLike, start_ts: int = 0, stop_ts: in
 
 def read_records(directory: str | os.PathLike, start_ts: int = 0, stop_ts: int = 0, *,
                  stats: WalkStats | None = None, skip_corrupt: bool = False,
-                 picked: list[tuple[int, Path]] | None = None
-                 ) -> Iterator[tuple[Pos, pb.Binlog]]:
-    """``(pos after the record, Binlog)`` for every record in the range, in file order."""
-    picked = (select_segments(directory, start_ts, stop_ts, skip_corrupt=skip_corrupt)
+                 picked: list[tuple[int, Path]] | None = None,
+                 large_record_bytes: int = 0
+                 ) -> Iterator[tuple[Pos, pb.Binlog | LargeRecord]]:
+    """``(pos after the record, Binlog)`` for every record in the range, in file order;
+    with ``large_record_bytes`` a record that large comes as a :class:`LargeRecord`,
+    valid until the next one is asked for (module doc). The default (0) reads every
+    record whole, for callers that keep the records."""
+    picked = (select_segments(directory, start_ts, stop_ts, skip_corrupt=skip_corrupt,
+                              large_record_bytes=large_record_bytes)
               if picked is None else picked)
     if not picked:
         return
     for pos, payload in walk(directory, Pos(picked[0][0], 0), stats=stats,
-                             strict=not skip_corrupt):
+                             strict=not skip_corrupt,
+                             inline_max=inline_max(large_record_bytes)):
         try:
-            b = parse_binlog(payload)
+            b = (parse_binlog(payload) if isinstance(payload, bytes)
+                 else open_large_record(payload))
         except ProtocolError as exc:
             raise ProtocolError(f"record ending at {pos} in {directory}: {exc}") from exc
         if b.commit_ts < start_ts:

@@ -241,6 +241,13 @@ class Dispatcher:
         """Emit every pending batch (the input is momentarily empty)."""
         return self._emit_all()
 
+    @property
+    def window_keys(self) -> int:
+        """Keys the causality window holds (0 in the other modes): it grows with every
+        row until a flush, so a caller feeding one huge transaction in chunks bounds it
+        with :meth:`end_chunks` (a flush) now and then."""
+        return len(self._causality) if self._causality is not None else 0
+
     # -- feedback ----------------------------------------------------------------------
     def acked(self, send: Send) -> None:
         """The worker committed ``send``: every part of it counts for the checkpoint."""

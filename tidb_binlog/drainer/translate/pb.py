@@ -72,6 +72,7 @@ from tidb_binlog.codec import mysql as m
 from tidb_binlog.codec.datum import Kind
 from tidb_binlog.codec.mytime import format_time
 from tidb_binlog.drainer.apply.sql import is_create_database, quote_name
+from tidb_binlog.drainer.translate.pb_wire import read_record_head
 from tidb_binlog.drainer.translate.txn import HIDDEN_HANDLE, TableView, Translator, default_value
 from tidb_binlog.drainer.translate.wire import DEFAULT_WINDOW, WireBinlog, WirePrewrite, read_large
 from tidb_binlog.errors import CodecError, ProtocolError, SchemaError
@@ -452,8 +453,16 @@ def is_ddl_record(payload: bytes) -> bool:
     return payload[:2] == b"\x08\x01"
 
 
-def record_commit_ts(payload: bytes) -> int:
-    """The ``commit_ts`` of a pb ``Binlog`` record (ProtocolError when it is not one)."""
+def record_commit_ts(payload) -> int:
+    """The ``commit_ts`` of a pb ``Binlog`` record (ProtocolError when it is not one).
+    ``payload``: the bytes (parsed whole), or a :class:`~tidb_binlog.binlog_ref.ByteSource`
+    of a large record (its top-level fields read in place, the events skipped unread:
+    :func:`~tidb_binlog.drainer.translate.pb_wire.read_record_head`)."""
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        commit_ts = read_record_head(payload).commit_ts
+        if commit_ts is None:
+            raise ProtocolError("binlog file record carries no commit_ts")
+        return commit_ts
     b = pb.Binlog()
     try:
         b.ParseFromString(payload)

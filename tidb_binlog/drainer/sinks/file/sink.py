@@ -69,6 +69,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tidb_binlog.binlog_ref import DEFAULT_REF_ABOVE_BYTES
 from tidb_binlog.binlogfile import SEGMENT_SIZE_BYTES, Binlogger, Pos
 from tidb_binlog.binlogfile.reader import segments, walk
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint, start_commit_ts
@@ -89,6 +90,7 @@ log = logging.getLogger(__name__)
 
 SAVE_INTERVAL_S = 3.0
 GC_INTERVAL_S = 3600.0
+_TRIM_INLINE_MAX = DEFAULT_REF_ABOVE_BYTES - 1  # larger records are read in place on a reset
 SPILL_FILE = ".record.spill"  # a large transaction's parts until its last one
 
 
@@ -334,7 +336,9 @@ class FileSink:
         cut = None
         for suffix, _ in reversed(segments(binlogger.dir)):
             last_le = None
-            for pos, payload in walk(binlogger.dir, Pos(suffix, 0), single_segment=True):
+            # a large record is CRC-checked in blocks and only its top level read
+            for pos, payload in walk(binlogger.dir, Pos(suffix, 0), single_segment=True,
+                                     inline_max=_TRIM_INLINE_MAX):
                 try:
                     ts = record_commit_ts(payload)
                 except ProtocolError as exc:
