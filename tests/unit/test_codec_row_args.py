@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import zoneinfo
 from decimal import Decimal
 
@@ -73,6 +74,16 @@ def outcome(fn):
         return ("error", type(exc))
 
 
+def nan_safe(result):
+    """An outcome with NaN floats replaced by a marker: a damaged double can decode to NaN,
+    and NaN != NaN would fail an equal outcome."""
+    kind, value = result
+    if kind == "ok" and isinstance(value, dict):
+        value = {k: "NaN" if isinstance(v, float) and math.isnan(v) else v
+                 for k, v in value.items()}
+    return kind, value
+
+
 def formatted(typed: dict, formatted_ids=None, tz=datetime.UTC) -> dict:
     return {cid: format_sql_arg(d, TYPES[cid], tz)
             if formatted_ids is None or cid in formatted_ids else d
@@ -94,7 +105,7 @@ def test_row_args_are_the_formatted_typed_row(row, v2, tz, data):
         got = outcome(lambda b=bad: decode_row_args(b, plan, tz))
         assert got[0] == want[0], (bad, got, want)
         if want[0] == "ok":
-            assert got == want
+            assert nan_safe(got) == nan_safe(want)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
