@@ -147,6 +147,35 @@ def test_a_replay_of_an_earlier_transaction_also_rolls_open_chunks_back():
     assert ds.rollbacks == 1 and ds.committed == [["INSERT", "INSERT progress"]]
 
 
+def test_a_chunk_out_of_order_is_refused_with_every_later_part_until_chunk_1():
+    """A chunk k > 1 that does not continue the open chunks (a restarted worker, or a
+    call from before a pipeline reset meeting the replay's chunks) must not run, and
+    neither may the transaction's last part: that would commit it without the chunks
+    before. Everything of it is refused as a reset until the replay's chunk 1."""
+    ds = Downstream()
+    w = loader(ds)
+    w.execute_batch([(9, (ins(2),), 1)])
+    w.execute_batch([(9, (ins(3),), 2)])
+    with pytest.raises(PipelineReset, match="chunk 4 of the transaction at commit_ts 9 "
+                                            "arrived without chunks 1..3"):
+        w.execute_batch([(9, (ins(5),), 4)])
+    assert ds.rollbacks == 1 and ds.pending == [] and ds.committed == []
+    with pytest.raises(PipelineReset, match="after its chunks went out of order"):
+        w.execute_batch([(9, (ins(6),), 5)])
+    with pytest.raises(PipelineReset, match="after its chunks went out of order"):
+        w.execute_batch([(9, (ins(7),))])  # its last part: not committed alone
+    assert ds.committed == []
+    # a fresh worker meeting chunk 2 first: the same
+    w2 = loader(Downstream())
+    with pytest.raises(PipelineReset, match="chunk 2 of the transaction at commit_ts 9"):
+        w2.execute_batch([(9, (ins(3),), 2)])
+    # the replay from chunk 1 is applied whole, once
+    for chunk, k in ((1, 2), (2, 3), (3, 4), (4, 5), (5, 6)):
+        w.execute_batch([(9, (ins(k),), chunk)])
+    w.execute_batch([(9, (ins(7),))])
+    assert ds.committed == [["INSERT"] * 6 + ["INSERT progress"]] and w.applied_ts == 9
+
+
 def test_txn_atomic_without_exactly_once_commits_the_chunks_with_the_last_one_uncut():
     """txn-atomic with exactly-once off (the coordinator's atomic chunks): the same open
     downstream transaction, no progress row, and the last part is never cut into

@@ -210,6 +210,9 @@ class Loader:
         # commit_ts of a large transaction whose chunks ran without COMMIT (0: none open)
         self._open_ts = 0
         self._open_chunk = 0  # the number of its last chunk run
+        # commit_ts of a large transaction whose chunks arrived out of order here (0: none):
+        # every part of it is refused until its chunk 1 comes again (the replay)
+        self._broken_ts = 0
         self._marks_ready = not config.loopback_control  # mark table and row written
         self.retries = 0
 
@@ -282,6 +285,8 @@ class Loader:
             applied = self.guard.applied_ts
             while skipped < len(parts) and parts[skipped].commit_ts <= applied:
                 skipped += 1
+        if skipped < len(parts):
+            self._check_chunk_order(parts[skipped])
         rows = 0
         split = not (c.exactly_once or c.txn_atomic)
         for unit in plan_units(parts, c.txn_batch, split_parts=split):
@@ -412,6 +417,40 @@ class Loader:
         self.downstream.execute_script(script, commit=True)
         self.metrics.observe_query("exec", time.perf_counter() - t0)
         self._open_ts = 0
+
+    def _check_chunk_order(self, part) -> None:
+        """A chunk of a large transaction runs only right after the chunk before it (chunk
+        1 starts one). A chunk ``k > 1`` that does not continue the open transaction here
+        means this worker lost chunks ``1..k-1`` (a restart, or a call from before a
+        pipeline reset meeting the replay's): running it, or later the transaction's last
+        part, would commit the transaction without those rows. So the open chunks are
+        rolled back and every part of that transaction is refused, as a pipeline reset,
+        until its chunk 1 comes again with the replay."""
+        if part.ddl is not None:
+            return
+        if part.partial == 1:
+            self._broken_ts = 0
+            return
+        if self._broken_ts and part.commit_ts == self._broken_ts:
+            raise PipelineReset(
+                f"worker {self.config.worker}: a part of the transaction at commit_ts "
+                f"{part.commit_ts} arrived after its chunks went out of order here; waiting "
+                "for the replay to bring it again from chunk 1")
+        if part.partial and not (part.commit_ts == self._open_ts
+                                 and part.partial == self._open_chunk + 1):
+            open_ts, open_chunk = self._open_ts, self._open_chunk
+            if open_ts:
+                self.downstream.rollback()
+                self._open_ts = self._open_chunk = 0
+            self._broken_ts = part.commit_ts
+            log.warning("worker %d: chunk %d of the transaction at commit_ts %d arrived "
+                        "with %s open; refused (the pipeline replays it from chunk 1)",
+                        self.config.worker, part.partial, part.commit_ts,
+                        f"chunk {open_chunk} of commit_ts {open_ts}" if open_ts else "none")
+            raise PipelineReset(
+                f"worker {self.config.worker}: chunk {part.partial} of the transaction at "
+                f"commit_ts {part.commit_ts} arrived without chunks 1..{part.partial - 1} "
+                f"open here; the pipeline replays it from the checkpoint")
 
     def _continues(self, part) -> bool:
         """Whether ``part`` is the next chunk (or the last part) of the open transaction."""
