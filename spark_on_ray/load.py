@@ -128,7 +128,7 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
             run_query(down, sql)
             created.append(name)
         report("plan", 1, 1)
-        tasks = min(lc.parallelism or handle.slots, handle.slots, max(len(units), 1))
+        tasks = min(lc.parallelism or default_tasks(handle), handle.slots, max(len(units), 1))
         shares = plan.schedule(units, tasks)
         report("copy", 0, len(units))
         token = uuid.uuid4().hex[:16]
@@ -175,6 +175,15 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
             down.close()
             if own and handle is not None:
                 handle.stop()
+
+
+def default_tasks(handle) -> int:
+    """``[load] parallelism = 0``: one copy task per CPU of the Ray cluster, at most the
+    Spark task slots. Each copy keeps both servers and its feeder busy, so more tasks than
+    CPUs only contend (2 cores, 200k rows, LOAD DATA: 2 tasks copied 1.9x one INSERT
+    client, 4 tasks 1.5x, 1 task 1.2x; BENCHMARKS.md)."""
+    cpus = float(getattr(handle, "cluster_cpus", 0.0) or 0.0)
+    return max(1, min(handle.slots, int(cpus))) if cpus > 0 else handle.slots
 
 
 def _copy(index, payload, _sync):

@@ -135,6 +135,7 @@ class SparkHandle:
     config: SparkConfig
     jdbc_jar: str
     started_s: float  # seconds init_spark took
+    cluster_cpus: float = 0.0  # CPUs of the Ray cluster it runs on (0: unknown)
 
     def __enter__(self) -> SparkHandle:
         return self
@@ -291,7 +292,7 @@ def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None,
         raise SparkSetupError(f"RayDP could not start Spark ({spark_cfg.app_name}): "
                               f"{type(exc).__name__}: {str(exc)[:500]}") from exc
     spark.sparkContext.setLogLevel("ERROR")
-    handle = SparkHandle(spark, spark_cfg, jar, 0.0)
+    handle = SparkHandle(spark, spark_cfg, jar, 0.0, cpus)
     if warm:
         try:
             handle.warm_up()

@@ -100,3 +100,14 @@ def test_load_data_needs_the_column_types_and_method_is_checked():
     with pytest.raises(ConfigError, match="`load.method` .* is 'copy'; expected one of 'auto', "
                                           "'load-data', 'insert'"):
         load_spark_config(None, {"load.method": "copy"})
+
+
+def test_default_copy_tasks_are_one_per_cluster_cpu_at_most_the_slots():
+    from types import SimpleNamespace
+
+    from spark_on_ray.load import default_tasks
+
+    assert default_tasks(SimpleNamespace(slots=4, cluster_cpus=2.0)) == 2
+    assert default_tasks(SimpleNamespace(slots=4, cluster_cpus=16.0)) == 4
+    assert default_tasks(SimpleNamespace(slots=4, cluster_cpus=0.5)) == 1
+    assert default_tasks(SimpleNamespace(slots=4, cluster_cpus=0.0)) == 4  # unknown

@@ -126,7 +126,8 @@ class LoadConfig:
     # upstream renders), "insert" (multi-row INSERTs of batch-size rows), or "auto":
     # load-data when the downstream allows LOCAL INFILE (@@local_infile), else insert.
     method: str = _opt("method", _STR, "auto")
-    # Parallel copy tasks (each holds one upstream read view); 0 = every Spark task slot.
+    # Parallel copy tasks (each holds one upstream read view); 0 = one per CPU of the Ray
+    # cluster, at most every Spark task slot.
     parallelism: int = _opt("parallelism", _int_kind(0), 0)
     # Seconds to wait for a running DDL (the upstream's DDL owner lock) before giving up.
     ddl_lock_timeout_s: float = _opt("ddl-lock-timeout", _float_kind(), 60.0)
