@@ -152,7 +152,7 @@ def main() -> None:
         ours = res.total_rows / res.seconds
         print(f"spark load: {ours:,.0f} rows/s ({res.seconds:.1f} s, of which the Spark stage "
               f"{res.stage_s:.1f} s, its slowest task's set-up {res.setup_s:.1f} s and copy "
-              f"{res.copy_s:.1f} s; {res.tasks} tasks, "
+              f"{res.copy_s:.1f} s, the deferred indexes {res.index_s:.1f} s; {res.tasks} tasks, "
               f"{res.units} units, {res.method}; Spark start {handle.started_s:.1f} s not counted; "
               f"load avg {_load_avg()})", flush=True)
         results.append(f"RESULT spark_load value={ours:.0f} unit=rows/s ceiling={single:.0f} "

@@ -15,10 +15,11 @@ and none above it (``spark_on_ray/load_task.py`` proves it; a real TiDB would us
    definition and key, and refuse a downstream table that already holds rows: all
    before anything is written.
 2. Create the downstream databases and tables from the upstream's definitions (without
-   the hidden ``_tidb_rowid``), plan key-range units and schedule them onto the tasks.
+   the hidden ``_tidb_rowid``, secondary indexes held back), plan key-range units and schedule them onto the tasks.
 3. Freeze commits, then one Spark barrier stage: the tasks open their read views and
    copy (``load_task.copy_task``); the driver resumes commits once every view exists.
-4. Release the DDL lock; return the ts, the rows per table and the drainer command line.
+4. Add the secondary indexes the CREATE TABLEs held back (``[load] defer-indexes``).
+5. Release the DDL lock; return the ts, the rows per table and the drainer command line.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class LoadResult:
     copy_s: float = 0.0                      # the slowest task's copy time
     stage_s: float = 0.0                     # the Spark stage: task start-up + copy
     setup_s: float = 0.0                     # the slowest task's connects, freeze, syncs
+    index_s: float = 0.0                     # adding the deferred secondary indexes
     spark_start_s: float = 0.0
     method: str = ""                         # how rows were written: load-data or insert
     drainer_command: str = ""
@@ -121,8 +123,13 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
         units, ddl = _plan(up, down, _tables(up, entries, up_where), cfg, up_where, down_where)
         if own:
             handle = start_spark(cfg.spark, ray_address=ray_address, warm=True)
+        deferred: dict[str, list[str]] = {}
         for name, sql in ddl:
             db = name.split(".", 1)[0]
+            if lc.defer_indexes:
+                sql, later = plan.defer_indexes(sql)
+                if later:
+                    deferred[name] = later
             run_query(down, f"CREATE DATABASE IF NOT EXISTS {dplan.quote_ident(db)}")
             run_query(down, f"USE {dplan.quote_ident(db)}")
             run_query(down, sql)
@@ -151,10 +158,16 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
                                 f"downstream copy is not consistent: drop the tables on "
                                 f"{down_where} and rerun", where=up_where)  # fmt: skip
         report("copy", len(units), len(units))
+        t_index = time.monotonic()
+        log.info("copy stage: %.3f s to the first task's start, %.3f s from the last task's "
+                 "end (same-node clocks)", min(a["entered"] for a in answers) - t_stage,
+                 t_index - max(a["ended"] for a in answers))
+        _add_indexes(down, deferred, down_where, report)
         result = LoadResult(ts=answers[0]["ts"], units=len(units), tasks=tasks,
                             copy_s=max(a["copy_s"] for a in answers),
                             setup_s=max(a["setup_s"] for a in answers),
-                            stage_s=time.monotonic() - t_stage, method=method)
+                            stage_s=t_index - t_stage, method=method,
+                            index_s=time.monotonic() - t_index)
         for info in units:
             result.rows.setdefault(f"{info.database}.{info.table}", 0)
         for answer in answers:
@@ -175,6 +188,28 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
             down.close()
             if own and handle is not None:
                 handle.stop()
+
+
+def _add_indexes(down, deferred: dict[str, list[str]], where: str, report) -> None:
+    """The secondary indexes ``[load] defer-indexes`` held back, one ALTER per table."""
+    if not deferred:
+        return
+    report("indexes", 0, len(deferred))
+    for i, (name, defs) in enumerate(sorted(deferred.items())):
+        db, table = name.split(".", 1)
+        sql = (f"ALTER TABLE {dplan.quote_ident(db)}.{dplan.quote_ident(table)} "
+               + ", ".join(f"ADD {d}" for d in defs))
+        try:
+            run_query(down, sql)
+        except Exception as exc:
+            raise SparkJobError(f"every row of `{db}`.`{table}` was copied, but adding its "
+                                f"secondary indexes on the downstream {where} failed: "
+                                f"{type(exc).__name__}: {exc}; run `{sql}` there once the "
+                                "cause is fixed (a UNIQUE KEY that the downstream's collation "
+                                "sees duplicates in, for example), or rerun with [load] "
+                                "defer-indexes = false on emptied tables",
+                                where=where) from exc  # fmt: skip
+        report("indexes", i + 1, len(deferred))
 
 
 def default_tasks(handle) -> int:
@@ -259,6 +294,18 @@ def _plan(up, down, tables, cfg, up_where, down_where):
             (_, create), = run_query(up, f"SHOW CREATE TABLE {info.qualified}")
             ddl.append((f"{db}.{table}", plan.downstream_ddl(create)))
         columns = tuple(c.name for c in info.columns)
+        types = tuple(c.data_type for c in info.columns)
+        grouped = 0
+        if key:
+            lengths = {n: (c, o) for n, c, o in run_query(
+                up, "SELECT COLUMN_NAME, CHARACTER_MAXIMUM_LENGTH, CHARACTER_OCTET_LENGTH "
+                f"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {literal(db)} AND "
+                f"TABLE_NAME = {literal(table)}")}  # fmt: skip
+            key_types = tuple(next((c.data_type for c in info.columns if c.name == k),
+                                   "bigint" if k == plan.ROWID else "") for k in key)
+            bound = plan.line_bound(types, tuple(lengths[c][0] for c in columns),
+                                    tuple(lengths[c][1] for c in columns))
+            grouped = plan.group_rows(key_types, bound)
         if key:
             (estimate,), = run_query(up, "SELECT COALESCE(TABLE_ROWS, 0) FROM information_schema"
                                      f".TABLES WHERE TABLE_SCHEMA = {literal(db)} AND "
@@ -269,6 +316,6 @@ def _plan(up, down, tables, cfg, up_where, down_where):
             ranges = dplan.chunk_ranges(bounds)
         else:
             chunk, ranges = cfg.load.chunk_size, [dplan.KeyRange()]
-        types = tuple(c.data_type for c in info.columns)
-        units += [plan.CopyUnit(db, table, columns, key, r, chunk, types) for r in ranges]
+        units += [plan.CopyUnit(db, table, columns, key, r, chunk, types, grouped)
+                  for r in ranges]
     return units, ddl

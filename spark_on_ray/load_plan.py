@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from spark_on_ray.diff_plan import KeyRange, quote_ident, range_predicate
 
-__all__ = ["ROWID", "CopyUnit", "unit_rows", "downstream_ddl", "schedule", "select_sql",
-           "insert_sql", "tsv_select_sql", "load_data_sql"]
+__all__ = ["ROWID", "CopyUnit", "unit_rows", "downstream_ddl", "defer_indexes", "schedule",
+           "select_sql", "insert_sql", "tsv_select_sql", "tsv_group_select_sql", "load_data_sql",
+           "line_bound", "group_rows", "GROUP_BYTES"]
 
 ROWID = "_tidb_rowid"
 _ROWID_LINE = re.compile(r"^\s*(`_tidb_rowid`|UNIQUE KEY `[^`]*` \(`_tidb_rowid`\)).*$", re.M)
@@ -34,6 +35,39 @@ def downstream_ddl(create_table: str) -> str:
         if ln.startswith(")") and i > 0:
             lines[i - 1] = lines[i - 1].rstrip().rstrip(",")
     return _AUTO_INC_OPT.sub("", "\n".join(lines))
+
+
+# A secondary index line of SHOW CREATE TABLE (InnoDB builds these by sorting afterwards).
+_SECONDARY = re.compile(r"^\s*(UNIQUE )?KEY `")
+_NO_DEFER = re.compile(r"^\s*(CONSTRAINT\b.*\bFOREIGN KEY|FOREIGN KEY|FULLTEXT|SPATIAL)", re.I)
+_AUTO_INC_COL = re.compile(r"^\s*`((?:[^`]|``)+)`.*\bAUTO_INCREMENT\b", re.I)
+_PRIMARY = re.compile(r"^\s*PRIMARY KEY \(`((?:[^`]|``)+)`")
+
+
+def defer_indexes(create_table: str) -> tuple[str, list[str]]:
+    """``CREATE TABLE`` without its secondary ``KEY`` / ``UNIQUE KEY`` lines, and those
+    definitions, to add in one ``ALTER TABLE`` once the rows are in: InnoDB then builds
+    each index by one sort instead of a random insert per row (myloader's
+    ``--innodb-optimize-keys``). Nothing is deferred from a table with a foreign key,
+    a FULLTEXT or SPATIAL index, or an AUTO_INCREMENT column that is not the first column
+    of the primary key (MariaDB requires that column to lead some key at CREATE time)."""
+    lines = create_table.split("\n")
+    auto = {m.group(1) for ln in lines if (m := _AUTO_INC_COL.match(ln))}
+    primary = next((m.group(1) for ln in lines if (m := _PRIMARY.match(ln))), None)
+    if any(_NO_DEFER.match(ln) for ln in lines) or (auto and auto != {primary}):
+        return create_table, []
+    kept, deferred = [], []
+    for ln in lines:
+        if _SECONDARY.match(ln):
+            deferred.append(ln.strip().rstrip(","))
+        else:
+            kept.append(ln)
+    if not deferred:
+        return create_table, []
+    for i, ln in enumerate(kept):
+        if ln.startswith(")") and i > 0:
+            kept[i - 1] = kept[i - 1].rstrip().rstrip(",")
+    return "\n".join(kept), deferred
 
 
 def unit_rows(estimated_rows: int, chunk_size: int, tasks: int) -> int:
@@ -55,6 +89,9 @@ class CopyUnit:
     estimated_rows: int
     # information_schema DATA_TYPE of each column (lower case); () = unknown (INSERT only)
     types: tuple[str, ...] = ()
+    # LOAD DATA: rows per line group the upstream concatenates into one result row (its
+    # single integer key DIV this); 0 = one result row per table row.
+    group_rows: int = 0
 
     @property
     def qualified(self) -> str:
@@ -144,6 +181,63 @@ def tsv_select_sql(unit: CopyUnit, literal) -> str:
     exprs = ", ".join(f"IFNULL({sel}, {_NULL})" for sel, _, _ in _fields(unit))
     where = range_predicate(unit.key, unit.range, literal) if unit.key else "TRUE"
     return f"SELECT CAST(CONCAT_WS(X'09', {exprs}) AS BINARY) FROM {unit.qualified} WHERE {where}"
+
+
+def tsv_group_select_sql(unit: CopyUnit, literal) -> str:
+    """Rows ``(lines, text)``: ``unit.group_rows`` consecutive keys' lines joined by
+    newlines in one result row, so the copy task handles a few hundred result rows where
+    it would handle 200k (its Python cost per row was a fifth of the copy's CPU). Only for
+    a single integer key and rows of bounded size (:func:`group_rows`); ``lines`` is the
+    group's row count, which the copy checks against what LOAD DATA loaded."""
+    if len(unit.key) != 1 or unit.group_rows < 1:
+        raise ValueError(f"copy unit {unit.qualified} cannot be read in line groups")
+    exprs = ", ".join(f"IFNULL({sel}, {_NULL})" for sel, _, _ in _fields(unit))
+    where = range_predicate(unit.key, unit.range, literal)
+    key = quote_ident(unit.key[0])
+    return (f"SELECT COUNT(*), CAST(GROUP_CONCAT(CONCAT_WS(X'09', {exprs}) SEPARATOR X'0A') "
+            f"AS BINARY) FROM {unit.qualified} WHERE {where} GROUP BY {key} DIV "
+            f"{unit.group_rows}")
+
+
+# Bytes a line group may take at most (group_concat_max_len is set above it).
+GROUP_BYTES = 1 << 20
+_INTEGER = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+_SHORT = {"tinyint": 5, "smallint": 7, "mediumint": 9, "int": 12, "integer": 12, "bigint": 21,
+          "decimal": 68, "numeric": 68, "float": 25, "double": 25, "real": 25, "bit": 21,
+          "year": 5, "date": 11, "datetime": 27, "timestamp": 27, "time": 18}
+_CHARS = frozenset({"char", "varchar", "enum", "set", "tinytext"})
+_OCTETS = frozenset({"binary", "varbinary", "tinyblob"})
+# A row longer than this is not worth grouping (and would make a group too big).
+_MAX_GROUPED_LINE = 64 << 10
+
+
+def line_bound(types: tuple[str, ...], char_lengths: tuple[int | None, ...],
+               octet_lengths: tuple[int | None, ...]) -> int | None:
+    """Longest line :func:`tsv_select_sql` can render for a row of these columns (bytes),
+    or None when a column is unbounded (TEXT, BLOB, JSON, geometry...). Text counts 4
+    bytes a character, doubled for escapes; bytes count 2 hex digits each."""
+    total = 0
+    for t, chars, octets in zip(types, char_lengths, octet_lengths, strict=True):
+        if t in _SHORT:
+            total += _SHORT[t]
+        elif t in _CHARS and chars is not None:
+            total += 8 * int(chars) + 2
+        elif t in _OCTETS and octets is not None:
+            total += 2 * int(octets) + 2
+        else:
+            return None
+        total += 1  # the tab
+    return total
+
+
+def group_rows(key_types: tuple[str, ...], bound: int | None, wanted: int = 256) -> int:
+    """Rows per line group for a table: 0 (one result row per table row) unless its key is
+    one integer column and its lines are bounded; then at most ``wanted`` and at most
+    :data:`GROUP_BYTES` of lines per group."""
+    if len(key_types) != 1 or key_types[0] not in _INTEGER or bound is None \
+            or bound > _MAX_GROUPED_LINE:
+        return 0
+    return max(1, min(wanted, GROUP_BYTES // max(bound, 1)))
 
 
 def load_data_sql(unit: CopyUnit, path_literal: str) -> str:

@@ -41,7 +41,15 @@ import time
 
 import pymysql
 
-from spark_on_ray.load_plan import CopyUnit, insert_sql, load_data_sql, select_sql, tsv_select_sql
+from spark_on_ray.load_plan import (
+    GROUP_BYTES,
+    CopyUnit,
+    insert_sql,
+    load_data_sql,
+    select_sql,
+    tsv_group_select_sql,
+    tsv_select_sql,
+)
 from spark_on_ray.sql_task import connect
 from tidb_binlog.config.spark import DatabaseConfig
 from tidb_binlog.upstream.catalog import CATALOG_DB, META_SCHEMA_VERSION
@@ -77,6 +85,8 @@ def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: Datab
         down_conn.autocommit(False)
         with up_conn.cursor() as cur:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            # line groups (load_plan.group_rows) stay far below this; a cut one is refused
+            cur.execute(f"SET SESSION group_concat_max_len = {4 * GROUP_BYTES}")
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
             cur.execute(SNAPSHOT_TS_SQL)
             ts = int(cur.fetchone()[0])  # raw: the server's text
@@ -95,8 +105,11 @@ def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: Datab
                 n = insert_unit(unit, up_conn, down_conn, batch_size, literal)
             rows[name] = rows.get(name, 0) + n
             down_conn.commit()
-        return {"ts": ts, "rows": rows, "copy_s": time.monotonic() - started,
-                "setup_s": started - entered}
+        ended = time.monotonic()
+        # entered/ended: this machine's monotonic clock (the driver compares them with its
+        # own when the task runs on its node: how long Spark took to start and end tasks)
+        return {"ts": ts, "rows": rows, "copy_s": ended - started,
+                "setup_s": started - entered, "entered": entered, "ended": ended}
     finally:
         for conn in (up_conn, down_conn):
             if conn is not None:
@@ -130,9 +143,9 @@ class _Feeder(threading.Thread):
     for the file), so this thread never waits on a reader that will not come; a reader
     that goes away makes the next write fail (EPIPE) and the thread end."""
 
-    def __init__(self, up_conn, sql: str, path: str):
+    def __init__(self, up_conn, sql: str, path: str, grouped: bool = False):
         super().__init__(name="load-feeder", daemon=True)
-        self.up_conn, self.sql, self.path = up_conn, sql, path
+        self.up_conn, self.sql, self.path, self.grouped = up_conn, sql, path, grouped
         self.lines = 0
         self.error: BaseException | None = None
         self._give_up = threading.Event()
@@ -146,12 +159,31 @@ class _Feeder(threading.Thread):
             with os.fdopen(fd, "wb", buffering=1 << 20) as out, \
                     self.up_conn.cursor(pymysql.cursors.SSCursor) as src:
                 src.execute(self.sql)
-                while batch := src.fetchmany(_FEED_ROWS):
-                    out.write(b"\n".join([r[0] for r in batch]))
-                    out.write(b"\n")
-                    self.lines += len(batch)
+                if self.grouped:  # (lines, text) rows: tsv_group_select_sql
+                    while batch := src.fetchmany(64):
+                        for count, text in batch:
+                            out.write(text)
+                            out.write(b"\n")
+                            self.lines += int(count)
+                else:
+                    while batch := src.fetchmany(_FEED_ROWS):
+                        out.write(b"\n".join([r[0] for r in batch]))
+                        out.write(b"\n")
+                        self.lines += len(batch)
+            if self.grouped:
+                self._check_groups()
         except BaseException as exc:  # reported by load_unit, after LOAD DATA returns
             self.error = exc
+
+    def _check_groups(self) -> None:
+        """A line group cut by ``group_concat_max_len`` (or NULL: over the server's
+        ``max_allowed_packet``) leaves a warning on the upstream session: refused."""
+        with self.up_conn.cursor() as cur:
+            cur.execute("SHOW WARNINGS LIMIT 5")
+            warnings = cur.fetchall()
+        if warnings:
+            shown = "; ".join(" ".join(str(x) for x in w) for w in warnings)
+            raise RuntimeError(f"the upstream warned while rendering line groups: {shown}")
 
     def _open(self) -> int | None:
         while not self._give_up.is_set():
@@ -176,7 +208,9 @@ def load_unit(unit: CopyUnit, up_conn, down_conn, literal) -> int:
     work = tempfile.mkdtemp(prefix="tidb-binlog-load-")
     path = os.path.join(work, "rows.tsv")
     os.mkfifo(path, 0o600)
-    feeder = _Feeder(up_conn, tsv_select_sql(unit, literal), path)
+    grouped = unit.group_rows > 0
+    sql = tsv_group_select_sql(unit, literal) if grouped else tsv_select_sql(unit, literal)
+    feeder = _Feeder(up_conn, sql, path, grouped)
     feeder.start()
     try:
         with down_conn.cursor() as dst:

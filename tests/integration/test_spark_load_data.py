@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import struct
+from dataclasses import replace
 
 import pymysql
 import pytest
@@ -77,7 +78,8 @@ def _fill(server, db: str) -> int:
 
 
 @pytest.mark.parametrize(("method", "sql_mode"), [
-    ("load-data", ""), ("load-data", "STRICT_TRANS_TABLES,NO_BACKSLASH_ESCAPES"), ("insert", "")])
+    ("load-data", ""), ("load-data", "STRICT_TRANS_TABLES,NO_BACKSLASH_ESCAPES"),
+    ("load-data-grouped", ""), ("insert", "")])
 def test_every_value_is_copied_exactly(mariadb_pair, fresh_database, method, sql_mode):
     up, down = mariadb_pair
     db = fresh_database(up, down)
@@ -93,6 +95,8 @@ def test_every_value_is_copied_exactly(mariadb_pair, fresh_database, method, sql
         cur.execute(all_ddl)
         cur.execute(odd_ddl)
     units = [_unit(src, db, "all_types"), _unit(src, db, "odd")]
+    if method == "load-data-grouped":  # line groups of 7 keys (any value, NULL, bytes...)
+        units = [replace(u, key=("id",), group_rows=7) for u in units]
     src.close()
     dst.close()
 
@@ -102,7 +106,7 @@ def test_every_value_is_copied_exactly(mariadb_pair, fresh_database, method, sql
             with conn.cursor() as cur:
                 cur.execute(f"SET SESSION sql_mode = '{sql_mode}'")
         down_conn.autocommit(False)
-        copied = [load_unit(u, up_conn, down_conn, literal) if method == "load-data"
+        copied = [load_unit(u, up_conn, down_conn, literal) if method.startswith("load-data")
                   else insert_unit(u, up_conn, down_conn, 1000, literal) for u in units]
         assert copied == [n_all, n_odd]
         down_conn.commit()
@@ -155,6 +159,19 @@ def test_load_data_refuses_a_changed_value_and_insert_path_still_works(mariadb_p
         with pytest.raises(RuntimeError, match=r"LOAD DATA into `.*`\.`t` loaded 2 of 2 rows; "
                                                r"warnings: .*Data truncated"):
             load_unit(unit, up_conn, down_conn, literal)
+        down_conn.rollback()
+        # A line group longer than the upstream session's group_concat_max_len is cut by
+        # the server with a warning: refused, not loaded short.
+        grouped = replace(unit, key=("id",), group_rows=1000)
+        with up_conn.cursor() as cur:
+            cur.execute("SET SESSION group_concat_max_len = 8")
+        try:
+            with pytest.raises(RuntimeError, match=r"reading `.*`\.`t` from the upstream "
+                                                   r"failed .*warned.*cut by GROUP_CONCAT"):
+                load_unit(grouped, up_conn, down_conn, literal)
+        finally:
+            with up_conn.cursor() as cur:
+                cur.execute("SET SESSION group_concat_max_len = DEFAULT")
         down_conn.rollback()
         # The upstream fails mid-unit (here: at once: a table only the downstream has): the
         # unit fails, nothing hangs.

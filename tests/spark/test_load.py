@@ -53,6 +53,15 @@ def test_load_under_writes_then_drainer_from_ts_converges(spark_handle, stack):
     assert set(result.rows) == {"shop.sbtest", "shop.nopk", "shop.all_types", "shop.ddlt"}
     assert f"--initial-commit-ts {result.ts}" in result.drainer_command
     assert result.method == "load-data"  # auto: MariaDB allows LOCAL INFILE by default
+    # The secondary indexes held back from the CREATE TABLEs were added after the rows
+    # (sbtest and nopk were also read in line groups: one integer key, bounded rows).
+    conn = down_db.connect()
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_NAME, INDEX_NAME, NON_UNIQUE FROM information_schema."
+                    "STATISTICS WHERE TABLE_SCHEMA = 'shop' AND INDEX_NAME <> 'PRIMARY'")
+        indexes = set(cur.fetchall())
+    conn.close()
+    assert {("sbtest", "k_1", 1), ("nopk", "uu", 0)} <= indexes, indexes
     # The workload wrote on both sides of the snapshot point.
     conn = up_db.connect()
     with conn.cursor() as cur:

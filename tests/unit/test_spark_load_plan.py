@@ -6,12 +6,17 @@ import pytest
 
 from spark_on_ray.diff_plan import KeyRange
 from spark_on_ray.load_plan import (
+    GROUP_BYTES,
     CopyUnit,
+    defer_indexes,
     downstream_ddl,
+    group_rows,
     insert_sql,
     load_data_sql,
     schedule,
     select_sql,
+    line_bound,
+    tsv_group_select_sql,
     tsv_select_sql,
     unit_rows,
 )
@@ -111,3 +116,63 @@ def test_default_copy_tasks_are_one_per_cluster_cpu_at_most_the_slots():
     assert default_tasks(SimpleNamespace(slots=4, cluster_cpus=16.0)) == 4
     assert default_tasks(SimpleNamespace(slots=4, cluster_cpus=0.5)) == 1
     assert default_tasks(SimpleNamespace(slots=4, cluster_cpus=0.0)) == 4  # unknown
+
+
+SBTEST = """CREATE TABLE `sbtest` (
+  `id` int(11) NOT NULL,
+  `k` int(11) NOT NULL DEFAULT 0,
+  `c` char(120) NOT NULL DEFAULT '',
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `c_u` (`c`),
+  KEY `k_1` (`k`)
+) ENGINE=InnoDB DEFAULT CHARSET=latin1"""
+
+
+def test_secondary_indexes_are_deferred_unless_the_table_needs_them_at_create():
+    create, later = defer_indexes(SBTEST)
+    assert later == ["UNIQUE KEY `c_u` (`c`)", "KEY `k_1` (`k`)"]
+    assert create == """CREATE TABLE `sbtest` (
+  `id` int(11) NOT NULL,
+  `k` int(11) NOT NULL DEFAULT 0,
+  `c` char(120) NOT NULL DEFAULT '',
+  PRIMARY KEY (`id`)
+) ENGINE=InnoDB DEFAULT CHARSET=latin1"""
+    # the hidden row id's table after downstream_ddl: its only key is a secondary one
+    create, later = defer_indexes(downstream_ddl(SHOW_CREATE))
+    assert later == ["UNIQUE KEY `uu` (`u`)"] and "KEY" not in create
+    assert defer_indexes("CREATE TABLE `p` (\n  `id` int(11) NOT NULL,\n  PRIMARY KEY "
+                         "(`id`)\n) ENGINE=InnoDB") == ("CREATE TABLE `p` (\n  `id` int(11) NOT "
+                                                       "NULL,\n  PRIMARY KEY (`id`)\n) "
+                                                       "ENGINE=InnoDB", [])
+    # kept whole: an AUTO_INCREMENT column led only by a secondary key, a foreign key,
+    # a FULLTEXT index (each needs its index in the CREATE TABLE, or is not worth it)
+    auto = SBTEST.replace("`k` int(11) NOT NULL DEFAULT 0",
+                          "`k` int(11) NOT NULL AUTO_INCREMENT")
+    fk = SBTEST.replace("  KEY `k_1` (`k`)", "  KEY `k_1` (`k`),\n  CONSTRAINT `f` FOREIGN "
+                        "KEY (`k`) REFERENCES `o` (`id`)")
+    ft = SBTEST.replace("  KEY `k_1` (`k`)", "  KEY `k_1` (`k`),\n  FULLTEXT KEY `x` (`c`)")
+    for create in (auto, fk, ft):
+        assert defer_indexes(create) == (create, [])
+    on_pk = SBTEST.replace("`id` int(11) NOT NULL,", "`id` int(11) NOT NULL AUTO_INCREMENT,")
+    assert defer_indexes(on_pk)[1] == ["UNIQUE KEY `c_u` (`c`)", "KEY `k_1` (`k`)"]
+
+
+def test_line_groups_only_for_one_integer_key_and_bounded_rows():
+    bound = line_bound(("int", "int", "char", "char"), (None, None, 120, 60), (None, None, 120, 60))
+    assert bound == 12 + 12 + 962 + 482 + 4
+    assert group_rows(("int",), bound) == 256
+    assert group_rows(("bigint",), 100_000 // 2) == GROUP_BYTES // 50_000
+    assert group_rows(("int",), 10 * GROUP_BYTES) == 0  # one line over the group size
+    assert line_bound(("int", "text"), (None, 65535), (None, 65535)) is None
+    assert line_bound(("int", "varbinary", "json"), (None, 8, None), (None, 8, None)) is None
+    assert line_bound(("varbinary",), (8,), (8,)) == 18 + 1
+    assert group_rows(("varchar",), 10) == 0  # not an integer key
+    assert group_rows(("int", "int"), 10) == 0  # composite key
+    assert group_rows(("int",), None) == 0  # unbounded rows
+    unit = CopyUnit("db", "t", ("id", "v"), ("id",), KeyRange((1,), (9,)), 8, ("int", "blob"), 5)
+    sql = tsv_group_select_sql(unit, str)
+    assert sql.startswith("SELECT COUNT(*), CAST(GROUP_CONCAT(CONCAT_WS(X'09', IFNULL(`id`, ")
+    assert "HEX(`v`)" in sql and "SEPARATOR X'0A')" in sql
+    assert sql.endswith("WHERE ((`id` >= 1)) AND ((`id` < 9)) GROUP BY `id` DIV 5")
+    with pytest.raises(ValueError, match="line groups"):
+        tsv_group_select_sql(CopyUnit("db", "t", ("id",), (), KeyRange(), 1, ("int",), 5), str)

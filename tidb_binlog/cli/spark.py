@@ -193,7 +193,8 @@ def run_load(args) -> int:
     elapsed = time.monotonic() - t0
     console.print(f"{result.total_rows} rows, {len(result.rows)} table(s), {result.units} "
                   f"units on {result.tasks} tasks ({result.method}); {elapsed:.1f} s (Spark start "
-                  f"{result.spark_start_s:.1f} s, copy stage {result.stage_s:.1f} s)")
+                  f"{result.spark_start_s:.1f} s, copy stage {result.stage_s:.1f} s, indexes "
+                  f"{result.index_s:.1f} s)")
     console.print(f"snapshot commit_ts: {result.ts}; start replication from it:")
     console.print(f"  {result.drainer_command}", highlight=False)
     return 0
