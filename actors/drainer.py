@@ -20,7 +20,7 @@ Each class is a shell of one-line calls around a plain object of ``tidb_binlog/d
   merge runs on a thread started by the constructor; the other methods (``status``,
   ``notify``, ``stop``, ...) answer from Ray's call threads (``max_concurrency=8``).
 - :class:`SchemaKeeperActor` around
-  :class:`~tidb_binlog.drainer.translate.keeper.RowKeeper` (the schema rebuilt from the
+  :class:`~tidb_binlog.drainer.translate.row_keeper.RowKeeper` (the schema rebuilt from the
   upstream's DDL history, rows decoded, filters; in exactly-once mode the rows routed
   over the workers with the flush points planned). Its result refs go to the
   coordinator (``translate``) or, routed, one object per worker plus the plan
@@ -64,7 +64,7 @@ from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.relay.log import RelayLog
 from tidb_binlog.drainer.service.node import ServiceSettings
 from tidb_binlog.drainer.sinks.mysql.coordinator import Coordinator
-from tidb_binlog.drainer.translate.keeper import RowKeeper
+from tidb_binlog.drainer.translate.row_keeper import RowKeeper
 from tidb_binlog.node import PAUSED
 from tidb_binlog.upstream.meta import UpstreamMeta
 

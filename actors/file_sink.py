@@ -7,7 +7,7 @@ They take the schema keeper's and the coordinator's places in the pipeline (see
                                                                               │ append
                                                             [syncer.to] dir: binlog-<16 digits>-<date>
 
-- :class:`PbKeeperActor` is a shell around :class:`~tidb_binlog.drainer.translate.keeper.PbKeeper`
+- :class:`PbKeeperActor` is a shell around :class:`~tidb_binlog.drainer.translate.pb_keeper.PbKeeper`
   (same ``reset(schema_version)``, history-job waiting and "refuse until placed" rule
   as the schema keeper): ``translate(items)`` returns ``(commit_ts, pb record bytes |
   None, schema_version)``, honouring ``ignore-schemas`` and ``ignore-txn-commit-ts``;
@@ -39,7 +39,7 @@ from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.checkpoint.store import open_checkpoint_store
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.sinks.file.sink import BinlogFileSink, FileSink
-from tidb_binlog.drainer.translate.keeper import PbKeeper
+from tidb_binlog.drainer.translate.pb_keeper import PbKeeper
 
 __all__ = ["PbKeeperActor", "FileSinkActor", "start_file_sink_actors", "absolute_dirs"]
 

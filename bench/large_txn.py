@@ -170,7 +170,7 @@ def keeper_only(rows: int, row_bytes: int, chunk_rows: int, trace: bool = False,
     from tidb_binlog.codec import Datum, encode_old_row, encode_value
     from tidb_binlog.codec import mysql as m
     from tidb_binlog.drainer.pipeline.settings import TaskSettings
-    from tidb_binlog.drainer.translate.keeper import RowKeeper
+    from tidb_binlog.drainer.translate.row_keeper import RowKeeper
     from tidb_binlog.model import (
         ActionType,
         CIStr,

@@ -29,7 +29,7 @@ import time
 from tidb_binlog import binlog as bl
 from tidb_binlog.pump.storage import Storage, StorageOptions
 from tidb_binlog.pump.storage.metrics import StorageMetrics
-from tidb_binlog.pump.storage.vlog import encode_record
+from tidb_binlog.pump.storage.vlog_record import encode_record
 
 __all__ = ["run"]
 

@@ -19,7 +19,7 @@ from tidb_binlog.drainer.source.pump_source import GrpcPumpSource
 from tidb_binlog.errors import DamagedBinlog
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.server import open_channel, open_pump
-from tidb_binlog.pump.storage.vlog import FILE_END_MAGIC, _ScanResult, scan_segment
+from tidb_binlog.pump.storage.vlog_record import FILE_END_MAGIC, ScanResult, scan_segment
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_damaged_binlog_reaches_the_drainer_as_an_error(start_pump, tmp_path):
     sealed = tmp_path / "pump" / "value" / "000002.vlog"
     raw = sealed.read_bytes()
     assert int.from_bytes(raw[-4:], "little") == FILE_END_MAGIC
-    off, size, payload = next(r for r in scan_segment(raw, 0, len(raw) - 12, _ScanResult())
+    off, size, payload = next(r for r in scan_segment(raw, 0, len(raw) - 12, ScanResult())
                               if bl.decode(r[2]).tp == bl.BinlogType.COMMIT)
     victim = bl.decode(payload)
     with open(sealed, "r+b") as f:

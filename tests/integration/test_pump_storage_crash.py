@@ -19,7 +19,12 @@ from tidb_binlog.errors import DamagedBinlog
 from tidb_binlog.node import TxnStatus
 from tidb_binlog.pump.storage import Storage, StorageOptions
 from tidb_binlog.pump.storage.metrics import StorageMetrics
-from tidb_binlog.pump.storage.vlog import FILE_END_MAGIC, HEADER_SIZE, _ScanResult, scan_segment
+from tidb_binlog.pump.storage.vlog_record import (
+    FILE_END_MAGIC,
+    HEADER_SIZE,
+    ScanResult,
+    scan_segment,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +104,7 @@ def _records(path: Path) -> list[tuple[int, int, bl.Binlog]]:
     end = len(raw)
     if end >= 12 and int.from_bytes(raw[-4:], "little") == FILE_END_MAGIC:
         end -= 12
-    return [(off, size, bl.decode(p)) for off, size, p in scan_segment(raw, 0, end, _ScanResult())]
+    return [(off, size, bl.decode(p)) for off, size, p in scan_segment(raw, 0, end, ScanResult())]
 
 
 def _pull_all(s: Storage) -> tuple[list[tuple[int, bytes]], list[int]]:

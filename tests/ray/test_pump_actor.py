@@ -117,7 +117,7 @@ def test_damaged_binlog_stops_the_actor_feed_with_a_typed_error(ray_local, tmp_p
     from tidb_binlog.errors import DamagedBinlog
     from tidb_binlog.pump.storage import Storage, StorageOptions
     from tidb_binlog.pump.storage.metrics import StorageMetrics
-    from tidb_binlog.pump.storage.vlog import _ScanResult, scan_segment
+    from tidb_binlog.pump.storage.vlog_record import ScanResult, scan_segment
 
     data_dir = tmp_path / "damaged"
     s = Storage(data_dir, StorageOptions(sync_log=False, stop_write_at_available_space_bytes=0,
@@ -129,7 +129,7 @@ def test_damaged_binlog_stops_the_actor_feed_with_a_typed_error(ray_local, tmp_p
     s.close()
     sealed = data_dir / "value" / "000002.vlog"
     raw = bytearray(sealed.read_bytes())
-    off, size, payload = next(r for r in scan_segment(bytes(raw), 0, len(raw) - 12, _ScanResult())
+    off, size, payload = next(r for r in scan_segment(bytes(raw), 0, len(raw) - 12, ScanResult())
                               if bl.decode(r[2]).tp == bl.BinlogType.COMMIT)
     raw[off + size - 1] ^= 0xFF
     sealed.write_bytes(bytes(raw))

@@ -12,7 +12,7 @@ from cluster.launch import PumpOptions
 from tidb_binlog import binlog as bl
 from tidb_binlog.pump.storage import Storage, StorageOptions
 from tidb_binlog.pump.storage.metrics import StorageMetrics
-from tidb_binlog.pump.storage.vlog import FILE_END_MAGIC, _ScanResult, scan_segment
+from tidb_binlog.pump.storage.vlog_record import FILE_END_MAGIC, ScanResult, scan_segment
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -47,7 +47,7 @@ def test_drainer_stops_before_a_damaged_binlog_and_says_so(ray_local, stack, tmp
     assert len(sealed) >= 2, sealed
     target = sealed[-1]
     raw = bytearray(target.read_bytes())
-    recs = [r for r in scan_segment(bytes(raw), 0, len(raw) - 12, _ScanResult())
+    recs = [r for r in scan_segment(bytes(raw), 0, len(raw) - 12, ScanResult())
             if bl.decode(r[2]).tp == bl.BinlogType.COMMIT]
     off, size, payload = recs[-1]
     victim = bl.decode(payload).commit_ts

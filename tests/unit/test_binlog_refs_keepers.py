@@ -23,7 +23,7 @@ from test_pb_record_parts import _Meta as PbMeta
 from test_pb_record_parts import big_commit
 from test_pb_translate import pb_translator
 
-import tidb_binlog.drainer.translate.keeper as keeper_module
+import tidb_binlog.drainer.translate.payload_read as payload_read_module
 from tidb_binlog import binlog as bl
 from tidb_binlog.binlog_ref import BinlogRef
 from tidb_binlog.drainer.pipeline.merge_loop import OUT_OF_BAND_BYTES, MergeLoop
@@ -41,7 +41,7 @@ WINDOWS = [1, 7, 64, 1 << 20]
 @pytest.fixture(params=WINDOWS)
 def window(request, monkeypatch):
     """The keepers walk a referenced binlog through this window."""
-    monkeypatch.setattr(keeper_module, "REF_WINDOW_BYTES", request.param)
+    monkeypatch.setattr(payload_read_module, "REF_WINDOW_BYTES", request.param)
     return request.param
 
 

@@ -160,9 +160,9 @@ def _run(keeper, items):
 @pytest.fixture
 def small_window(monkeypatch):
     """The keeper walks a referenced binlog through 16-byte windows (many reads)."""
-    import tidb_binlog.drainer.translate.keeper as keeper_module
+    import tidb_binlog.drainer.translate.payload_read as payload_read_module
 
-    monkeypatch.setattr(keeper_module, "REF_WINDOW_BYTES", 16)
+    monkeypatch.setattr(payload_read_module, "REF_WINDOW_BYTES", 16)
 
 
 def test_a_reference_is_read_chunk_by_chunk_with_the_same_plan_as_the_payload(small_window):

@@ -17,7 +17,12 @@ from tidb_binlog import binlog as bl
 from tidb_binlog.errors import DamagedBinlog
 from tidb_binlog.pump.storage import Storage, StorageOptions
 from tidb_binlog.pump.storage.metrics import StorageMetrics
-from tidb_binlog.pump.storage.vlog import FILE_END_MAGIC, HEADER_SIZE, _ScanResult, scan_segment
+from tidb_binlog.pump.storage.vlog_record import (
+    FILE_END_MAGIC,
+    HEADER_SIZE,
+    ScanResult,
+    scan_segment,
+)
 
 FAST = StorageOptions(sync_log=False, stop_write_at_available_space_bytes=0,
                       resolve_interval_s=3600)
@@ -39,7 +44,7 @@ def _served(s, since=0):
 def _records(path) -> list[tuple[int, int, bl.Binlog]]:
     raw = path.read_bytes()
     end = len(raw) - (12 if int.from_bytes(raw[-4:], "little") == FILE_END_MAGIC else 0)
-    return [(off, size, bl.decode(p)) for off, size, p in scan_segment(raw, 0, end, _ScanResult())]
+    return [(off, size, bl.decode(p)) for off, size, p in scan_segment(raw, 0, end, ScanResult())]
 
 
 def _flip(path, offset: int) -> None:

@@ -171,9 +171,9 @@ def test_corrupt_last_record_is_truncated(tmp_path):
 def test_scan_segment_finds_records_after_garbage():
     recs = [encode_record(_payload(t)) for t in (1, 2)]
     buf = b"\xe8\x56\x3a\x82garbage" + recs[0] + b"zz" + recs[1] + b"\xe8\x56"
-    from tidb_binlog.pump.storage.vlog import _ScanResult
+    from tidb_binlog.pump.storage.vlog_record import ScanResult
 
-    res = _ScanResult()
+    res = ScanResult()
     got = list(scan_segment(buf, 0, len(buf), res))
     assert [_ts_of(p) for _, _, p in got] == [1, 2]
     assert res.skipped == [(0, 11), (11 + len(recs[0]), 2)]

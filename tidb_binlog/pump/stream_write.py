@@ -33,7 +33,7 @@ import google_crc32c
 from tidb_binlog.errors import ProtocolError
 from tidb_binlog.proto import pump_stream_pb2
 from tidb_binlog.pump.storage.protowire import fields
-from tidb_binlog.pump.storage.vlog import FileRange
+from tidb_binlog.pump.storage.vlog_segment import FileRange
 
 __all__ = ["CHUNK_BYTES", "SPILL_DIR_NAME", "Chunk", "SpillFile", "clear_spill_dir",
            "parse_chunk", "looks_like_prewrite"]

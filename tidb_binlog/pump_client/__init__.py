@@ -12,18 +12,18 @@
 Modules: :mod:`.selector` (strategies range/hash/score/local), :mod:`.book`
 (available/unavailable bookkeeping, start_ts ownership), :mod:`.transport`
 (gRPC channel per pump, TLS, error translation), :mod:`.metrics`,
-:mod:`.client` (retry rules, probing, watcher; read its docstring for the
-exact rules), :mod:`.batch` (the batched path and ``write_finish_nowait``, which
-see the client only through the :class:`~.batch.BatchClient` it declares).
+:mod:`.client` (the constructor and public entry points), :mod:`.writes` (the retry
+rules; read its docstring for the exact rules), :mod:`.membership` (registry watcher,
+probing), :mod:`.payload` (deadlines scaled by the payload size), :mod:`.inflight`
+(what ``flush`` waits for), :mod:`.batch` (the batched path and
+``write_finish_nowait``, which see the client only through the
+:class:`~.batch.BatchClient` it declares, implemented by :mod:`.batch_side`).
 """
 
+from tidb_binlog.pump_client.batch import WriteResult
 from tidb_binlog.pump_client.book import DEFAULT_UNAVAILABLE_AFTER_ERRORS, PumpBook, PumpEntry
-from tidb_binlog.pump_client.client import (
-    LOCAL_PUMP_ID,
-    PumpClient,
-    PumpClientTimeout,
-    WriteResult,
-)
+from tidb_binlog.pump_client.client import LOCAL_PUMP_ID, PumpClient
+from tidb_binlog.pump_client.inflight import PumpClientTimeout
 from tidb_binlog.pump_client.selector import (
     HASH,
     LOCAL,

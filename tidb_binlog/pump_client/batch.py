@@ -33,7 +33,7 @@ difference is within the noise (282-313 against 279-294 us).
 
 What this path needs from the client is declared by :class:`BatchClient`: the
 client hands these functions an object with exactly those members (its
-``_BatchSide``), so they never reach into the client's private state, and this
+:class:`~.batch_side.BatchSide`), so they never reach into the client's private state, and this
 module does not import the client (the client imports it).
 """
 

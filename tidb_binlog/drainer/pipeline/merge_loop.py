@@ -63,7 +63,7 @@ def routed_items(ready: list) -> Any:
     and hands it to the keeper as a read-only buffer over the object store (no copy
     there either: the keeper reads the binlog in place, ``translate/wire.py``). Every
     keeper call takes this form, routed or not (:meth:`RowKeeper.translate_routed
-    <tidb_binlog.drainer.translate.keeper.RowKeeper.translate_routed>`, the row, pb and
+    <tidb_binlog.drainer.translate.row_keeper.RowKeeper.translate_routed>`, the row, pb and
     Parquet keepers' ``translate`` and ``translate_more``: :func:`keeper_items` reads
     it), which matters where references cannot be used (standalone gRPC pumps,
     ``large-binlog-bytes = 0``, a path that takes transactions whole). Such batches are rare (a transaction of 256 KiB or more), so Ray's slower per-item

@@ -7,7 +7,7 @@ at once. The readers here take the payload as a
 :class:`~tidb_binlog.binlog_ref.ByteSource` (a record in its file:
 :class:`~tidb_binlog.binlogfile.reader.RecordSource`; bytes:
 :class:`~tidb_binlog.binlog_ref.BytesSource`) and walk it with the window cursor of
-:mod:`tidb_binlog.drainer.translate.wire` (reads of at most ``window`` bytes, forward;
+:mod:`tidb_binlog.drainer.translate.wire_fields` (reads of at most ``window`` bytes, forward;
 a field the walk skips is never read):
 
 - :func:`read_record_head`: ``tp``, ``commit_ts`` and where ``ddl_query`` and the
@@ -37,7 +37,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tidb_binlog.drainer.translate.wire import _HEADER, _Cursor, _Malformed, _signed, _varint
+from tidb_binlog.drainer.translate.wire_fields import (
+    HEADER_BYTES,
+    Cursor,
+    Malformed,
+    signed,
+    varint,
+)
 from tidb_binlog.errors import ProtocolError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 
@@ -51,61 +57,61 @@ _MAX_FIELD = (1 << 29) - 1
 _MAX_DEPTH = 100  # protobuf's nesting limit (groups here)
 
 
-def _key(cur: _Cursor, pos: int, end: int) -> tuple[int, int, int]:
+def _key(cur: Cursor, pos: int, end: int) -> tuple[int, int, int]:
     """``(field, wire, position after the key)`` of the key at ``pos``; the window then
     holds the 20 bytes from ``pos`` (or up to ``end``), so a varint value or a length
     after the key is in it too."""
-    if pos + _HEADER > cur.top and cur.top < end:
-        cur.ensure(pos, _HEADER, end)
+    if pos + HEADER_BYTES > cur.top and cur.top < end:
+        cur.ensure(pos, HEADER_BYTES, end)
     base = cur.base
     i = pos - base
-    key, j = _varint(cur.buf, i, (cur.top if cur.top < end else end) - base, base)
+    key, j = varint(cur.buf, i, (cur.top if cur.top < end else end) - base, base)
     num = key >> 3
     if j - i > 5 or num > _MAX_FIELD or num == 0:
-        raise _Malformed(f"invalid field key at offset {pos}")
+        raise Malformed(f"invalid field key at offset {pos}")
     return num, key & 7, base + j
 
 
-def _value(cur: _Cursor, num: int, wire: int, pos: int, end: int, depth: int):
+def _value(cur: Cursor, num: int, wire: int, pos: int, end: int, depth: int):
     """The value after a key at ``pos``: ``(value, position after it)``; a varint's
     integer, a length-delimited field's ``(start, stop)``, None for the others (a group
     skipped whole)."""
     base = cur.base
     lim = (cur.top if cur.top < end else end) - base
     if wire == 0:
-        value, i = _varint(cur.buf, pos - base, lim, base)
+        value, i = varint(cur.buf, pos - base, lim, base)
         return value, base + i
     if wire == 2:
         i = pos - base
-        n, j = _varint(cur.buf, i, lim, base)
+        n, j = varint(cur.buf, i, lim, base)
         if j - i > 5:
-            raise _Malformed(f"invalid length at offset {pos}")
+            raise Malformed(f"invalid length at offset {pos}")
         start = base + j
         if start + n > end:
-            raise _Malformed(f"field {num} of {n} bytes at offset {start} runs past the end "
+            raise Malformed(f"field {num} of {n} bytes at offset {start} runs past the end "
                              f"of its message ({end})")
         return (start, start + n), start + n
     if wire == 1 or wire == 5:
         stop = pos + (8 if wire == 1 else 4)
         if stop > end:
-            raise _Malformed(f"field {num} runs past the end of its message ({end})")
+            raise Malformed(f"field {num} runs past the end of its message ({end})")
         return None, stop
     if wire == 3:
         if depth >= _MAX_DEPTH:
-            raise _Malformed(f"groups nested more than {_MAX_DEPTH} deep at offset {pos}")
+            raise Malformed(f"groups nested more than {_MAX_DEPTH} deep at offset {pos}")
         while True:
             if pos >= end:
-                raise _Malformed(f"group {num} is not closed before the end of its message")
+                raise Malformed(f"group {num} is not closed before the end of its message")
             inner, inner_wire, pos = _key(cur, pos, end)
             if inner_wire == 4:
                 if inner != num:
-                    raise _Malformed(f"group {num} closed as group {inner}")
+                    raise Malformed(f"group {num} closed as group {inner}")
                 return None, pos
             _, pos = _value(cur, inner, inner_wire, pos, end, depth + 1)
-    raise _Malformed(f"field {num} has wire type {wire} at offset {pos}")
+    raise Malformed(f"field {num} has wire type {wire} at offset {pos}")
 
 
-def _fields(cur: _Cursor, pos: int, end: int, depth: int):
+def _fields(cur: Cursor, pos: int, end: int, depth: int):
     """``(field, wire, value)`` of every field of the message at ``[pos, end)``, read
     through ``cur`` with protobuf's rules (see :func:`_value`)."""
     while pos < end:
@@ -127,7 +133,7 @@ class PbRecordHead:
     size: int = 0
 
 
-def _malformed(source, exc: _Malformed | ProtocolError) -> ProtocolError:
+def _malformed(source, exc: Malformed | ProtocolError) -> ProtocolError:
     return ProtocolError(f"binlog file record is not a pb_binlog.Binlog ({source.size} bytes, "
                          f"read in place): {exc}")
 
@@ -136,19 +142,19 @@ def read_record_head(source, window: int = PB_WINDOW) -> PbRecordHead:
     """The top-level fields of the record ``source`` reads (see the module doc); the
     events are skipped, not read. ProtocolError when the top level is malformed."""
     head = PbRecordHead(size=source.size)
-    cur = _Cursor(source, window, source.size)
+    cur = Cursor(source, window, source.size)
     try:
         for num, wire, value in _fields(cur, 0, source.size, 0):
             if num == 1 and wire == 0:
                 if value & _U32 in _BINLOG_TYPES:  # an int32 enum: the low 32 bits
                     head.tp = value & _U32
             elif num == 2 and wire == 0:
-                head.commit_ts = _signed(value)
+                head.commit_ts = signed(value)
             elif num == 3 and wire == 2:
                 head.dml_spans.append(value)
             elif num == 4 and wire == 2:
                 head.ddl_query = value
-    except _Malformed as exc:
+    except Malformed as exc:
         raise _malformed(source, exc) from None
     return head
 
@@ -164,7 +170,7 @@ def read_ddl_query(source, head: PbRecordHead) -> bytes:
 def iter_events(source, head: PbRecordHead, window: int = PB_WINDOW) -> Iterator[pb.Event]:
     """Every ``Event`` of the record's ``dml_data`` fields, in order, each parsed from its
     own bytes (see the module doc); ProtocolError at the first malformed one."""
-    cur = _Cursor(source, window, source.size)
+    cur = Cursor(source, window, source.size)
     for a, b in head.dml_spans:
         try:
             for num, wire, value in _fields(cur, a, b, 1):
@@ -181,5 +187,5 @@ def iter_events(source, head: PbRecordHead, window: int = PB_WINDOW) -> Iterator
                     raise ProtocolError(f"the event at offset {start} is not a "
                                         f"pb_binlog.Event: {exc}") from None
                 yield ev
-        except (_Malformed, ProtocolError) as exc:
+        except (Malformed, ProtocolError) as exc:
             raise _malformed(source, exc) from None

@@ -27,7 +27,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from tidb_binlog.pump.storage.vlog import ValueLog, ValuePointer
+from tidb_binlog.pump.storage.vlog import ValueLog
+from tidb_binlog.pump.storage.vlog_record import ValuePointer
 
 __all__ = ["Indexer"]
 

@@ -24,7 +24,7 @@ from itertools import islice
 import plyvel
 
 from tidb_binlog.errors import StorageError
-from tidb_binlog.pump.storage.vlog import POINTER_SIZE, ValuePointer
+from tidb_binlog.pump.storage.vlog_record import POINTER_SIZE, ValuePointer
 
 __all__ = [
     "TS_KEY_PREFIX",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.pump.storage.protowire import BINLOG_WIRE_TYPES, read_varint, varint
-from tidb_binlog.pump.storage.vlog import HEADER_SIZE, ValuePointer
+from tidb_binlog.pump.storage.vlog_record import HEADER_SIZE, ValuePointer
 
 __all__ = ["ServedLayout", "served_layout", "read_range", "LAYOUT_READ_BYTES",
            "MMAP_RANGE_BYTES"]

@@ -71,13 +71,9 @@ from tidb_binlog.pump.storage.metrics import StorageMetrics, default_metrics
 from tidb_binlog.pump.storage.missing_commits import MissingCommits
 from tidb_binlog.pump.storage.reader import CommitReader
 from tidb_binlog.pump.storage.sorter import Sorter
-from tidb_binlog.pump.storage.vlog import (
-    FileRange,
-    ValueLog,
-    ValuePointer,
-    payload_crc,
-    record_header,
-)
+from tidb_binlog.pump.storage.vlog import ValueLog
+from tidb_binlog.pump.storage.vlog_record import ValuePointer, payload_crc, record_header
+from tidb_binlog.pump.storage.vlog_segment import FileRange
 from tidb_binlog.tso import extract_physical
 
 __all__ = ["StorageOptions", "Storage"]

@@ -1,12 +1,11 @@
 """The pump's value log: append-only segment files of framed binlog records.
 
-Layout: ``<dir>/NNNNNN.vlog`` (file id, six digits, starting at 1). All integers
-little-endian, byte-compatible with TiDB Binlog's ``pump/storage/log.go``::
-
-    file    := record* [footer]
-    record  := magic u32 = 0x823a56e8 | length u64 | crc32c u32 (of payload) | payload
-    footer  := max_ts i64 | file_end_magic u32 = 0x123ab922     (sealed files only)
-    pointer := fid u32 | offset i64                              (12 bytes, ValuePointer)
+The record format, the footer and the value pointer are :mod:`.vlog_record`'s (layout
+byte-compatible with TiDB Binlog's ``pump/storage/log.go``); one segment file's I/O
+(open, recover, seal, the appending writes) is :mod:`.vlog_segment`'s; the block-cached
+reader of a pull is :mod:`.vlog_blocks`'s. This module owns :class:`ValueLog`: the
+set of segments, the active one, rotation, appends, reads by pointer, scans and GC.
+The names of those modules are importable from here as well.
 
 Rules:
 
@@ -28,21 +27,43 @@ Rules:
 
 from __future__ import annotations
 
-import errno
 import logging
 import mmap
 import os
-import re
-import struct
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import google_crc32c
 
 from tidb_binlog.errors import CorruptRecord, StorageError
+from tidb_binlog.pump.storage.vlog_blocks import BLOCK_READ_BYTES, BlockReader
+from tidb_binlog.pump.storage.vlog_record import (
+    FILE_END_MAGIC,
+    FOOTER_SIZE,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    POINTER_SIZE,
+    RECORD_MAGIC,
+    SEGMENT_NAME,
+    ScanResult,
+    ValuePointer,
+    encode_record,
+    payload_crc,
+    record_header,
+    scan_segment,
+)
+from tidb_binlog.pump.storage.vlog_segment import (
+    FileRange,
+    Segment,
+    fsync_dir,
+    open_segment,
+    recover_max_ts,
+    seal,
+    truncate_tail,
+    write_buffers,
+)
 
 __all__ = [
     "RECORD_MAGIC",
@@ -53,6 +74,8 @@ __all__ = [
     "READ_HINT_BYTES",
     "ValuePointer",
     "encode_record",
+    "record_header",
+    "payload_crc",
     "scan_segment",
     "ValueLog",
     "BlockReader",
@@ -62,143 +85,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-RECORD_MAGIC = 0x823A56E8
-FILE_END_MAGIC = 0x123AB922
-_HEADER = struct.Struct("<IQI")
-_FOOTER = struct.Struct("<qI")
-_POINTER = struct.Struct("<Iq")
-HEADER_SIZE = _HEADER.size  # 16
-FOOTER_SIZE = _FOOTER.size  # 12
-POINTER_SIZE = _POINTER.size  # 12
 READ_HINT_BYTES = 4096  # read() fetches header + this much in one pread
-BLOCK_READ_BYTES = 256 << 10  # a BlockReader's pread (a pull's records are near each other)
-_MAGIC_BYTES = struct.pack("<I", RECORD_MAGIC)
-_NAME = re.compile(r"^(\d{6,})\.vlog$")
 _crc = google_crc32c.value
-_IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
-
-
-class ValuePointer(NamedTuple):
-    """Where a record starts: file id and byte offset. Ordered like the log."""
-
-    fid: int
-    offset: int
-
-    def encode(self) -> bytes:
-        return _POINTER.pack(self.fid, self.offset)
-
-    @classmethod
-    def decode(cls, raw: bytes) -> ValuePointer:
-        if len(raw) != POINTER_SIZE:
-            raise StorageError(f"value pointer must be {POINTER_SIZE} bytes, got {len(raw)}: {raw!r}")
-        return cls(*_POINTER.unpack(raw))
-
-
-_COPY_PIECE_BYTES = 1 << 20  # the read/write fallback of a FileRange copy
-_COPY_FALLBACK_ERRNOS = (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF)
-
-
-class FileRange:
-    """``length`` bytes of an open file from ``offset``: a payload :meth:`ValueLog.append`
-    copies into the log from that file (``copy_file_range``, in the kernel) instead of
-    from memory. A large binlog received by the streaming write is spilled to a file and
-    appended this way, so the pump never holds it. ``owner`` is the object keeping the
-    file descriptor open (``fileno()``); the range holds a reference to it, so the file
-    stays open while the record waits in the group-commit queue even if the receiver
-    already gave up on it."""
-
-    __slots__ = ("owner", "offset", "length")
-
-    def __init__(self, owner, offset: int, length: int):
-        self.owner = owner
-        self.offset = offset
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-
-def encode_record(payload: bytes) -> bytes:
-    """Frame one payload (header + payload), ready to append."""
-    return _HEADER.pack(RECORD_MAGIC, len(payload), _crc(payload)) + payload
-
-
-def record_header(length: int, crc: int) -> bytes:
-    """The header of a record whose payload is ``length`` bytes with checksum ``crc``
-    (for appending header and payload as separate buffers, without copying the payload)."""
-    return _HEADER.pack(RECORD_MAGIC, length, crc)
-
-
-def payload_crc(payload) -> int:
-    """The checksum a record header carries for ``payload`` (any bytes-like)."""
-    return _crc(payload)
-
-
-def _valid_at(buf, off: int, end: int) -> int:
-    """Length of the valid record at ``off`` (header included), or -1."""
-    if end - off < HEADER_SIZE:
-        return -1
-    magic, length, crc = _HEADER.unpack_from(buf, off)
-    if magic != RECORD_MAGIC or length > end - off - HEADER_SIZE:
-        return -1
-    start = off + HEADER_SIZE
-    if _crc(buf[start:start + length]) != crc:
-        return -1
-    return HEADER_SIZE + length
-
-
-class _ScanResult:
-    """Filled while :func:`scan_segment` runs: where valid data ends, what was skipped."""
-
-    def __init__(self):
-        self.valid_end = 0
-        self.skipped: list[tuple[int, int]] = []  # (offset, nbytes)
-
-
-def scan_segment(buf, start: int, end: int, result: _ScanResult | None = None
-                 ) -> Iterator[tuple[int, int, bytes]]:
-    """Yield ``(offset, record_size, payload)`` of each valid record in ``buf[start:end]``.
-
-    A bad record is skipped up to the next magic that starts a valid record
-    (``result.skipped``); a bad region with no valid record after it ends the
-    scan, and ``result.valid_end`` is where it starts (the truncation point).
-    """
-    res = result if result is not None else _ScanResult()
-    off = start
-    while off < end:
-        size = _valid_at(buf, off, end)
-        if size < 0:
-            nxt = buf.find(_MAGIC_BYTES, off + 1, end)
-            while nxt >= 0 and _valid_at(buf, nxt, end) < 0:
-                nxt = buf.find(_MAGIC_BYTES, nxt + 1, end)
-            if nxt < 0:
-                break
-            res.skipped.append((off, nxt - off))
-            off = nxt
-            continue
-        yield off, size, bytes(buf[off + HEADER_SIZE:off + size])
-        off += size
-    res.valid_end = off
-
-
-class _Segment:
-    __slots__ = ("fid", "path", "size", "max_ts", "sealed", "fd")
-
-    def __init__(self, fid: int, path: Path, size: int, max_ts: int, sealed: bool, fd: int):
-        self.fid, self.path, self.size, self.max_ts, self.sealed, self.fd = (
-            fid, path, size, max_ts, sealed, fd)
-
-    @property
-    def data_end(self) -> int:
-        return self.size - FOOTER_SIZE if self.sealed else self.size
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_ScanResult = ScanResult  # its name before it moved to vlog_record
 
 
 class ValueLog:
@@ -219,7 +108,7 @@ class ValueLog:
         self._on_skip = on_skip or (lambda path, offset, nbytes: None)
         self._reported: set[tuple[int, int]] = set()
         self._lock = threading.Lock()  # guards _segments (GC vs readers vs rotation)
-        self._segments: dict[int, _Segment] = {}
+        self._segments: dict[int, Segment] = {}
         self._retired_fds: list[int] = []  # closed on close(): a reader may still hold one
         # (fid, new size) of every file whose torn tail was cut on open: index entries
         # pointing at or past the cut name records that are gone (the storage marks them lost)
@@ -231,7 +120,8 @@ class ValueLog:
 
     # -- open / recovery ---------------------------------------------------------
     def _open_all(self) -> None:
-        fids = sorted(int(m.group(1)) for p in self.dir.iterdir() if (m := _NAME.match(p.name)))
+        fids = sorted(int(m.group(1)) for p in self.dir.iterdir()
+                      if (m := SEGMENT_NAME.match(p.name)))
         for i, fid in enumerate(fids):
             self._open_segment(fid, last=(i == len(fids) - 1))
         if not fids or self._segments[fids[-1]].sealed:
@@ -244,34 +134,23 @@ class ValueLog:
 
     def _open_segment(self, fid: int, last: bool) -> None:
         path = self.dir / f"{fid:06d}.vlog"
-        fd = os.open(path, os.O_RDONLY)
-        size = os.fstat(fd).st_size
-        seg = _Segment(fid, path, size, 0, False, fd)
-        if size >= FOOTER_SIZE:
-            max_ts, magic = _FOOTER.unpack(os.pread(fd, FOOTER_SIZE, size - FOOTER_SIZE))
-            if magic == FILE_END_MAGIC:
-                seg.max_ts, seg.sealed = max_ts, True
+        seg = open_segment(fid, path)
         self._segments[fid] = seg
         if seg.sealed:
             return
-        res = _ScanResult()
-        with open(path, "rb") as f, (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                                     if size else _Empty()) as mm:
-            for _off, _size, payload in scan_segment(mm, 0, size, res):
-                seg.max_ts = max(seg.max_ts, self._ts_of(payload))
+        size = seg.size
+        res = ScanResult()
+        recover_max_ts(seg, self._ts_of, res)
         self._report(seg, res)
         if res.valid_end < size:
             log.warning("value log %s: truncating torn tail at offset %d (%d bytes)",
                         path, res.valid_end, size - res.valid_end)
-            with open(path, "r+b") as f:
-                f.truncate(res.valid_end)
-                os.fsync(f.fileno())
-            seg.size = res.valid_end
+            truncate_tail(seg, res.valid_end)
             self.truncations.append((fid, res.valid_end))
         if not last:
-            self._seal(seg)
+            seal(seg)
 
-    def _report(self, seg: _Segment, res: _ScanResult) -> None:
+    def _report(self, seg: Segment, res: ScanResult) -> None:
         for off, nbytes in res.skipped:
             if (seg.fid, off) not in self._reported:
                 self._reported.add((seg.fid, off))
@@ -283,20 +162,10 @@ class ValueLog:
         path = self.dir / f"{fid:06d}.vlog"
         self._wfd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         rfd = os.open(path, os.O_RDONLY)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         with self._lock:
-            self._segments[fid] = _Segment(fid, path, 0, 0, False, rfd)
+            self._segments[fid] = Segment(fid, path, 0, 0, False, rfd)
         self._active_fid = fid
-
-    def _seal(self, seg: _Segment) -> None:
-        fd = os.open(seg.path, os.O_WRONLY)
-        try:
-            os.pwrite(fd, _FOOTER.pack(seg.max_ts, FILE_END_MAGIC), seg.size)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        seg.size += FOOTER_SIZE
-        seg.sealed = True
 
     # -- writing (one writer thread) --------------------------------------------------
     @property
@@ -313,7 +182,7 @@ class ValueLog:
         seg = self._segments[self.active_fid]
         os.close(self._wfd)
         self._wfd = -1
-        self._seal(seg)
+        seal(seg)
         self._create(seg.fid + 1)
 
     def append(self, buf, max_ts: int) -> ValuePointer:
@@ -330,7 +199,7 @@ class ValueLog:
         try:
             t0 = time.perf_counter()
             if isinstance(buf, list):
-                nbytes = self._writev(buf)
+                nbytes = write_buffers(self._wfd, buf)
             else:
                 nbytes = len(buf)
                 view = memoryview(buf)
@@ -357,70 +226,8 @@ class ValueLog:
             seg.max_ts = max_ts
         return start
 
-    def _writev(self, bufs: list) -> int:
-        """Write ``bufs`` back to back (runs of buffers with ``writev``, a
-        :class:`FileRange` with :meth:`_copy_range`); the bytes written."""
-        total, run = 0, []
-        for b in bufs:
-            if isinstance(b, FileRange):
-                if run:
-                    total += self._writev_buffers(run)
-                    run = []
-                self._copy_range(b)
-                total += b.length
-            else:
-                run.append(b)
-        if run:
-            total += self._writev_buffers(run)
-        return total
-
-    def _copy_range(self, src: FileRange) -> None:
-        """Append ``src`` from its file: ``copy_file_range`` (no user-space copy), or
-        1 MiB ``pread``/``write`` pieces where the kernel or file systems refuse it."""
-        fd = src.owner.fileno()
-        off, left = src.offset, src.length
-        fast = hasattr(os, "copy_file_range")
-        while left > 0:
-            n = -1
-            if fast:
-                try:
-                    n = os.copy_file_range(fd, self._wfd, min(left, 1 << 30), off)
-                except OSError as exc:
-                    if exc.errno not in _COPY_FALLBACK_ERRNOS:
-                        raise
-                    fast = False
-            if n < 0:
-                piece = os.pread(fd, min(left, _COPY_PIECE_BYTES), off)
-                n = len(piece)
-                view, written = memoryview(piece), 0
-                while written < n:
-                    written += os.write(self._wfd, view[written:])
-            if n == 0:
-                raise OSError(errno.EIO, f"source file ended {left} bytes before the end of "
-                                         f"the record being appended from it")
-            off += n
-            left -= n
-
-    def _writev_buffers(self, bufs: list) -> int:
-        """Write ``bufs`` back to back (partial writes resumed); the bytes written."""
-        views = [memoryview(b).cast("B") for b in bufs]
-        total = sum(v.nbytes for v in views)
-        i = 0
-        while i < len(views):
-            n = os.writev(self._wfd, views[i:i + _IOV_MAX])
-            while n > 0 and i < len(views):
-                if n >= views[i].nbytes:
-                    n -= views[i].nbytes
-                    i += 1
-                else:
-                    views[i] = views[i][n:]
-                    n = 0
-            while i < len(views) and views[i].nbytes == 0:
-                i += 1
-        return total
-
     # -- reading -------------------------------------------------------------------
-    def _fd(self, fid: int) -> tuple[int, _Segment]:
+    def _fd(self, fid: int) -> tuple[int, Segment]:
         with self._lock:
             seg = self._segments.get(fid)
         if seg is None:
@@ -431,7 +238,7 @@ class ValueLog:
         with self._lock:
             return fid in self._segments
 
-    def _pread(self, fd: int, seg: _Segment, nbytes: int, offset: int) -> bytes:
+    def _pread(self, fd: int, seg: Segment, nbytes: int, offset: int) -> bytes:
         try:
             return os.pread(fd, nbytes, offset)
         except OSError as exc:
@@ -516,14 +323,14 @@ class ValueLog:
         if len(raw) < HEADER_SIZE:
             raise CorruptRecord(f"value log {seg.path}: short header at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
-        magic, length, crc = _HEADER.unpack_from(raw)
+        magic, length, crc = HEADER_STRUCT.unpack_from(raw)
         if magic != RECORD_MAGIC or length > seg.data_end - ptr.offset - HEADER_SIZE:
             raise CorruptRecord(f"value log {seg.path}: bad magic or length at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
         return raw, length, crc, fd, seg
 
     @staticmethod
-    def _checked(payload: bytes, length: int, crc: int, seg: _Segment, ptr: ValuePointer) -> bytes:
+    def _checked(payload: bytes, length: int, crc: int, seg: Segment, ptr: ValuePointer) -> bytes:
         if len(payload) != length or _crc(payload) != crc:
             raise CorruptRecord(f"value log {seg.path}: checksum mismatch at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
@@ -537,7 +344,7 @@ class ValueLog:
         """The first ``nbytes`` of the payload at ``ptr`` (magic checked, CRC not)."""
         fd, seg = self._fd(ptr.fid)
         raw = self._pread(fd, seg, HEADER_SIZE + nbytes, ptr.offset)
-        if len(raw) < HEADER_SIZE or _HEADER.unpack_from(raw)[0] != RECORD_MAGIC:
+        if len(raw) < HEADER_SIZE or HEADER_STRUCT.unpack_from(raw)[0] != RECORD_MAGIC:
             raise CorruptRecord(f"value log {seg.path}: bad record at offset {ptr.offset}",
                                 path=str(seg.path), offset=ptr.offset)
         return raw[HEADER_SIZE:]
@@ -560,7 +367,7 @@ class ValueLog:
             off = start.offset if fid == start.fid else 0
             if end <= off:
                 continue
-            res = _ScanResult()
+            res = ScanResult()
             with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), end, access=mmap.ACCESS_READ) as mm:
                 for roff, size, payload in scan_segment(mm, off, end, res):
                     yield ValuePointer(fid, roff), ValuePointer(fid, roff + size), payload
@@ -588,7 +395,7 @@ class ValueLog:
                 os.unlink(seg.path)
                 deleted.append(fid)
         if deleted:
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
         return deleted
 
     def close(self, seal_min_bytes: int = 50 * 1024) -> None:
@@ -598,7 +405,7 @@ class ValueLog:
             self._wfd = -1
             seg = self._segments[self._active_fid]
             if seg.size >= seal_min_bytes:
-                self._seal(seg)
+                seal(seg)
         with self._lock:
             for seg in self._segments.values():
                 os.close(seg.fd)
@@ -606,68 +413,3 @@ class ValueLog:
             for fd in self._retired_fds:
                 os.close(fd)
             self._retired_fds.clear()
-
-
-class _Empty:
-    """Stands in for an mmap of an empty file (mmap refuses length 0)."""
-
-    def __enter__(self):
-        return b""
-
-    def __exit__(self, *exc):
-        return False
-
-
-class BlockReader:
-    """:meth:`ValueLog.read_first` through one cached block of a segment.
-
-    A pull walks the index in ts order, and the records it reads lie close together in
-    the log (written in about that order), so one ``pread`` of ``block_bytes`` serves
-    hundreds of them instead of one ``pread`` each. The block starts a quarter block
-    before the record that missed it (writers interleave, so the next record can lie a
-    little behind) and never reaches past the segment's data end as read *before* the
-    ``pread``: bytes appended later are never taken from a block read earlier. A record
-    whose header or payload is not wholly inside the block, or whose magic does not
-    match, or whose CRC does not, goes through :meth:`ValueLog.read_first` itself (same
-    checks, same errors: :class:`~tidb_binlog.errors.CorruptRecord` naming the file).
-    One reader per pass (not thread-safe); it holds one block.
-    """
-
-    __slots__ = ("_vlog", "_block_bytes", "_fid", "_start", "_end", "_data")
-
-    def __init__(self, vlog: ValueLog, block_bytes: int = BLOCK_READ_BYTES):
-        self._vlog = vlog
-        self._block_bytes = block_bytes
-        self._fid = -1
-        self._start = self._end = 0
-        self._data = b""
-
-    def read_first(self, ptr: ValuePointer, size_hint_bytes: int) -> tuple[bytes, bool]:
-        """``(payload, True)`` for a good record wholly inside the block (whatever its
-        size), else what :meth:`ValueLog.read_first` returns for ``ptr``."""
-        fid, offset = ptr
-        if fid != self._fid or not self._start <= offset <= self._end - HEADER_SIZE:
-            self._fill(ptr)
-        if fid == self._fid and self._start <= offset <= self._end - HEADER_SIZE:
-            at = offset - self._start
-            magic, length, crc = _HEADER.unpack_from(self._data, at)
-            end = at + HEADER_SIZE + length
-            if magic == RECORD_MAGIC and offset + HEADER_SIZE + length <= self._end:
-                payload = self._data[at + HEADER_SIZE:end]
-                if _crc(payload) == crc:
-                    return payload, True
-        # not in the block, or not a good record there: the plain read decides (and
-        # raises CorruptRecord naming the file)
-        return self._vlog.read_first(ptr, size_hint_bytes)
-
-    def _fill(self, ptr: ValuePointer) -> None:
-        vlog = self._vlog
-        fd, seg = vlog._fd(ptr.fid)
-        data_end = seg.data_end  # before the pread: every byte below it is written
-        start = max(0, ptr.offset - self._block_bytes // 4)
-        nbytes = min(self._block_bytes, data_end - start)
-        if nbytes <= HEADER_SIZE or ptr.offset >= data_end:
-            self._fid = -1
-            return
-        self._data = vlog._pread(fd, seg, nbytes, start)
-        self._fid, self._start, self._end = ptr.fid, start, start + len(self._data)

@@ -1,6 +1,6 @@
 """The Parquet sink's keeper: merged binlogs → row changes with their column types.
 
-:class:`ParquetKeeper` is the schema keeper (:class:`~tidb_binlog.drainer.translate.keeper.SchemaAt`:
+:class:`ParquetKeeper` is the schema keeper (:class:`~tidb_binlog.drainer.translate.schema_at.SchemaAt`:
 rebuilt at the checkpoint's schema version, history-job waiting, "refuse until
 placed") whose ``translate`` returns ``(commit_ts, Changes | None, schema_version)``.
 A :class:`Changes` carries the transaction's row changes, each with the
@@ -22,7 +22,7 @@ its open files and lists them in the manifest only with the last chunk
 (:mod:`.sink`). A large payload arrives out of band (the merger's ``routed_items``: a
 view over Ray's object store, not a copy), or, served by reference (``[syncer]
 large-binlog-bytes``), is read from its pump through a window, each chunk's rows by
-range (:func:`~tidb_binlog.drainer.translate.keeper.translate_or_chunk`): this keeper
+range (:func:`~tidb_binlog.drainer.translate.payload_read.translate_or_chunk`): this keeper
 then never holds the payload.
 """
 
@@ -38,7 +38,8 @@ from tidb_binlog.drainer.apply.dml import DMLType, Txn
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.merge_loop import keeper_items
 from tidb_binlog.drainer.sinks.parquet.arrow import ColumnSpec, TableSpec
-from tidb_binlog.drainer.translate.keeper import SchemaAt, translate_or_chunk
+from tidb_binlog.drainer.translate.payload_read import translate_or_chunk
+from tidb_binlog.drainer.translate.schema_at import SchemaAt
 from tidb_binlog.errors import SchemaError
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.logs import txn as txn_fields
