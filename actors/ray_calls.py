@@ -364,14 +364,19 @@ class WorkerCalls:
     def __len__(self) -> int:
         return len(self.workers)
 
-    def execute(self, worker: int, parts):
-        return self.workers[worker].execute.remote(parts)
+    def begin(self, epoch: int) -> None:
+        refs = [w.begin.remote(epoch) for w in self.workers]
+        for ref in refs:  # each after the calls sent to it before (Ray keeps the order)
+            RayCalls.get(ref)
 
-    def execute_slice(self, worker: int, payload, lo: int, hi: int):
-        return self.workers[worker].execute_slice.remote(payload, lo, hi)
+    def execute(self, worker: int, parts, epoch: int):
+        return self.workers[worker].execute.remote(parts, epoch)
 
-    def execute_ddl(self, worker: int, ddl):
-        return RayCalls.get(self.workers[worker].execute_ddl.remote(ddl))
+    def execute_slice(self, worker: int, payload, lo: int, hi: int, epoch: int):
+        return self.workers[worker].execute_slice.remote(payload, lo, hi, epoch)
+
+    def execute_ddl(self, worker: int, ddl, epoch: int):
+        return RayCalls.get(self.workers[worker].execute_ddl.remote(ddl, epoch))
 
     def done(self, handles: list, block: bool) -> list:
         if block:

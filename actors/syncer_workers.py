@@ -6,16 +6,22 @@
 every Ray API call goes through :mod:`actors.ray_calls`, so the class is usable
 (and testable) without Ray.
 
-- ``execute(batch) -> Ack``: apply one batch (a list of parts in ascending
+- ``begin(epoch) -> int``: the coordinator's reset: calls of pipeline epoch ``epoch``
+  run from now on (open chunks of a large transaction are rolled back); the worker's
+  applied commit_ts (``Loader.begin_epoch``).
+- ``execute(batch, epoch) -> Ack``: apply one batch (a list of parts in ascending
   commit_ts: ``(commit_ts, dmls)`` tuples, Txns or DDLs).  The coordinator passes
   the batch as an object ref in the argument list, which Ray resolves before the
   call; a ref nested in a list is resolved here.  The call returns once every
   part is committed downstream (or raises the loader's DownstreamError).
-- ``execute_slice(parts, lo, hi) -> Ack``: ``execute(parts[lo:hi])``; ``parts`` is
+- ``execute_slice(parts, lo, hi, epoch) -> Ack``: ``execute(parts[lo:hi])``; ``parts`` is
   this worker's payload of a merged batch the schema keeper routed (exactly-once
   mode), passed by the coordinator as an object ref it never reads; a flush
   inside the batch splits it into several slices.
-- ``execute_ddl(ddl) -> Ack``: one DDL, alone.
+- ``execute_ddl(ddl, epoch) -> Ack``: one DDL, alone.
+- ``epoch`` of each call: the epoch it was sent in. A call of another epoch, or any call
+  before this process was told one (a restarted worker), is refused as a PipelineReset
+  before it touches the downstream (``tidb_binlog.drainer.pipeline.gate.EpochFence``).
 - ``flush() -> int``: ``execute`` commits before it returns, so nothing is ever
   pending: flush returns the commit_ts everything at or below which is applied.
 - ``progress() -> int``: the worker's progress row (exactly-once), re-read.
@@ -25,7 +31,10 @@ every Ray API call goes through :mod:`actors.ray_calls`, so the class is usable
 Crashes: ``max_restarts=-1`` (Ray reruns ``__init__``, which reconnects and
 reloads the progress row), ``max_task_retries=0``: a call lost in a crash fails
 in the coordinator, which decides what to resend; resent parts at or below the
-progress row are skipped (exactly-once), or replayed in safe mode.
+progress row are skipped (exactly-once), or replayed in safe mode. Ray still hands the
+restarted process the calls submitted after the crash was noticed (not retries: they
+never reached the old one), with no error; the epoch check refuses them, since running
+them without the calls lost before would move the progress row past those.
 
 Metrics (one registry per process, :func:`process_metrics`):
 ``binlog_drainer_execute_duration_time``, ``binlog_drainer_query_duration_time{type}``,
@@ -80,16 +89,19 @@ class SqlWorkerActor:
             self.loader.reload_marks()  # the mark table and this worker's row, at start
         tune_gc()
 
-    def execute(self, batch) -> Ack:
-        return self.loader.execute_batch(RayCalls.resolve(batch))
+    def begin(self, epoch: int) -> int:
+        return self.loader.begin_epoch(epoch)
 
-    def execute_slice(self, parts, lo: int, hi: int) -> Ack:
+    def execute(self, batch, epoch: int) -> Ack:
+        return self.loader.execute_batch(RayCalls.resolve(batch), epoch)
+
+    def execute_slice(self, parts, lo: int, hi: int, epoch: int) -> Ack:
         parts = unpack(RayCalls.resolve(parts))
         return self.loader.execute_batch(parts if lo == 0 and hi == len(parts)
-                                         else parts[lo:hi])
+                                         else parts[lo:hi], epoch)
 
-    def execute_ddl(self, ddl) -> Ack:
-        return self.loader.execute_batch([RayCalls.resolve(ddl)])
+    def execute_ddl(self, ddl, epoch: int) -> Ack:
+        return self.loader.execute_batch([RayCalls.resolve(ddl)], epoch)
 
     def flush(self) -> int:
         return self.loader.applied_ts

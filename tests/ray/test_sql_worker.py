@@ -5,8 +5,11 @@ from __future__ import annotations
 import itertools
 import time
 
+import pytest
+
 from actors.syncer_workers import start_sql_worker
 from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema
+from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig, RetryPolicy
 from tidb_binlog.drainer.sinks.mysql.loader import Ack, LoaderConfig
 
@@ -53,17 +56,18 @@ def test_execute_object_ref_and_survive_restart(ray_local, mariadb, fresh_databa
                           retry=RetryPolicy(max_elapsed_s=30))
     worker = start_sql_worker(ds, config)
     try:
+        assert ray.get(worker.begin.remote(7), timeout=60) == 0  # the coordinator's reset
         ddl = DDL(db, "t", "CREATE TABLE t (id INT PRIMARY KEY, v INT)", 100)
-        ack = ray.get(worker.execute_ddl.remote(ddl), timeout=60)
+        ack = ray.get(worker.execute_ddl.remote(ddl, 7), timeout=60)
         assert ack.max_commit_ts == 100
-        ray.get(worker.execute.remote([DDL(db, "log", "CREATE TABLE log (id INT)", 101)]))
+        ray.get(worker.execute.remote([DDL(db, "log", "CREATE TABLE log (id INT)", 101)], 7))
 
         first = parts(db, 200, range(1, 11))
-        ack = ray.get(worker.execute.remote(ray.put(first)), timeout=60)   # a resolved ref
+        ack = ray.get(worker.execute.remote(ray.put(first), 7), timeout=60)   # a resolved ref
         assert isinstance(ack, Ack) and ack.worker == 2 and ack.parts == 10 and ack.rows == 20
         assert ack.commit_ts == tuple(range(200, 210)) and ack.skipped == 0
         second = parts(db, 300, range(11, 16))
-        ack = ray.get(worker.execute.remote([ray.put(second)]), timeout=60)  # a nested ref
+        ack = ray.get(worker.execute.remote([ray.put(second)], 7), timeout=60)  # a nested ref
         assert ack.max_commit_ts == 304
         assert ray.get(worker.progress.remote()) == 304
         pid = ray.get(worker.pid.remote())
@@ -71,8 +75,15 @@ def test_execute_object_ref_and_survive_restart(ray_local, mariadb, fresh_databa
         ray.kill(worker, no_restart=False)
         new_incarnation(worker, pid)
         assert call_after_restart(ray, worker.progress) == 304   # reloaded, not remembered
+        # a call sent in the epoch before the restart is refused (the ones lost with the
+        # crash would be missing), until the coordinator's reset starts a new epoch
+        late = parts(db, 500, [17])
+        with pytest.raises(PipelineReset, match="before this process was told of a reset"):
+            ray.get(worker.execute.remote(late, 7), timeout=60)
+        assert ray.get(worker.begin.remote(8), timeout=60) == 304
         # the coordinator resends what it never saw acked: nothing is applied twice
-        ack = ray.get(worker.execute.remote(ray.put(second + parts(db, 400, [16]))), timeout=60)
+        ack = ray.get(worker.execute.remote(ray.put(second + parts(db, 400, [16])), 8),
+                      timeout=60)
         assert ack.skipped == 5 and ack.rows == 2 and ack.max_commit_ts == 400
         assert rows(mariadb, db, "SELECT COUNT(*), COUNT(DISTINCT id) FROM log") == ((16, 16),)
         assert rows(mariadb, db, "SELECT SUM(v) FROM t") == ((sum(range(1, 17)) * 10,),)

@@ -205,14 +205,17 @@ class HeldWorkers:
     def __len__(self):
         return self.count
 
-    def execute(self, worker, parts):
+    def begin(self, epoch):
+        pass
+
+    def execute(self, worker, parts, epoch):
         self.calls.append((worker, list(parts)))
         return len(self.calls)
 
-    def execute_slice(self, worker, payload, lo, hi):  # pragma: no cover - not routed
+    def execute_slice(self, worker, payload, lo, hi, epoch):  # pragma: no cover
         raise AssertionError("routed call in the causality mode")
 
-    def execute_ddl(self, worker, ddl):  # pragma: no cover
+    def execute_ddl(self, worker, ddl, epoch):  # pragma: no cover
         raise AssertionError("no DDL here")
 
     def release(self):
@@ -320,9 +323,9 @@ def relay_coordinator(tmp_path, workers: HeldWorkers) -> Coordinator:
                             relay_max_file_size=1)
     seen = workers.execute
 
-    def execute(worker, parts):  # what the relay log holds when a worker gets rows
+    def execute(worker, parts, epoch):  # what the relay log holds when a worker gets rows
         workers.relayed.append((parts, list(relay_records(tmp_path, 0))))
-        return seen(worker, parts)
+        return seen(worker, parts, epoch)
 
     workers.relayed = []
     workers.execute = execute

@@ -11,6 +11,7 @@ import pytest
 from actors.ray_calls import RayCalls
 from actors.syncer_workers import SqlWorkerActor
 from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema, Txn
+from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.sinks.mysql.downstream import (
     DownstreamConfig,
     RetryPolicy,
@@ -351,8 +352,14 @@ def test_worker_shell_without_ray():
     assert RayCalls.resolve([(1, ())]) == [(1, ())]
     worker = SqlWorkerActor(DownstreamConfig(port=1), LoaderConfig(worker=4, exactly_once=False),
                             load_progress=False)
-    ack = worker.execute([])
+    with pytest.raises(PipelineReset, match="worker 4: a call of pipeline epoch 5 arrived "
+                                            "before this process was told of a reset"):
+        worker.execute([], 5)  # (what a restarted worker meets first)
+    assert worker.begin(5) == 0
+    ack = worker.execute([], 5)
     assert ack.worker == 4 and ack.parts == 0 and worker.flush() == 0
+    with pytest.raises(PipelineReset, match="epoch 4 arrived in epoch 5"):
+        worker.execute([], 4)  # sent before the reset
     worker.close()
 
 

@@ -176,6 +176,51 @@ def test_a_chunk_out_of_order_is_refused_with_every_later_part_until_chunk_1():
     assert ds.committed == [["INSERT"] * 6 + ["INSERT progress"]] and w.applied_ts == 9
 
 
+def test_a_restarted_worker_refuses_the_calls_sent_before_the_reset_that_follows():
+    """The race the epochs close: the worker held chunks 1..2 open and Ray restarted it;
+    the coordinator, not knowing yet, sent chunk 3 and the transaction's last part,
+    which Ray hands the new process. Run there, they would commit the transaction
+    without chunks 1..2 (and its progress row would make the replay skip them). The
+    new process knows no epoch: both are refused before the downstream sees them. The
+    coordinator's reset opens a new epoch; the replay is applied whole, once, and a
+    call of the old epoch arriving later is refused by its epoch."""
+    ds = Downstream()
+    w = loader(ds)
+    w.begin_epoch(11)
+    w.execute_batch([(9, (ins(2),), 1)], 11)
+    w.execute_batch([(9, (ins(3),), 2)], 11)
+    # the crash: the open downstream transaction is gone; Ray reruns the constructor
+    ds2 = Downstream()
+    w2 = loader(ds2)
+    with pytest.raises(PipelineReset, match="epoch 11 arrived before this process was told"):
+        w2.execute_batch([(9, (ins(4),), 3)], 11)
+    with pytest.raises(PipelineReset, match="epoch 11 arrived before this process was told"):
+        w2.execute_batch([(9, (ins(5),))], 11)  # the last part: never committed alone
+    assert ds2.calls == 0 and ds2.committed == [] and w2.applied_ts == 0
+    assert w2.begin_epoch(12) == 0  # the coordinator's reset
+    for chunk, k in ((1, 2), (2, 3), (3, 4)):
+        w2.execute_batch([(9, (ins(k),), chunk)], 12)
+    with pytest.raises(PipelineReset, match="epoch 11 arrived in epoch 12"):
+        w2.execute_batch([(9, (ins(5),))], 11)
+    w2.execute_batch([(9, (ins(5),))], 12)
+    assert ds2.committed == [["INSERT"] * 4 + ["INSERT progress"]] and w2.applied_ts == 9
+
+
+def test_a_new_epoch_rolls_back_the_chunks_a_live_worker_holds_open():
+    """A reset for another actor's failure: this worker lives on with chunks 1..2 open;
+    the new epoch rolls them back at once (the replay brings them again from chunk 1)."""
+    ds = Downstream()
+    w = loader(ds)
+    w.begin_epoch(21)
+    w.execute_batch([(9, (ins(2),), 1)], 21)
+    w.execute_batch([(9, (ins(3),), 2)], 21)
+    assert w.begin_epoch(22) == 0
+    assert ds.rollbacks == 1 and ds.pending == [] and ds.committed == []
+    w.execute_batch([(9, (ins(2),), 1)], 22)
+    w.execute_batch([(9, (ins(3),))], 22)
+    assert ds.committed == [["INSERT", "INSERT", "INSERT progress"]] and ds.rollbacks == 1
+
+
 def test_txn_atomic_without_exactly_once_commits_the_chunks_with_the_last_one_uncut():
     """txn-atomic with exactly-once off (the coordinator's atomic chunks): the same open
     downstream transaction, no progress row, and the last part is never cut into

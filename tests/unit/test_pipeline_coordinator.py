@@ -47,35 +47,44 @@ class Store:
 
 class ScriptedWorkers:
     """Worker calls return at once; ``fail_on_call`` makes the n-th call die. ``calls``
-    records ``(worker name, args)``."""
+    records ``(worker name, args)``; ``epochs`` the epoch of each ``begin``, and every
+    call must carry the last one."""
 
     def __init__(self, count: int):
         self.names = [f"w{i}" for i in range(count)]
         self.calls: list[tuple[str, tuple]] = []
+        self.epochs: list[int] = []
         self.fail_on_call: int | None = None
+        self.failed_results: set[int] = set()  # calls (1, 2, ...) whose result is an error
 
     def __len__(self):
         return len(self.names)
 
-    def _call(self, worker, *args):
+    def begin(self, epoch):
+        self.epochs.append(epoch)
+
+    def _call(self, worker, epoch, *args):
+        assert self.epochs and epoch == self.epochs[-1], (epoch, self.epochs)
         if self.fail_on_call is not None and len(self.calls) + 1 == self.fail_on_call:
             raise PipelineReset("worker died")
         self.calls.append((self.names[worker], args))
         return ("ref", len(self.calls))
 
-    def execute(self, worker, parts):
-        return self._call(worker, parts)
+    def execute(self, worker, parts, epoch):
+        return self._call(worker, epoch, parts)
 
-    def execute_slice(self, worker, payload, lo, hi):
-        return self._call(worker, payload, lo, hi)
+    def execute_slice(self, worker, payload, lo, hi, epoch):
+        return self._call(worker, epoch, payload, lo, hi)
 
-    def execute_ddl(self, worker, ddl):
-        self._call(worker, ddl)
+    def execute_ddl(self, worker, ddl, epoch):
+        self._call(worker, epoch, ddl)
 
     def done(self, handles, block):
         return list(handles)
 
     def result(self, handle):
+        if handle[1] in self.failed_results:
+            raise PipelineReset("a pipeline actor is unavailable: the actor was restarted")
         return None
 
 
@@ -133,6 +142,75 @@ def test_a_half_dispatched_batch_blocks_later_batches_until_reset(script):
     assert coord.reset().commit_ts <= 10
     coord.apply(0, [(40, txn(40, 10), 0)])
     assert len(script.calls) == sent + 1
+
+
+def test_a_worker_call_found_failed_after_its_batch_passed_closes_the_gate(script):
+    """Batch 0 was handed out whole and passed the gate; a call of it fails (Ray
+    restarted the worker) and the coordinator finds out collecting acks after it. The
+    batches the merger had queued meanwhile must not reach a worker: the restarted one
+    would commit them without batch 0's parts and move its progress row past them."""
+    coord = coordinator(Store())
+    script.workers.failed_results = {len(script.calls) + 1}
+    with pytest.raises(PipelineReset, match="the actor was restarted"):
+        coord.apply(0, [(10, txn(10, 1, 2), 0)])
+    sent = len(script.calls)
+    with pytest.raises(PipelineReset, match="follows a failed batch"):
+        coord.apply(1, [(20, txn(20, 3, 4), 0)])
+    assert len(script.calls) == sent
+    coord.reset()
+    coord.apply(0, [(10, txn(10, 1, 2), 0)])
+    assert len(script.calls) == sent + 2
+
+
+def test_idle_closes_the_gate_on_a_failed_worker_call(script):
+    coord = coordinator(Store())
+    coord.apply(0, [(10, txn(10, 1), 0)])
+    script.workers.failed_results = {len(script.calls) + 1}
+    script.workers.done = lambda handles, block: []  # in flight until idle() looks
+    coord.apply(1, [(20, txn(20, 2), 0)])
+    del script.workers.done
+    with pytest.raises(PipelineReset, match="the actor was restarted"):
+        coord.idle()
+    with pytest.raises(PipelineReset, match="follows a failed batch"):
+        coord.apply(2, [(30, txn(30, 3), 0)])
+
+
+def test_each_reset_starts_a_new_epoch_on_every_worker_and_every_call_carries_it(script):
+    """The workers refuse calls of another epoch (a restarted one: every call until the
+    next reset), so each reset tells every worker the new one before any batch; the
+    fake workers assert that each call carries the last one."""
+    from tidb_binlog.drainer.apply.dml import DDL
+    from tidb_binlog.drainer.apply.routing import FLUSH, ROWS, RUN_DDL
+
+    coord = coordinator(Store(), workers=2)
+    assert script.workers.epochs == [coord.epoch] and coord.epoch > 0
+    coord.apply(0, [(10, txn(10, 1, 2), 0)])
+    coord.idle()
+    first = coord.epoch
+    coord.reset(replay=True)
+    assert script.workers.epochs == [first, coord.epoch] and coord.epoch != first
+    ddl = DDL("db", "t", "ALTER TABLE t ADD c INT", 30)
+    plan = [(ROWS, 20, 0, (1, 1), 2), (FLUSH,), (RUN_DDL, 30, 5, ddl)]
+    coord.apply_routed(0, plan, ["payload-0", "payload-1"])
+    coord.apply(1, [(40, txn(40, 3), 0)])
+    assert len(script.calls) == 2 + 2 + 1 + 1  # each checked against the epoch
+
+
+def test_a_reset_that_cannot_reach_a_worker_leaves_batches_refused(script):
+    coord = coordinator(Store())
+    coord.apply(0, [(10, txn(10, 1), 0)])
+
+    def unavailable(epoch):
+        raise PipelineReset("a pipeline actor is unavailable: the actor is restarting")
+
+    script.workers.begin = unavailable
+    with pytest.raises(PipelineReset, match="restarting"):
+        coord.reset(replay=True)
+    with pytest.raises(PipelineReset, match="follows a failed batch"):
+        coord.apply(1, [(20, txn(20, 2), 0)])
+    del script.workers.begin
+    coord.reset(replay=True)
+    coord.apply(0, [(20, txn(20, 2), 0)])
 
 
 def test_a_downstream_outage_delays_the_checkpoint_save_without_failing(script):

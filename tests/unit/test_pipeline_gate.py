@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidb_binlog.drainer.pipeline.gate import PipelineReset, SequenceGate
+from tidb_binlog.drainer.pipeline.gate import EpochFence, PipelineReset, SequenceGate, new_epoch
 from tidb_binlog.drainer.pipeline.names import (
     check_task_name,
     pump_actor_name,
@@ -46,6 +46,30 @@ def test_a_failed_batch_closes_the_gate_until_the_next_reset():
     assert gate.loaded and not gate.is_open
     gate.open()
     gate.check(0)
+
+
+def test_an_epoch_fence_refuses_every_call_before_a_reset_then_other_epochs():
+    """A restarted SQL worker knows no epoch: Ray hands it the calls submitted while it
+    restarted, and each is refused until the coordinator's reset opens a new epoch;
+    from then on a call from before that reset is refused by its epoch."""
+    fence = EpochFence("worker 2")
+    with pytest.raises(PipelineReset, match="worker 2: a call of pipeline epoch 7 arrived "
+                                            "before this process was told of a reset"):
+        fence.check(7)
+    fence.open(8)
+    fence.check(8)
+    with pytest.raises(PipelineReset, match="epoch 7 arrived in epoch 8: it was sent "
+                                            "before the pipeline's last reset"):
+        fence.check(7)
+    for bad in (0, -1, None, "8", True):
+        with pytest.raises(ValueError, match="a pipeline epoch is a positive int"):
+            fence.open(bad)
+    assert fence.epoch == 8
+
+
+def test_new_epochs_are_positive_and_do_not_repeat():
+    epochs = {new_epoch() for _ in range(1000)}
+    assert len(epochs) == 1000 and min(epochs) > 0
 
 
 def test_sink_status_is_one_flat_dict_and_leaves_out_uncounted_resets():

@@ -144,12 +144,15 @@ class Workers:
     def __len__(self):
         return 2
 
-    def execute(self, worker, parts):
+    def begin(self, epoch):
+        pass
+
+    def execute(self, worker, parts, epoch):
         relayed = [ts for ts, _ in relay_records(self.relay_dir, 0)]
         self.seen.append(([p[0] for p in parts], relayed))
         return len(self.seen)
 
-    def execute_ddl(self, worker, ddl):
+    def execute_ddl(self, worker, ddl, epoch):
         pass
 
     def done(self, handles, block):

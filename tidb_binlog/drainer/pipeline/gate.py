@@ -14,13 +14,27 @@ file sink, the next ones) must refuse:
 
 Each refusal is a :class:`PipelineReset`: the merger resets the pipeline and replays
 from the durable checkpoint. Written once here; :class:`SequenceGate` is the rule.
+
+**Epochs** (:class:`EpochFence`): the sink's own calls to its SQL workers need the same
+rule one level down. Ray restarts a killed worker (``max_restarts``) and hands the new
+process every call submitted once the old one was known dead, with no error to the
+caller; the calls in flight at the crash fail instead. So after a crash a worker may
+run a call whose predecessors never ran (the chunks a large transaction held open, a
+batch of an earlier commit_ts): committing it would move its progress row past rows
+that are not downstream, and the replay would skip them. Each reset of the sink starts
+a new *epoch* (a fresh random number) and tells every worker (``begin``); every call
+carries the epoch it was sent in, and a worker runs a call only of the epoch it was
+last told: a restarted worker knows none, so it refuses everything until the next
+reset, and a call from before a reset is refused by its epoch.
 """
 
 from __future__ import annotations
 
+import secrets
+
 from tidb_binlog.errors import BinlogError
 
-__all__ = ["PipelineReset", "SequenceGate"]
+__all__ = ["EpochFence", "PipelineReset", "SequenceGate", "new_epoch"]
 
 
 class PipelineReset(BinlogError):
@@ -69,3 +83,37 @@ class SequenceGate:
     def failed(self) -> None:
         """Refuse every batch until the next :meth:`open`."""
         self._expected = None
+
+
+def new_epoch() -> int:
+    """A fresh pipeline epoch: random, so one never repeats an earlier one, also one of a
+    sink that ran before a restart of its own."""
+    return secrets.randbits(63) or 1
+
+
+class EpochFence:
+    """A SQL worker's side of the epochs (module doc): ``open(epoch)`` when the sink's
+    reset starts one; ``check(epoch)`` before running a call sent in ``epoch``. ``who``
+    names the worker in the errors."""
+
+    def __init__(self, who: str):
+        self.who = who
+        self.epoch: int | None = None  # None: no reset seen by this process yet
+
+    def open(self, epoch: int) -> None:
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch <= 0:
+            raise ValueError(f"{self.who}: a pipeline epoch is a positive int, not {epoch!r}")
+        self.epoch = epoch
+
+    def check(self, epoch: int) -> None:
+        if self.epoch is None:
+            raise PipelineReset(
+                f"{self.who}: a call of pipeline epoch {epoch} arrived before this process "
+                "was told of a reset: it restarted, and what it held (open chunks of a large "
+                "transaction, calls lost in the crash) is gone; refused, the pipeline "
+                "replays from the checkpoint")
+        if epoch != self.epoch:
+            raise PipelineReset(
+                f"{self.who}: a call of pipeline epoch {epoch} arrived in epoch "
+                f"{self.epoch}: it was sent before the pipeline's last reset; refused (the "
+                "replay sends its parts again)")

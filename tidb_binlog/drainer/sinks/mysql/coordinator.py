@@ -41,7 +41,14 @@ expanded by :meth:`Coordinator.apply_samples`; at most :data:`APPLY_SAMPLES` kep
 
 **Failures.** A batch that fails part-way closes the gate: later batches (already
 queued by the merger) are refused until :meth:`reset`, else a worker committing them
-would move its progress past the undispatched rest and the replay would skip it.
+would move its progress past the undispatched rest and the replay would skip it. So
+does a worker call found failed after its batch passed (by the next batch, or
+:meth:`idle`). **Epochs.** Each :meth:`reset` starts a new pipeline epoch and tells
+every worker (``begin``, waiting for each: after the calls sent to it before); every
+worker call carries the epoch, and a worker refuses a call of another epoch, or any
+call before it was told one: Ray hands a restarted worker the calls submitted while it
+restarted, which must not run without those lost in the crash
+(:class:`~tidb_binlog.drainer.pipeline.gate.EpochFence`).
 The constructor never reads the downstream (a Ray actor whose constructor raises is
 never restarted): until the first reset, batches are refused.
 
@@ -75,7 +82,7 @@ from tidb_binlog.drainer.checkpoint.checkpoint import (
     start_commit_ts,
 )
 from tidb_binlog.drainer.checkpoint.store import CheckpointStore
-from tidb_binlog.drainer.pipeline.gate import PipelineReset, SequenceGate
+from tidb_binlog.drainer.pipeline.gate import PipelineReset, SequenceGate, new_epoch
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
 from tidb_binlog.drainer.relay.log import RelayLog
@@ -93,19 +100,25 @@ APPLY_SAMPLES = 100_000
 
 class WorkerCalls(Protocol):
     """The coordinator's calls to its SQL workers (``actors.ray_calls.WorkerCalls``
-    over Ray; a scripted fake in unit tests). A handle stands for a call in flight."""
+    over Ray; a scripted fake in unit tests). A handle stands for a call in flight.
+    ``epoch``: the pipeline epoch the call is sent in (module doc)."""
 
     def __len__(self) -> int: ...
 
-    def execute(self, worker: int, parts) -> Any:
-        """Start ``SqlWorkerActor.execute(parts)``; a handle."""
+    def begin(self, epoch: int) -> None:
+        """``SqlWorkerActor.begin(epoch)`` on every worker, waiting for each
+        (PipelineReset: one is unavailable)."""
         ...
 
-    def execute_slice(self, worker: int, payload, lo: int, hi: int) -> Any:
-        """Start ``execute_slice(payload, lo, hi)`` (``payload`` passed on unread)."""
+    def execute(self, worker: int, parts, epoch: int) -> Any:
+        """Start ``SqlWorkerActor.execute(parts, epoch)``; a handle."""
         ...
 
-    def execute_ddl(self, worker: int, ddl) -> Any:
+    def execute_slice(self, worker: int, payload, lo: int, hi: int, epoch: int) -> Any:
+        """Start ``execute_slice(payload, lo, hi, epoch)`` (``payload`` passed on unread)."""
+        ...
+
+    def execute_ddl(self, worker: int, ddl, epoch: int) -> Any:
         """Run one DDL and wait for it; its Ack."""
         ...
 
@@ -154,13 +167,17 @@ class Coordinator:
         # no per-row work; _sampled counts the commit_ts held.
         self._samples: deque[tuple[Sequence[int], float]] = deque()
         self._sampled = 0
+        self.epoch = 0  # the pipeline epoch of the last reset (0: none yet)
         self._install(Checkpoint(0))
 
     # -- the Sink calls ----------------------------------------------------------------------
     def reset(self, replay: bool = False) -> Checkpoint:
         """Forget everything in flight; restart from the durable checkpoint. ``replay``:
         this start replays after a failure; counted in the checkpoint's ``resets``,
-        saved at once (best effort: a failed save is retried with the next one)."""
+        saved at once (best effort: a failed save is retried with the next one). Starts
+        a new pipeline epoch on every worker (module doc, Epochs); until that is done,
+        batches are refused (a failed reset is retried by the merger)."""
+        self.gate.failed()
         if self._open_relay is not None and self.relay is None:
             self.relay = self._open_relay()
         try:
@@ -180,6 +197,11 @@ class Coordinator:
                 except TransientDownstreamError as exc:
                     log.warning("reset count not saved yet: %s", exc.message)
         self._install(cp)
+        # every worker refuses the calls sent before (their acks would be forgotten
+        # anyway) and, restarted, everything until now: see Epochs in the module doc
+        epoch = new_epoch()
+        self.workers.begin(epoch)
+        self.epoch = epoch
         self.gate.open()
         return cp
 
@@ -235,8 +257,8 @@ class Coordinator:
             self._chunked_ts, self._chunked_rows = commit_ts, 0
         for action in self.dispatcher.add_chunk(commit_ts, txn.dmls, chunk):
             if isinstance(action, Send):
-                self._track(self.workers.execute(action.worker, list(action.parts)),
-                            _Call(None, 0))
+                self._track(self.workers.execute(action.worker, list(action.parts),
+                                                 self.epoch), _Call(None, 0))
             else:
                 self._perform(action)
         self._chunked_rows += len(txn.dmls)
@@ -285,7 +307,8 @@ class Coordinator:
                     for w, n in runs:
                         lo = cursor[w]
                         hi = cursor[w] = lo + n
-                        self._track(self.workers.execute_slice(w, payloads[w], lo, hi),
+                        self._track(self.workers.execute_slice(w, payloads[w], lo, hi,
+                                                               self.epoch),
                                     _Call(None, end_ts))
                 elif kind == FLUSH:
                     self._collect(block=True)
@@ -304,7 +327,7 @@ class Coordinator:
 
     def idle(self) -> int:
         """Nothing new arrived: collect acks and save the checkpoint when due."""
-        self._collect(block=False)
+        self._collect_or_close(block=False)
         self._maybe_save()
         return self.advancer.commit_ts
 
@@ -371,7 +394,7 @@ class Coordinator:
 
     def _batch_done(self) -> int:
         self.gate.passed()
-        self._collect(block=False)
+        self._collect_or_close(block=False)
         self._maybe_save()
         self.last_apply_s = self._wall_clock()
         return self.advancer.commit_ts
@@ -384,7 +407,7 @@ class Coordinator:
             self._collect(block=True)
         elif isinstance(action, RunDDL):
             self._send_queued()
-            self.workers.execute_ddl(0, action.ddl)
+            self.workers.execute_ddl(0, action.ddl, self.epoch)
             self.dispatcher.acked_ddl(action.ddl)
             self._maybe_save(force=True)
         else:  # pragma: no cover - the dispatcher only emits the three kinds
@@ -395,7 +418,7 @@ class Coordinator:
         queued, self._queued = self._queued, {}
         for worker, sends in queued.items():
             parts = [part for send in sends for part in send.parts]
-            self._track(self.workers.execute(worker, parts), _Call(sends, 0))
+            self._track(self.workers.execute(worker, parts, self.epoch), _Call(sends, 0))
 
     def _track(self, handle, call: _Call) -> None:
         """Remember a worker call; back-pressure past ``2 x workers`` in flight."""
@@ -417,6 +440,15 @@ class Coordinator:
                 self._sample(getattr(ack, "commit_ts", ()), getattr(ack, "finished_at_s", 0.0))
             if not block or len(self._outstanding) <= until:
                 return
+
+    def _collect_or_close(self, *, block: bool) -> None:
+        """:meth:`_collect` after a batch passed: a worker call found failed closes the
+        gate, as a batch failing part-way does (module doc, Failures)."""
+        try:
+            self._collect(block=block)
+        except BaseException:
+            self.gate.failed()
+            raise
 
     def _sample(self, commit_ts: Sequence[int], finished_at_s: float) -> None:
         """One worker call acknowledged: its parts' commit_ts, committed at ``finished_at_s``."""

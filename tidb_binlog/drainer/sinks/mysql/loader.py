@@ -39,6 +39,11 @@ worker creates the mark table and writes its own mark row once (when it starts,
 before the progress upsert), so the downstream cluster's binlog of the transaction
 carries this channel's mark.
 
+**Epochs** (the drainer's SQL workers, :class:`~tidb_binlog.drainer.pipeline.gate.EpochFence`):
+:meth:`Loader.begin_epoch` is the coordinator's reset reaching this worker, and a batch
+given with the ``epoch`` it was sent in runs only in that epoch, so a restarted worker,
+or a call from before a reset, is refused before it touches the downstream.
+
 **Failures.**  A :class:`~tidb_binlog.errors.TransientDownstreamError` rolls back,
 waits (exponential backoff, :class:`~tidb_binlog.drainer.sinks.mysql.downstream.RetryPolicy`),
 reconnects and retries the transaction; once ``max_elapsed_s`` pass without
@@ -67,7 +72,7 @@ from tidb_binlog.drainer.loopback import (
     mark_init_statement,
     mark_update_statement,
 )
-from tidb_binlog.drainer.pipeline.gate import PipelineReset
+from tidb_binlog.drainer.pipeline.gate import EpochFence, PipelineReset
 from tidb_binlog.drainer.sinks.mysql.downstream import (
     Downstream,
     RetryPolicy,
@@ -214,6 +219,7 @@ class Loader:
         # every part of it is refused until its chunk 1 comes again (the replay)
         self._broken_ts = 0
         self._marks_ready = not config.loopback_control  # mark table and row written
+        self.fence = EpochFence(f"worker {config.worker}")
         self.retries = 0
 
     # -- progress ---------------------------------------------------------
@@ -260,10 +266,34 @@ class Loader:
     def set_safe_mode(self, on: bool) -> None:
         self.guard.set_safe_mode(on)
 
+    def begin_epoch(self, epoch: int) -> int:
+        """The pipeline was reset and runs in ``epoch`` from now on: only batches sent in
+        it run here. Chunks of a large transaction held open are rolled back now (it never
+        committed, so the replay brings it again from chunk 1) rather than when that
+        chunk 1 comes: their row locks would hold up a replay that routes elsewhere.
+        This worker's applied commit_ts."""
+        if self._open_ts:
+            log.warning("worker %d: the pipeline was reset; rolling back the open chunks "
+                        "1..%d of the transaction at commit_ts %d (the replay brings it "
+                        "again)", self.config.worker, self._open_chunk, self._open_ts)
+            self.downstream.rollback()
+            self._open_ts = self._open_chunk = 0
+        self.fence.open(epoch)
+        return self.guard.applied_ts
+
     # -- batches ----------------------------------------------------------
 
-    def execute_batch(self, batch: Sequence) -> Ack:
-        """Apply every part (see the module docstring); an Ack, or a DownstreamError."""
+    def execute_batch(self, batch: Sequence, epoch: int | None = None) -> Ack:
+        """Apply every part (see the module docstring); an Ack, or a DownstreamError.
+        ``epoch``: the pipeline epoch the batch was sent in (a drainer's SQL worker: a
+        PipelineReset unless it is the one :meth:`begin_epoch` started); None for a
+        caller without a pipeline (reparo, benchmarks)."""
+        if epoch is not None:
+            try:
+                self.fence.check(epoch)
+            except PipelineReset as exc:
+                log.warning("%s", exc)
+                raise
         c = self.config
         start_s = time.perf_counter()
         parts = [as_part(item) for item in batch]
@@ -422,8 +452,9 @@ class Loader:
         """A chunk of a large transaction runs only right after the chunk before it (chunk
         1 starts one). A chunk ``k > 1`` that does not continue the open transaction here
         means this worker lost chunks ``1..k-1`` (a restart, or a call from before a
-        pipeline reset meeting the replay's): running it, or later the transaction's last
-        part, would commit the transaction without those rows. So the open chunks are
+        pipeline reset meeting the replay's; the epochs refuse those first, this is the
+        second line): running it, or later the transaction's last part, would commit the
+        transaction without those rows. So the open chunks are
         rolled back and every part of that transaction is refused, as a pipeline reset,
         until its chunk 1 comes again with the replay."""
         if part.ddl is not None:
