@@ -38,7 +38,7 @@ from pymysql.converters import escape_item
 from spark_on_ray import diff_plan as plan
 from spark_on_ray.diff_settle import UpstreamAt, settle
 from spark_on_ray.errors import SparkJobError
-from spark_on_ray.session import start_spark
+from spark_on_ray.session import start_spark_soon
 from spark_on_ray.sql_task import connect, run_query, run_task
 from tidb_binlog.config.spark import DatabaseConfig, SparkJobConfig
 
@@ -184,9 +184,17 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
             infos.append(up)
             if any(up.column(k).collation != down.column(k).collation for k in up.key):
                 by_bucket.add(up.name)
-        chunks = _plan(up_conn, infos, d, by_bucket)
-        if own:
-            handle = start_spark(cfg.spark, ray_address=ray_address)
+        # Spark starts while the driver scans the keys for chunk boundaries (both take
+        # seconds); every check above has passed, so a bad config never starts it.
+        pending = start_spark_soon(cfg.spark, ray_address=ray_address) if own else None
+        try:
+            chunks = _plan(up_conn, infos, d, by_bucket)
+        except BaseException:
+            if pending is not None:
+                pending.discard()
+            raise
+        if pending is not None:
+            handle = pending.handle()
         result = _diff(handle, cfg, infos, chunks, fd, dd, report)
         result.spark_start_s = handle.started_s if own else 0.0
         result.seconds = time.monotonic() - t0

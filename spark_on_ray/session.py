@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -47,7 +48,7 @@ from tidb_binlog.config.spark import (
     resolve_jdbc_jar,
 )
 
-__all__ = ["SparkHandle", "start_spark", "java_version", "jdbc_url", "check_java",
+__all__ = ["SparkHandle", "PendingSpark", "start_spark", "start_spark_soon", "java_version", "jdbc_url", "check_java",
            "JAVA17_OPTIONS", "SUPPORTED_JAVA"]  # fmt: skip
 
 log = logging.getLogger("spark_on_ray")
@@ -241,6 +242,44 @@ def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None,
     Errors (:class:`SparkSetupError`) name what is missing and what to do: no Java, an
     unsupported Java, no JDBC jar, a size that takes every CPU of the Ray cluster.
     """
+    return _launch(_prepare(spark_cfg, ray_address), warm)
+
+
+class PendingSpark:
+    """Spark starting in a background thread (:func:`start_spark_soon`) while the job's
+    driver plans: :meth:`handle` waits for it; :meth:`discard` (the job failed before it
+    needed Spark) waits and stops it."""
+
+    def __init__(self, prepared: tuple, warm: bool):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="spark-start")
+        self._future = self._pool.submit(_launch, prepared, warm)
+
+    def handle(self) -> SparkHandle:
+        try:
+            return self._future.result()
+        finally:
+            self._pool.shutdown(wait=False)
+
+    def discard(self) -> None:
+        try:
+            self._future.result().stop()
+        except Exception as exc:  # noqa: BLE001 - the job's own error is the one raised
+            log.warning("Spark started for a job that failed first could not be stopped "
+                        "cleanly: %s", exc)
+        finally:
+            self._pool.shutdown(wait=False)
+
+
+def start_spark_soon(spark_cfg: SparkConfig, *, ray_address: str | None = None,
+                     warm: bool = False) -> PendingSpark:
+    """:func:`start_spark` in a background thread: the checks (Java, the JDBC jar, Ray and
+    its CPUs) run here and raise here; RayDP's start (seconds: three JVMs) overlaps what
+    the caller does next, such as planning a job (a key scan of every table)."""
+    return PendingSpark(_prepare(spark_cfg, ray_address), warm)
+
+
+def _prepare(spark_cfg: SparkConfig, ray_address: str | None) -> tuple:
+    """Everything before RayDP's start, in the caller's thread (``ray.init`` included)."""
     check_java()
     jar = check_jdbc_jar(spark_cfg)
     # heavy dependency: ray loads only when a job starts Spark (planning and the pure
@@ -258,7 +297,7 @@ def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None,
             f"cluster ({cpus:g}); lower them so that at least one CPU stays free (RayDP's "
             "Ray Data hand-off hangs, and pumps/drainers starve, when Spark holds them all)")
     # optional heavy dependency: raydp / pyspark (the `spark` extra)
-    import raydp
+    import raydp  # noqa: F401 - imported here so that a missing extra fails in this thread
 
     configs = {
         "spark.driver.extraJavaOptions": JAVA17_OPTIONS,
@@ -279,6 +318,13 @@ def start_spark(spark_cfg: SparkConfig, *, ray_address: str | None = None,
     # Python workers of the executors run this interpreter (the venv with pyspark), not
     # whatever "python3" is first on $PATH; PySpark reads only the environment for it.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return spark_cfg, configs, jar, cpus
+
+
+def _launch(prepared: tuple, warm: bool) -> SparkHandle:
+    import raydp
+
+    spark_cfg, configs, jar, cpus = prepared
     t0 = time.monotonic()
     try:
         spark = raydp.init_spark(spark_cfg.app_name, num_executors=spark_cfg.num_executors,
