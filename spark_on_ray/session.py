@@ -262,10 +262,17 @@ class PendingSpark:
 
     def discard(self) -> None:
         try:
-            self._future.result().stop()
-        except Exception as exc:  # noqa: BLE001 - the job's own error is the one raised
-            log.warning("Spark started for a job that failed first could not be stopped "
-                        "cleanly: %s", exc)
+            try:
+                handle = self._future.result()
+            except Exception as exc:  # noqa: BLE001 - the job's own error is the one raised
+                log.info("Spark's start, no longer needed by the failed job, failed too: %s",
+                         exc)
+                return
+            try:
+                handle.stop()
+            except Exception as exc:  # noqa: BLE001 - as above
+                log.warning("Spark started for a job that failed first could not be stopped "
+                            "cleanly: %s", exc)
         finally:
             self._pool.shutdown(wait=False)
 

@@ -1,0 +1,53 @@
+"""Spark started in the background while a job plans (spark_on_ray.session.PendingSpark):
+the handle comes back from the thread, a start error is raised to the caller, and a job
+that fails first stops the Spark it no longer needs. RayDP's own start is replaced by a
+scripted one (the real start is covered by tests/spark)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from spark_on_ray import session
+from spark_on_ray.errors import SparkSetupError
+
+
+class _Handle:
+    def __init__(self):
+        self.stopped = False
+        self.thread = threading.current_thread().name
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_the_handle_comes_from_a_background_thread(monkeypatch):
+    release = threading.Event()
+
+    def launch(prepared, warm):
+        assert prepared == ("prepared",) and warm is True
+        release.wait(5)
+        return _Handle()
+
+    monkeypatch.setattr(session, "_launch", launch)
+    pending = session.PendingSpark(("prepared",), True)
+    release.set()  # the caller planned meanwhile
+    handle = pending.handle()
+    assert handle.thread.startswith("spark-start") and not handle.stopped
+
+
+def test_a_failed_start_is_raised_and_a_discarded_start_is_stopped(monkeypatch):
+    def broken(prepared, warm):
+        raise SparkSetupError("RayDP could not start Spark (x): no JVM")
+
+    monkeypatch.setattr(session, "_launch", broken)
+    with pytest.raises(SparkSetupError, match="no JVM"):
+        session.PendingSpark((), False).handle()
+    session.PendingSpark((), False).discard()  # the job's own error wins: nothing raised
+
+    started = []
+    monkeypatch.setattr(session, "_launch", lambda prepared, warm: started.append(_Handle())
+                        or started[-1])
+    session.PendingSpark((), False).discard()
+    assert started and started[0].stopped
