@@ -151,6 +151,7 @@ class SparkHandle:
         if self.spark is not None:
             try:
                 raydp.stop_spark()
+                _wait_master_gone(self.config.app_name)
             finally:
                 self.spark = None
 
@@ -179,11 +180,14 @@ class SparkHandle:
         return [result for _, result in sorted(done, key=lambda item: item[0])]
 
     def warm_up(self) -> None:
-        """One trivial *barrier* task per slot, importing what the jobs' tasks import: the
-        executors' Python workers start here (seconds on a busy box) instead of inside the
-        first job, whose barrier stage would otherwise wait for all of them, and the first
-        barrier stage's own cost (0.6 s more than the next ones, measured) is paid here too.
-        Counted in ``started_s``."""
+        """One trivial task per slot, importing what the jobs' tasks import: the executors'
+        Python workers start here (seconds on a busy box) instead of inside the first job,
+        whose barrier stage would otherwise wait for all of them. Then one trivial barrier
+        stage: the first one in a Spark costs 0.6 s more than the next ones (measured).
+        Not a barrier stage first: submitted before the executors have registered, it
+        fails Spark's slot check and waits 15 s to retry. Counted in ``started_s``."""
+        sc = self.spark.sparkContext
+        sc.parallelize(range(self.slots), self.slots).map(_warm).collect()
         self.run_barrier(_warm, list(range(self.slots)))
 
     @property
@@ -205,6 +209,55 @@ class SparkHandle:
         for index, rows in rdd.mapPartitions(_run_partition).collect():
             out[index] = rows
         return out
+
+
+def _wait_executors(handle: SparkHandle) -> None:
+    """Wait until every executor has registered with the driver: RayDP's start returns
+    before (2-3 s before on an idle 2-core box), and the first job would wait for them
+    instead, so the start's time would hide in the job's. An executor that never comes
+    (no node has its Ray CPUs free) is an error after ``[spark] start-timeout``."""
+    cfg = handle.config
+    sc = handle.spark.sparkContext
+    deadline = time.monotonic() + cfg.start_timeout_s
+    while True:
+        # the driver's own block manager is listed too
+        registered = sc._jsc.sc().getExecutorMemoryStatus().size() - 1
+        if registered >= cfg.num_executors:
+            return
+        if time.monotonic() >= deadline:
+            raise SparkSetupError(
+                f"Spark started, but {registered} of its {cfg.num_executors} executors "
+                f"registered within [spark] start-timeout = {cfg.start_timeout_s:g} s: each "
+                f"needs {cfg.executor_ray_cpus:g} free Ray CPU(s) and {cfg.executor_memory_bytes >> 20} "
+                "MiB on one node; free them (or lower executor-ray-cpus / num-executors) and "
+                "rerun")
+        time.sleep(0.05)
+
+
+# How long stop() waits for RayDP's master actor to exit (it is told to asynchronously).
+_MASTER_EXIT_S = 30.0
+
+
+def _wait_master_gone(app_name: str) -> None:
+    """Wait until the Spark master actor named for ``app_name`` has exited: RayDP's stop
+    only asks it to, and the next start of the same app name (a second job in this
+    process) is refused while the name is taken (ActorAlreadyExistsError)."""
+    import ray
+
+    try:
+        from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX as suffix
+    except ImportError:  # pragma: no cover - RayDP moved it; its value since 1.0
+        suffix = "_SPARK_MASTER"
+    deadline = time.monotonic() + _MASTER_EXIT_S
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(app_name + suffix)
+        except ValueError:  # no live actor of that name
+            return
+        time.sleep(0.05)
+    log.warning("RayDP's master actor %s%s has not exited %.0f s after Spark's stop; the "
+                "next start of app %r may be refused", app_name, suffix, _MASTER_EXIT_S,
+                app_name)
 
 
 def _run_partition(items):
@@ -347,6 +400,11 @@ def _launch(prepared: tuple, warm: bool) -> SparkHandle:
                               f"{type(exc).__name__}: {str(exc)[:500]}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     handle = SparkHandle(spark, spark_cfg, jar, 0.0, cpus)
+    try:
+        _wait_executors(handle)
+    except BaseException:
+        handle.stop()
+        raise
     if warm:
         try:
             handle.warm_up()

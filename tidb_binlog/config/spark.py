@@ -60,6 +60,9 @@ class SparkConfig:
     executor_ray_cpus: float = _opt("executor-ray-cpus", _float_kind(unit="CPUs"), 1.0)
     executor_memory_bytes: int = _opt("executor-memory", _bytes_kind(), 1024 * _MIB)
     driver_memory_bytes: int = _opt("driver-memory", _bytes_kind(), 512 * _MIB)
+    # Seconds to wait, after RayDP's start, for every executor to register (an executor
+    # whose Ray CPUs no node has free never does; the job fails then instead of waiting).
+    start_timeout_s: float = _opt("start-timeout", _float_kind(), 300.0)
     # Empty: the first of DEFAULT_JDBC_JARS that exists.
     jdbc_jar: str = _opt("jdbc-jar", _STR, "")
     # Where intermediate Parquet files go (the hand-off between Spark and Ray / Python).

@@ -51,3 +51,32 @@ def test_a_failed_start_is_raised_and_a_discarded_start_is_stopped(monkeypatch):
                         or started[-1])
     session.PendingSpark((), False).discard()
     assert started and started[0].stopped
+
+
+class _Status:
+    def __init__(self, sizes):
+        self.sizes = sizes
+
+    def size(self):
+        return self.sizes.pop(0) if len(self.sizes) > 1 else self.sizes[0]
+
+
+def _fake_handle(sizes, **cfg):
+    from types import SimpleNamespace
+
+    from tidb_binlog.config.spark import SparkConfig
+
+    status = _Status(list(sizes))
+    jsc = SimpleNamespace(sc=lambda: SimpleNamespace(getExecutorMemoryStatus=lambda: status))
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(_jsc=jsc))
+    return SimpleNamespace(spark=spark, config=SparkConfig(**cfg))
+
+
+def test_the_start_waits_for_every_executor_and_says_when_one_never_comes():
+    # the driver's block manager counts too: 1 = no executor yet, 3 = two executors
+    session._wait_executors(_fake_handle([1, 1, 2, 3], num_executors=2))
+    with pytest.raises(SparkSetupError, match=r"Spark started, but 0 of its 1 executors "
+                                              r"registered within \[spark\] start-timeout = "
+                                              r"0.2 s: each needs 1 free Ray CPU\(s\) and 1024 "
+                                              r"MiB on one node"):
+        session._wait_executors(_fake_handle([1], start_timeout_s=0.2))
