@@ -293,29 +293,38 @@ def _plan(up, down, tables, cfg, up_where, down_where):
         else:
             (_, create), = run_query(up, f"SHOW CREATE TABLE {info.qualified}")
             ddl.append((f"{db}.{table}", plan.downstream_ddl(create)))
-        columns = tuple(c.name for c in info.columns)
-        types = tuple(c.data_type for c in info.columns)
-        grouped = 0
-        if key:
-            lengths = {n: (c, o) for n, c, o in run_query(
-                up, "SELECT COLUMN_NAME, CHARACTER_MAXIMUM_LENGTH, CHARACTER_OCTET_LENGTH "
-                f"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {literal(db)} AND "
-                f"TABLE_NAME = {literal(table)}")}  # fmt: skip
-            key_types = tuple(next((c.data_type for c in info.columns if c.name == k),
-                                   "bigint" if k == plan.ROWID else "") for k in key)
-            bound = plan.line_bound(types, tuple(lengths[c][0] for c in columns),
-                                    tuple(lengths[c][1] for c in columns))
-            grouped = plan.group_rows(key_types, bound)
-        if key:
-            (estimate,), = run_query(up, "SELECT COALESCE(TABLE_ROWS, 0) FROM information_schema"
-                                     f".TABLES WHERE TABLE_SCHEMA = {literal(db)} AND "
-                                     f"TABLE_NAME = {literal(table)}")  # fmt: skip
-            chunk = plan.unit_rows(int(estimate), cfg.load.chunk_size, slots)
-            keyed = dplan.TableInfo(db, table, info.columns, key)
-            bounds = [tuple(b) for b in run_query(up, dplan.boundaries_sql(keyed, chunk))]
-            ranges = dplan.chunk_ranges(bounds)
-        else:
-            chunk, ranges = cfg.load.chunk_size, [dplan.KeyRange()]
-        units += [plan.CopyUnit(db, table, columns, key, r, chunk, types, grouped)
-                  for r in ranges]
+        units += _units(up, info, key, cfg.load.chunk_size, slots)
     return units, ddl
+
+
+def _units(up, info, key: tuple[str, ...], chunk_size: int, slots: int) -> list[plan.CopyUnit]:
+    """One table's copy units: key ranges (cut from the key's MIN/MAX when it is one dense
+    integer column, else by a scan of the keys), whether its lines come in groups."""
+    db, table = info.database, info.table
+    columns = tuple(c.name for c in info.columns)
+    types = tuple(c.data_type for c in info.columns)
+    if not key:
+        return [plan.CopyUnit(db, table, columns, key, dplan.KeyRange(), chunk_size, types)]
+    lengths = {n: (c, o) for n, c, o in run_query(
+        up, "SELECT COLUMN_NAME, CHARACTER_MAXIMUM_LENGTH, CHARACTER_OCTET_LENGTH FROM "
+        f"information_schema.COLUMNS WHERE TABLE_SCHEMA = {literal(db)} AND TABLE_NAME = "
+        f"{literal(table)}")}  # fmt: skip
+    key_types = tuple(next((c.data_type for c in info.columns if c.name == k),
+                           "bigint" if k == plan.ROWID else "") for k in key)
+    bound = plan.line_bound(types, tuple(lengths[c][0] for c in columns),
+                            tuple(lengths[c][1] for c in columns))
+    grouped = plan.group_rows(key_types, bound)
+    (estimate,), = run_query(up, "SELECT COALESCE(TABLE_ROWS, 0) FROM information_schema.TABLES "
+                             f"WHERE TABLE_SCHEMA = {literal(db)} AND TABLE_NAME = "
+                             f"{literal(table)}")  # fmt: skip
+    chunk = plan.unit_rows(int(estimate), chunk_size, slots)
+    bounds = None
+    if len(key) == 1 and key_types[0] in plan.INTEGER_TYPES:
+        k = dplan.quote_ident(key[0])
+        (lo, hi), = run_query(up, f"SELECT MIN({k}), MAX({k}) FROM {info.qualified}")
+        bounds = plan.even_int_bounds(lo, hi, int(estimate), chunk)
+    if bounds is None:
+        keyed = dplan.TableInfo(db, table, info.columns, key)
+        bounds = [tuple(b) for b in run_query(up, dplan.boundaries_sql(keyed, chunk))]
+    return [plan.CopyUnit(db, table, columns, key, r, chunk, types, grouped)
+            for r in dplan.chunk_ranges(bounds)]

@@ -18,7 +18,7 @@ from spark_on_ray.diff_plan import KeyRange, quote_ident, range_predicate
 
 __all__ = ["ROWID", "CopyUnit", "unit_rows", "downstream_ddl", "defer_indexes", "schedule",
            "select_sql", "insert_sql", "tsv_select_sql", "tsv_group_select_sql", "load_data_sql",
-           "line_bound", "group_rows", "GROUP_BYTES"]
+           "line_bound", "group_rows", "GROUP_BYTES", "even_int_bounds", "MIN_KEY_DENSITY", "INTEGER_TYPES"]
 
 ROWID = "_tidb_rowid"
 _ROWID_LINE = re.compile(r"^\s*(`_tidb_rowid`|UNIQUE KEY `[^`]*` \(`_tidb_rowid`\)).*$", re.M)
@@ -75,6 +75,32 @@ def unit_rows(estimated_rows: int, chunk_size: int, tasks: int) -> int:
     about four units (so the last units even out the tasks), and at least 1000 rows (or
     ``chunk_size`` when that is smaller)."""
     return max(min(1000, chunk_size), min(chunk_size, estimated_rows // max(4 * tasks, 1)))
+
+
+# Rows per key value at least, for the cheap split of an integer key (below: dense enough
+# that no unit holds more than 1 / density of its share; sparser keys are cut by a scan).
+MIN_KEY_DENSITY = 0.5
+
+
+def even_int_bounds(lo: int | None, hi: int | None, estimated_rows: int,
+                    chunk: int) -> list[tuple] | None:
+    """Cut points for one integer key from its MIN and MAX alone (dumpling's split of an
+    integer primary key): ``ceil(estimated_rows / chunk)`` ranges of equal key width, no
+    scan of the keys. Only when the keys are dense (``estimated_rows / (hi - lo + 1) >=``
+    :data:`MIN_KEY_DENSITY`): in any key range there are at most as many rows as values,
+    so no range then holds more than ``1 / density`` times its share of the rows. None:
+    not dense enough (or no estimate), cut by a scan of the keys instead. ``[]``: one
+    range (an empty table or one chunk's worth)."""
+    if lo is None or hi is None:
+        return []
+    span = int(hi) - int(lo) + 1
+    if estimated_rows <= 0 or estimated_rows / span < MIN_KEY_DENSITY:
+        return None
+    pieces = -(-estimated_rows // max(chunk, 1))
+    if pieces <= 1:
+        return []
+    step = -(-span // pieces)
+    return [(int(lo) + i * step,) for i in range(1, pieces) if int(lo) + i * step <= int(hi)]
 
 
 @dataclass(frozen=True)
@@ -201,7 +227,7 @@ def tsv_group_select_sql(unit: CopyUnit, literal) -> str:
 
 # Bytes a line group may take at most (group_concat_max_len is set above it).
 GROUP_BYTES = 1 << 20
-_INTEGER = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
 _SHORT = {"tinyint": 5, "smallint": 7, "mediumint": 9, "int": 12, "integer": 12, "bigint": 21,
           "decimal": 68, "numeric": 68, "float": 25, "double": 25, "real": 25, "bit": 21,
           "year": 5, "date": 11, "datetime": 27, "timestamp": 27, "time": 18}
@@ -234,7 +260,7 @@ def group_rows(key_types: tuple[str, ...], bound: int | None, wanted: int = 256)
     """Rows per line group for a table: 0 (one result row per table row) unless its key is
     one integer column and its lines are bounded; then at most ``wanted`` and at most
     :data:`GROUP_BYTES` of lines per group."""
-    if len(key_types) != 1 or key_types[0] not in _INTEGER or bound is None \
+    if len(key_types) != 1 or key_types[0] not in INTEGER_TYPES or bound is None \
             or bound > _MAX_GROUPED_LINE:
         return 0
     return max(1, min(wanted, GROUP_BYTES // max(bound, 1)))

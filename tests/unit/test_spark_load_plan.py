@@ -10,6 +10,7 @@ from spark_on_ray.load_plan import (
     CopyUnit,
     defer_indexes,
     downstream_ddl,
+    even_int_bounds,
     group_rows,
     insert_sql,
     load_data_sql,
@@ -178,3 +179,19 @@ def test_line_groups_only_for_one_integer_key_and_bounded_rows():
     assert sql.endswith("WHERE ((`id` >= 1)) AND ((`id` < 9)) GROUP BY `id` DIV 5")
     with pytest.raises(ValueError, match="line groups"):
         tsv_group_select_sql(CopyUnit("db", "t", ("id",), (), KeyRange(), 1, ("int",), 5), str)
+
+
+def test_dense_integer_keys_are_cut_from_min_and_max_alone():
+    # 1..1000 with 1000 rows: 4 ranges of 250 key values
+    assert even_int_bounds(1, 1000, 1000, 250) == [(251,), (501,), (751,)]
+    # half the values used: still cut evenly (no range holds more than 2x its share)
+    assert even_int_bounds(-500, 499, 500, 100) == [(-300,), (-100,), (100,), (300,)]
+    # sparser than MIN_KEY_DENSITY, or no estimate: cut by a scan of the keys instead
+    assert even_int_bounds(1, 10_000, 4_999, 100) is None
+    assert even_int_bounds(1, 1000, 0, 100) is None
+    # an empty table, one chunk's worth, one key value: one range
+    assert even_int_bounds(None, None, 0, 100) == []
+    assert even_int_bounds(1, 80, 80, 100) == []
+    assert even_int_bounds(7, 7, 1, 1) == []
+    # more chunks than key values: cut points never pass MAX
+    assert even_int_bounds(1, 3, 3, 1) == [(2,), (3,)]
