@@ -242,9 +242,11 @@ def _wait_master_gone(app_name: str) -> None:
     """Wait until the Spark master actor named for ``app_name`` has exited: RayDP's stop
     only asks it to, and the next start of the same app name (a second job in this
     process) is refused while the name is taken (ActorAlreadyExistsError)."""
+    # heavy dependency: ray loads only when a job runs Spark
     import ray
 
     try:
+        # optional heavy dependency: raydp (the `spark` extra), already loaded by the start
         from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX as suffix
     except ImportError:  # pragma: no cover - RayDP moved it; its value since 1.0
         suffix = "_SPARK_MASTER"
@@ -382,6 +384,7 @@ def _prepare(spark_cfg: SparkConfig, ray_address: str | None) -> tuple:
 
 
 def _launch(prepared: tuple, warm: bool) -> SparkHandle:
+    # optional heavy dependency: raydp (the `spark` extra); _prepare checked it imports
     import raydp
 
     spark_cfg, configs, jar, cpus = prepared
