@@ -109,8 +109,8 @@ def main() -> None:
     ap.add_argument("--load-parallelism", type=int, default=0,
                     help="[load] parallelism (0: every Spark task slot)")
     ap.add_argument("--load-chunk-size", type=int, default=50_000, help="[load] chunk-size")
-    ap.add_argument("--no-defer-indexes", action="store_true",
-                    help="[load] defer-indexes = false (every index from the CREATE TABLE on)")
+    ap.add_argument("--defer-indexes", action="store_true",
+                    help="[load] defer-indexes = true (secondary indexes after the rows)")
     ap.add_argument("--skip-diff", action="store_true", help="measure the load only")
     args = ap.parse_args()
     import ray
@@ -137,7 +137,7 @@ def main() -> None:
                              load=LoadConfig(tables=("bench.sbtest",), method=args.load_method,
                                              parallelism=args.load_parallelism,
                                              chunk_size=args.load_chunk_size,
-                                             defer_indexes=not args.no_defer_indexes),
+                                             defer_indexes=args.defer_indexes),
                              diff=DiffConfig(tables=("big.sbtest",),
                                              fix_sql_file=os.path.join(base, "fix.sql")))
 

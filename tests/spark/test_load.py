@@ -44,7 +44,7 @@ def test_load_under_writes_then_drainer_from_ts_converges(spark_handle, stack):
     writer = threading.Thread(target=keep_writing)
     writer.start()
     try:
-        result = load.run(_cfg(up_db, down_db), handle=spark_handle)
+        result = load.run(_cfg(up_db, down_db, defer_indexes=True), handle=spark_handle)
     finally:
         writer.join()
     assert not errors, errors

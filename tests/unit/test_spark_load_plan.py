@@ -102,8 +102,8 @@ def test_load_data_needs_the_column_types_and_method_is_checked():
         tsv_select_sql(untyped, repr)
     assert select_sql(untyped, repr).startswith("SELECT `id` FROM")
     assert load_spark_config(None).load.method == "auto"
-    assert load_spark_config(None).load.defer_indexes is True
-    assert load_spark_config(None, {"load.defer-indexes": False}).load.defer_indexes is False
+    assert load_spark_config(None).load.defer_indexes is False
+    assert load_spark_config(None, {"load.defer-indexes": True}).load.defer_indexes is True
     assert load_spark_config(None, {"load.method": "insert"}).load.method == "insert"
     with pytest.raises(ConfigError, match="`load.method` .* is 'copy'; expected one of 'auto', "
                                           "'load-data', 'insert'"):

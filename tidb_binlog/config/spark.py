@@ -133,10 +133,11 @@ class LoadConfig:
     # Parallel copy tasks (each holds one upstream read view); 0 = one per CPU of the Ray
     # cluster, at most every Spark task slot.
     parallelism: int = _opt("parallelism", _int_kind(0), 0)
-    # Tables the load creates get their secondary indexes (KEY, UNIQUE KEY) after the
+    # On: tables the load creates get their secondary indexes (KEY, UNIQUE KEY) after the
     # rows, in one ALTER TABLE per table: one sort per index instead of a random insert per
-    # row. Off: every index exists from the CREATE TABLE on.
-    defer_indexes: bool = _opt("defer-indexes", _BOOL, True)
+    # row (myloader's --innodb-optimize-keys), for tables far beyond the buffer pool. Off
+    # by default: up to 1M rows here it saved nothing (the ALTER runs after the copy).
+    defer_indexes: bool = _opt("defer-indexes", _BOOL, False)
     # Seconds to wait for a running DDL (the upstream's DDL owner lock) before giving up.
     ddl_lock_timeout_s: float = _opt("ddl-lock-timeout", _float_kind(), 60.0)
     # drainer.toml to name in the printed `tidb-binlog drainer ... --initial-commit-ts` line.
