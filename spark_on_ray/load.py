@@ -15,10 +15,11 @@ and none above it (``spark_on_ray/load_task.py`` proves it; a real TiDB would us
    definition and key, and refuse a downstream table that already holds rows: all
    before anything is written.
 2. Create the downstream databases and tables from the upstream's definitions (without
-   the hidden ``_tidb_rowid``; ``[load] defer-indexes``: no secondary index yet), plan key-range units and schedule them onto the tasks.
+   the hidden ``_tidb_rowid``; with ``[load] defer-indexes``, without secondary indexes),
+   plan key-range units and schedule them onto the tasks.
 3. Freeze commits, then one Spark barrier stage: the tasks open their read views and
    copy (``load_task.copy_task``); the driver resumes commits once every view exists.
-4. Add the secondary indexes the CREATE TABLEs held back (``[load] defer-indexes``).
+4. Add the secondary indexes the CREATE TABLEs held back, if any.
 5. Release the DDL lock; return the ts, the rows per table and the drainer command line.
 """
 
