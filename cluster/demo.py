@@ -123,7 +123,11 @@ def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None
             "syncer.to.user": down_db.user, "syncer.to.password": down_db.password,
             "syncer.worker-count": workers, "syncer.txn-batch": 100,
             "initial-commit-ts": 0})
-        drainer = Drainer.start(cfg, registry=cluster.registry, namespace="tidb-binlog-demo")
+        # named (not detached): the actors find each other by name instead of being
+        # handed handles, so a restarted one needs nothing this driver holds (and Ray does
+        # not warn about constructor arguments in the object store)
+        drainer = Drainer.start(cfg, registry=cluster.registry, namespace="tidb-binlog-demo",
+                                name="demo")
         stats, errors, threads = _run_workloads(upstream, duration_s, DATABASE)
         try:
             lags_ms, peak = _follow(drainer, console, threads, stats, errors, extract_physical)
