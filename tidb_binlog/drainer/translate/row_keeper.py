@@ -9,23 +9,19 @@ coordinator (:meth:`RowKeeper.translate_more`).
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tidb_binlog.binlog_ref import is_ref
 from tidb_binlog.drainer.apply.causality import row_keys, stable_hash
 from tidb_binlog.drainer.apply.dml import DML, Txn
 from tidb_binlog.drainer.apply.routing import FLUSH, ROWS, BatchPlanner, FlushStep, RowsStep
 from tidb_binlog.drainer.loopback import MARK_DATABASE, MARK_TABLE, LoopbackFilter
-from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.merge_loop import keeper_items
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.translate.payload_read import translate_or_chunk
-from tidb_binlog.drainer.translate.schema_at import SchemaAt
+from tidb_binlog.drainer.translate.schema_at import Chunks, SchemaAt
 from tidb_binlog.drainer.translate.wire import WirePrewrite
 from tidb_binlog.errors import SchemaError
-from tidb_binlog.logs import txn as txn_fields
 from tidb_binlog.packed import pack
 
 __all__ = ["RowKeeper"]
@@ -46,16 +42,6 @@ class _Chunked:
     chunk: int = 0  # chunks handed out
 
 
-@dataclass
-class _Chunks:
-    """A large transaction handed to the coordinator chunk by chunk
-    (:meth:`RowKeeper.translate_more`, the causality mode)."""
-
-    commit_ts: int
-    chunks: Iterator[tuple[tuple[DML, ...], bool]]
-    chunk: int = 0  # non-last chunks handed out
-
-
 class RowKeeper(SchemaAt):
     """Decodes merged binlogs into :class:`Txn` lists (the MySQL sink's keeper)."""
 
@@ -63,20 +49,16 @@ class RowKeeper(SchemaAt):
         super().__init__(settings, meta, schema_version, **kw)
         self._planner: BatchPlanner | None = None  # exactly-once routing and flush points
         self._loopback = LoopbackFilter.from_settings(settings)  # None: keeps everything
-        # large transactions in chunks (translate_routed): the items not translated yet
-        # and the transaction being handed out
-        self._queue: deque = deque()
+        # the large transaction being handed out by translate_routed (its queue and
+        # translate_more's: SchemaAt's)
         self._chunked: _Chunked | None = None
-        self._chunks: _Chunks | None = None  # the same for translate_more
 
     def reset(self, schema_version: int) -> int:
         """:meth:`SchemaAt.reset`; the routing window starts empty (the sink was reset),
         and a large transaction half handed out is dropped (the replay brings it again)."""
         version = super().reset(schema_version)
         self._planner = None
-        self._queue.clear()
         self._chunked = None
-        self._chunks = None
         return version
 
     def chunk_rows(self) -> int:
@@ -99,7 +81,7 @@ class RowKeeper(SchemaAt):
 
         Loop control chunks as well: the loop verdict is decided from the mark table's
         rows alone before the first chunk (:meth:`_mark_rows`)."""
-        return max(self.settings.txn_chunk_rows, 0)
+        return super().chunk_rows()
 
     def translate(self, items) -> list[tuple[int, Txn | None, int]]:
         """``(commit_ts, payload)`` in commit order (possibly packed) →
@@ -150,9 +132,7 @@ class RowKeeper(SchemaAt):
         if not max_rows:
             plan, payloads = planner.plan(self.translate(items))
             return (pack(plan), *[pack(p) for p in payloads], False)
-        if not self._placed:
-            raise PipelineReset("the schema keeper restarted: its schema must be rebuilt at "
-                                "the checkpoint before it translates")
+        self._refuse_unplaced("schema keeper")
         self._queue.extend(keeper_items(items))  # a large payload: a view, not a copy
         steps: list = []
         payloads: list[list] = [[] for _ in range(worker_count)]
@@ -172,14 +152,9 @@ class RowKeeper(SchemaAt):
         out = []
         queue, translator = self._queue, self.translator
         while queue:
-            commit_ts, payload = queue.popleft()
-            if commit_ts in self._ignored_ts:
-                log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
-                            commit_ts, extra=txn_fields(commit_ts))
-                out.append((commit_ts, None, 0))
+            commit_ts, payload = self._next_queued(out)
+            if payload is None:  # skipped (ignore-txn-commit-ts)
                 continue
-            if is_ref(payload):  # read in ranges from the pump, chunk by chunk
-                payload = self.open_payload(payload)
             txn, chunks = self._open(commit_ts, payload, max_rows)
             del payload  # a chunked one's payload is held by its chunks only
             if chunks is not None:
@@ -239,58 +214,29 @@ class RowKeeper(SchemaAt):
         schema_version)``, always sent: the coordinator
         (:meth:`~tidb_binlog.drainer.sinks.mysql.coordinator.Coordinator.apply`) lets
         the checkpoint pass ``commit_ts`` only once it and every chunk before it were
-        applied. Items arriving meanwhile wait in this keeper's queue, undecoded."""
-        max_rows = self.chunk_rows()
-        if not max_rows:
-            return self.translate(items), False
-        if not self._placed:
-            raise PipelineReset("the schema keeper restarted: its schema must be rebuilt at "
-                                "the checkpoint before it translates")
-        queue = self._queue
-        queue.extend(keeper_items(items))  # a large payload: a view, not a copy
-        out: list = []
-        if self._chunks is not None:
-            self._next_unrouted_chunk(out)
-        translator = self.translator
-        while self._chunks is None and queue:
-            commit_ts, payload = queue.popleft()
-            if commit_ts in self._ignored_ts:
-                log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
-                            commit_ts, extra=txn_fields(commit_ts))
-                out.append((commit_ts, None, 0))
-                continue
-            if is_ref(payload):  # read in ranges from the pump, chunk by chunk
-                payload = self.open_payload(payload)
-            txn, chunks = self._open(commit_ts, payload, max_rows)
-            del payload  # a chunked one's payload is held by its chunks only
-            if chunks is not None:
-                self._chunks = _Chunks(commit_ts, chunks)
-                self._next_unrouted_chunk(out)
-                if self._chunks is not None:
-                    s = self.settings
-                    how = ("in one downstream transaction" if s.exactly_once or s.txn_atomic
-                           else "each committed on its own: exactly-once and txn-atomic "
-                                "are off")
-                    log.info("transaction at commit_ts %s has more than %d row changes: "
-                             "applying it in chunks, %s", commit_ts, max_rows, how,
-                             extra=txn_fields(commit_ts))
-                continue
-            out.append((commit_ts, self._filter(txn), translator.keeper.schema_version))
-        return out, self._chunks is not None or bool(queue)
+        applied. Items arriving meanwhile wait in this keeper's queue, undecoded
+        (:meth:`SchemaAt._translate_more`)."""
+        return self._translate_more(items, "schema keeper")
 
-    def _next_unrouted_chunk(self, out: list) -> None:
-        """The large transaction's next chunk into ``out`` (see :meth:`translate_more`)."""
-        c = self._chunks
-        dmls, last = next(c.chunks)
+    def _whole(self, txn: Txn | None) -> Txn | None:
+        return self._filter(txn)
+
+    def _chunk_item(self, c: Chunks, dmls: tuple[DML, ...], last: bool) -> tuple | None:
+        """A chunk's item (see :meth:`translate_more`)."""
         txn = self._filter(Txn.of_dmls(c.commit_ts, dmls))
-        del dmls
         version = self.translator.keeper.schema_version
         if last:
-            self._chunks = None
-            out.append((c.commit_ts, txn, version))
-        elif txn is not None and txn.dmls:
+            return c.commit_ts, txn, version
+        if txn is not None and txn.dmls:
             c.chunk += 1
-            out.append((c.commit_ts, txn, version, c.chunk))
+            return c.commit_ts, txn, version, c.chunk
+        return None
+
+    def _chunking_note(self) -> str:
+        s = self.settings
+        return "applying it in chunks, " + (
+            "in one downstream transaction" if s.exactly_once or s.txn_atomic
+            else "each committed on its own: exactly-once and txn-atomic are off")
 
     def _open(self, commit_ts: int, payload, max_rows: int
               ) -> tuple[Txn | None, Iterator | None]:

@@ -1,10 +1,12 @@
 """The schema a keeper translates with: :class:`SchemaAt`, the
 :class:`~tidb_binlog.drainer.translate.schema.SchemaKeeper` rebuilt from the upstream's
 DDL history at a schema version, the :class:`~tidb_binlog.drainer.translate.txn.Translator`
-over it, the wait for a history job, ``ignore-txn-commit-ts``, the task's filters, and
-the rule that a fresh keeper translates only once :meth:`SchemaAt.reset` placed it at
-the checkpoint (:class:`~tidb_binlog.drainer.pipeline.gate.PipelineReset` until then).
-The base of every keeper (:mod:`.row_keeper`, :mod:`.pb_keeper`, the Parquet sink's).
+over it, the wait for a history job, ``ignore-txn-commit-ts``, the task's filters, the
+rule that a fresh keeper translates only once :meth:`SchemaAt.reset` placed it at the
+checkpoint (:class:`~tidb_binlog.drainer.pipeline.gate.PipelineReset` until then), and
+the keepers' ``translate_more`` (:meth:`SchemaAt._translate_more`: large transactions
+handed out one chunk per call). The base of every keeper (:mod:`.row_keeper`,
+:mod:`.pb_keeper`, the Parquet sink's).
 
 A DDL binlog waits for its job like TiDB's drainer (up to ``JOB_WAIT_S``, warning every
 ``JOB_WAIT_WARN_S``): the binlog of a job's intermediate state (DROP COLUMN's
@@ -16,20 +18,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.binlog_ref import BinlogRef, ByteSource, is_ref
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.merge_loop import keeper_items
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
-from tidb_binlog.drainer.translate.payload_read import RefSource
+from tidb_binlog.drainer.translate.payload_read import RefSource, translate_or_chunk
 from tidb_binlog.drainer.translate.schema import SchemaKeeper
 from tidb_binlog.drainer.translate.txn import Translator
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.logs import txn as txn_fields
 
-__all__ = ["SchemaAt", "JOB_WAIT_S", "JOB_WAIT_WARN_S"]
+__all__ = ["Chunks", "SchemaAt", "JOB_WAIT_S", "JOB_WAIT_WARN_S"]
 
 # the keepers' logger, named as before they were split out of keeper.py
 log = logging.getLogger("tidb_binlog.drainer.translate.keeper")
@@ -42,6 +47,15 @@ JOB_WAIT_S = 600.0
 JOB_WAIT_WARN_S = 30.0
 
 
+@dataclass
+class Chunks:
+    """A large transaction handed out chunk by chunk (:meth:`SchemaAt._translate_more`)."""
+
+    commit_ts: int
+    chunks: Iterator[tuple[Any, bool]]  # the keeper's chunks: (chunk, last)
+    chunk: int = 0  # non-last chunks handed out (the keeper counts them)
+
+
 class SchemaAt:
     """The schema at a version, and whether it was placed at the stream's position.
 
@@ -52,6 +66,9 @@ class SchemaAt:
     handed to this keeper is an error (only the pipelines of
     :attr:`TaskSettings.ref_above <tidb_binlog.drainer.pipeline.settings.TaskSettings.ref_above>`
     ask for references)."""
+
+    # the logger of _translate_more's messages (ignore-txn-commit-ts, chunks)
+    _log: logging.Logger = log
 
     def __init__(self, settings: TaskSettings, meta, schema_version: int = 0, *,
                  sleep: Callable[[float], None] = time.sleep,
@@ -71,12 +88,24 @@ class SchemaAt:
         self.filters = TxnFilter.of_settings(settings)
         self._rebuild(schema_version)
         self._placed = False
+        # large transactions in chunks (_translate_more): the items not translated yet,
+        # and the transaction being handed out
+        self._queue: deque = deque()
+        self._chunks: Chunks | None = None
 
     def reset(self, schema_version: int) -> int:
-        """Rebuild the schema from the upstream's DDL history at ``schema_version``."""
+        """Rebuild the schema from the upstream's DDL history at ``schema_version``; a
+        large transaction half handed out is dropped with the items queued behind it
+        (the sink was reset too: the replay after its checkpoint brings them again)."""
         version = self._rebuild(schema_version)
         self._placed = True
+        self._queue.clear()
+        self._chunks = None
         return version
+
+    def chunk_rows(self) -> int:
+        """Row changes per chunk of a large transaction (``txn-chunk-rows``; 0: whole)."""
+        return max(self.settings.txn_chunk_rows, 0)
 
     def schema_version(self) -> int:
         return self.translator.keeper.schema_version
@@ -126,9 +155,7 @@ class SchemaAt:
         paths), and the pipelines that take it do not ask for references
         (:attr:`TaskSettings.ref_above`); it is here so that every keeper handles a
         reference it is handed, not as a way to save memory."""
-        if not self._placed:
-            raise PipelineReset(f"the {who} restarted: its schema must be rebuilt at the "
-                                "checkpoint before it translates")
+        self._refuse_unplaced(who)
         for commit_ts, payload in keeper_items(items):
             if commit_ts in self._ignored_ts:
                 log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
@@ -141,3 +168,89 @@ class SchemaAt:
                 payload = source.read(0, source.size)
                 del source
             yield commit_ts, bl.decode(payload)
+
+    def _refuse_unplaced(self, who: str) -> None:
+        """:class:`PipelineReset` if this keeper was not placed at the checkpoint yet."""
+        if not self._placed:
+            raise PipelineReset(f"the {who} restarted: its schema must be rebuilt at the "
+                                "checkpoint before it translates")
+
+    def _translate_more(self, items, who: str) -> tuple[list, bool]:
+        """``translate_more``: ``translate`` with large transactions (more than
+        :meth:`chunk_rows` row changes) handed out one chunk per call, never decoded
+        whole: ``(out, more)``; ``more``: this keeper still holds work (a large
+        transaction's next chunks, or items queued behind it), so the merger calls
+        again, with no new items if none are ready. Items arriving meanwhile wait in
+        the queue, undecoded. The keeper's own steps: :meth:`_open` (a transaction
+        whole, or its chunks), :meth:`_whole` (a whole one's item), :meth:`_chunk_item`
+        (a chunk's item, if any) and :meth:`_chunking_note` (what it does with one)."""
+        max_rows = self.chunk_rows()
+        if not max_rows:
+            return self.translate(items), False
+        self._refuse_unplaced(who)
+        queue = self._queue
+        queue.extend(keeper_items(items))  # a large payload: a view, not a copy
+        out: list = []
+        if self._chunks is not None:
+            self._next_chunk_item(out)
+        translator = self.translator
+        while self._chunks is None and queue:
+            commit_ts, payload = self._next_queued(out)
+            if payload is None:  # skipped (ignore-txn-commit-ts)
+                continue
+            txn, chunks = self._open(commit_ts, payload, max_rows)
+            del payload  # a chunked one's payload is held by its chunks only
+            if chunks is None:
+                out.append((commit_ts, self._whole(txn), translator.keeper.schema_version))
+                continue
+            self._chunks = Chunks(commit_ts, chunks)
+            self._next_chunk_item(out)
+            if self._chunks is not None:
+                self._log.info("transaction at commit_ts %s has more than %d row changes: %s",
+                               commit_ts, max_rows, self._chunking_note(),
+                               extra=txn_fields(commit_ts))
+        return out, self._chunks is not None or bool(queue)
+
+    def _next_queued(self, out: list) -> tuple[int, Any]:
+        """The next queued ``(commit_ts, payload)``, a reference opened (read in ranges
+        from the pump, chunk by chunk); the payload None: an ``ignore-txn-commit-ts``
+        one, skipped (its ``(commit_ts, None, 0)`` is in ``out``)."""
+        commit_ts, payload = self._queue.popleft()
+        if commit_ts in self._ignored_ts:
+            self._log.warning("skipping the transaction at commit_ts %s "
+                              "(ignore-txn-commit-ts)", commit_ts, extra=txn_fields(commit_ts))
+            out.append((commit_ts, None, 0))
+            return commit_ts, None
+        if is_ref(payload):
+            payload = self.open_payload(payload)
+        return commit_ts, payload
+
+    def _next_chunk_item(self, out: list) -> None:
+        """The open large transaction's next chunk into ``out`` (:meth:`_chunk_item`);
+        after its last one, none is open."""
+        c = self._chunks
+        chunk, last = next(c.chunks)
+        item = self._chunk_item(c, chunk, last)
+        del chunk  # the chunk's undecoded or unfiltered rows
+        if last:
+            self._chunks = None
+        if item is not None:
+            out.append(item)
+
+    def _open(self, commit_ts: int, payload, max_rows: int) -> tuple[Any, Iterator | None]:
+        """A transaction's payload as ``(txn, None)`` (:meth:`_whole` makes its item) or
+        ``(None, chunks)``: :func:`translate_or_chunk`."""
+        return translate_or_chunk(self.translator, payload, max_rows)
+
+    def _whole(self, txn) -> Any:
+        """The item of a transaction :meth:`_open` returned whole (the keeper's)."""
+        raise NotImplementedError
+
+    def _chunk_item(self, c: Chunks, chunk, last: bool) -> tuple | None:
+        """The item of a large transaction's chunk (``last``: its last one, which is
+        always sent); None: nothing to send (the keeper's)."""
+        raise NotImplementedError
+
+    def _chunking_note(self) -> str:
+        """What the keeper does with a large transaction (its log message's end)."""
+        return "writing it in chunks"

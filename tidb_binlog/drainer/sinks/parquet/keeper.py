@@ -29,20 +29,13 @@ then never holds the payload.
 from __future__ import annotations
 
 import logging
-from collections import deque
-from collections.abc import Iterator
 from typing import NamedTuple
 
-from tidb_binlog.binlog_ref import is_ref
 from tidb_binlog.drainer.apply.dml import DMLType, Txn
-from tidb_binlog.drainer.pipeline.gate import PipelineReset
-from tidb_binlog.drainer.pipeline.merge_loop import keeper_items
 from tidb_binlog.drainer.sinks.parquet.arrow import ColumnSpec, TableSpec
-from tidb_binlog.drainer.translate.payload_read import translate_or_chunk
-from tidb_binlog.drainer.translate.schema_at import SchemaAt
+from tidb_binlog.drainer.translate.schema_at import Chunks, SchemaAt
 from tidb_binlog.errors import SchemaError
 from tidb_binlog.filter.rules import TxnFilter
-from tidb_binlog.logs import txn as txn_fields
 
 __all__ = ["Changes", "ParquetKeeper", "OP_NAMES"]
 
@@ -68,74 +61,28 @@ class ParquetKeeper(SchemaAt):
     _specs: dict | None = None
     # the task's filters (SchemaAt.__init__); an empty one for a keeper built without it
     filters: TxnFilter = TxnFilter()
-    # large transactions in chunks (translate_more): the items not translated yet, and
-    # the transaction being handed out: (commit_ts, its chunk iterator)
-    _queue: deque | None = None
-    _chunked: tuple[int, Iterator] | None = None
-
-    def reset(self, schema_version: int) -> int:
-        """:meth:`SchemaAt.reset`; a large transaction half handed out is dropped with the
-        items queued behind it (the replay after the sink's checkpoint brings them again)."""
-        version = super().reset(schema_version)
-        self._queue = deque()
-        self._chunked = None
-        return version
-
-    def chunk_rows(self) -> int:
-        """Row changes per chunk of a large transaction (``txn-chunk-rows``; 0: whole)."""
-        return max(self.settings.txn_chunk_rows, 0)
+    _log = log  # translate_more's messages under this module's name
 
     def translate_more(self, items) -> tuple[list, bool]:
-        """:meth:`translate` with large transactions in chunks (module doc): ``(out,
-        more)``; ``more``: this keeper still holds work (a large transaction's next
-        chunks, or items queued behind it), so the merger calls again, with no new items
-        if none are ready."""
-        max_rows = self.chunk_rows()
-        if not max_rows:
-            return self.translate(items), False
-        if not self._placed:
-            raise PipelineReset("the parquet keeper restarted: its schema must be rebuilt at "
-                                "the checkpoint before it translates")
-        queue = self._queue
-        queue.extend(keeper_items(items))  # a large payload: a view, not a copy
-        out: list = []
-        if self._chunked is not None:
-            self._next_chunk(out)
-        translator = self.translator
-        while self._chunked is None and queue:
-            commit_ts, payload = queue.popleft()
-            if commit_ts in self._ignored_ts:
-                log.warning("skipping the transaction at commit_ts %s (ignore-txn-commit-ts)",
-                            commit_ts, extra=txn_fields(commit_ts))
-                out.append((commit_ts, None, 0))
-                continue
-            if is_ref(payload):  # read in ranges from the pump, chunk by chunk
-                payload = self.open_payload(payload)
-            txn, chunks = translate_or_chunk(translator, payload, max_rows)
-            del payload  # a chunked one's payload is held by its chunks only
-            if chunks is not None:
-                self._chunked = (commit_ts, chunks)
-                self._next_chunk(out)
-                if self._chunked is not None:
-                    log.info("transaction at commit_ts %s has more than %d row changes: "
-                             "writing it in chunks", commit_ts, max_rows)
-                continue
-            out.append((commit_ts, self._changes(txn), translator.keeper.schema_version))
-        return out, self._chunked is not None or bool(queue)
+        """:meth:`translate` with large transactions in chunks (module doc,
+        :meth:`SchemaAt._translate_more`): ``(out, more)``; ``more``: this keeper still
+        holds work (a large transaction's next chunks, or items queued behind it), so the
+        merger calls again, with no new items if none are ready."""
+        return self._translate_more(items, "parquet keeper")
 
-    def _next_chunk(self, out: list) -> None:
-        """The large transaction's next chunk into ``out`` (nothing for a chunk whose
-        rows were all filtered out, unless it is the last: that one commits it)."""
-        commit_ts, chunks = self._chunked
-        dmls, last = next(chunks)
-        changes = self._changes(Txn.of_dmls(commit_ts, dmls))
-        del dmls
+    def _whole(self, txn: Txn | None) -> Changes | None:
+        return self._changes(txn)
+
+    def _chunk_item(self, c: Chunks, dmls, last: bool) -> tuple | None:
+        """The large transaction's next chunk's item (none for a chunk whose rows were
+        all filtered out, unless it is the last: that one commits it)."""
+        changes = self._changes(Txn.of_dmls(c.commit_ts, dmls))
         version = self.translator.keeper.schema_version
         if last:
-            self._chunked = None
-            out.append((commit_ts, changes, version))
-        elif changes is not None:
-            out.append((commit_ts, changes._replace(more=True), version))
+            return c.commit_ts, changes, version
+        if changes is not None:
+            return c.commit_ts, changes._replace(more=True), version
+        return None
 
     def translate(self, items) -> list[tuple[int, Changes | None, int]]:
         out = []
