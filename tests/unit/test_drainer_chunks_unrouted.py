@@ -143,6 +143,26 @@ def test_causality_keeper_small_transactions_and_reset():
     assert k.translate_more(pack([])) == ([], False)
 
 
+def test_ignored_transactions_are_skipped_in_chunks_too(caplog):
+    """``ignore-txn-commit-ts``: a skipped transaction, small or one that would have been
+    chunked, leaves only its ``(commit_ts, None, 0)`` marker (the checkpoint passes it),
+    with the skip warning; the others come through whole or in chunks as usual."""
+    items = [(50, commit([inserts(100, 101)], 50)), (60, commit([inserts(0, 10)], 60)),
+             (70, commit([inserts(200, 201)], 70)), (80, commit([inserts(300, 310)], 80))]
+    k = keeper(4, ignore_txn_commit_ts=(50, 60))
+    with caplog.at_level("WARNING"):
+        calls = translate_all(k, items)
+    flat = [item for out in calls for item in out]
+    assert [i for i in flat if i[0] in (50, 60)] == [(50, None, 0), (60, None, 0)]
+    assert [r.getMessage() for r in caplog.records if "ignore-txn-commit-ts" in r.getMessage()] \
+        == [f"skipping the transaction at commit_ts {ts} (ignore-txn-commit-ts)"
+            for ts in (50, 60)]
+    whole = keeper(0).translate(pack(items[2:]))
+    assert {ts: rows for ts, rows in rows_of(calls).items() if rows} == \
+        {ts: list(t.dmls) for ts, t, _ in whole}
+    assert [len(i) for i in flat if i[0] == 80] == [4, 4, 3]  # 80: two chunks, then its last
+
+
 # -- loop control with chunks: the same verdicts as the whole path ------------------------------
 
 @pytest.mark.parametrize("routed", [False, True])
