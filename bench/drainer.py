@@ -35,6 +35,17 @@ each phase prints a second line, ``RESULT drainer_<phase>_txn_atomic``, with the
 to the default as ``vs_default`` (and to the ceiling). The lag phase runs in the
 default mode only.
 
+With ``--vs-replica`` the upstream MariaDB writes its own binlog (ROW, GTIDs) and a
+native MariaDB replica of it (``bench/replica.py``: ``slave_parallel_threads`` =
+``--workers``, ``slave_parallel_mode=optimistic``; the emulator's catalog ignored),
+stopped while each workload runs, catches up the same backlog after the drainer
+(START SLAVE until ``MASTER_GTID_WAIT`` reaches the primary's ``@@gtid_binlog_pos``
+taken after the workload); both must then hold the same rows (count and checksum per
+table). ``--replica-serial`` adds a second replica with MariaDB's default serial apply.
+Each phase prints ``RESULT drainer_<phase>_vs_replica value=<drainer rows/s>
+unit=rows/s replica=<rows/s> ratio=<drainer/replica>`` (``replica_serial=``,
+``ratio_serial=`` with ``--replica-serial``).
+
 Prints, last::
 
     RESULT drainer_insert value=<rows/s> unit=rows/s ceiling=<rows/s> ratio=<r>
@@ -50,12 +61,14 @@ Goals: ratio >= 0.8 for inserts and >= 0.5 for mixed; lag p99 < 1000 ms.
 
     .venv/bin/python bench/drainer.py --rows 30000 --workers 4 --txn-batch 200
     .venv/bin/python bench/drainer.py --txn-atomic --phases insert,insert_txn100,bank
+    .venv/bin/python bench/drainer.py --vs-replica --replica-serial
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
 import statistics
 import tempfile
@@ -425,6 +438,7 @@ def lag(cluster, upstream, down_db, args) -> tuple[list[float], float]:
 
 def main(argv=None) -> int:
     import ray
+    from replica import NativeReplica, primary_gtid_pos, time_replicas, vs_replica_line
 
     from cluster.launch import LocalCluster, PumpOptions
     from tidb_binlog.testing.mariadb import MariaDBServer
@@ -442,6 +456,11 @@ def main(argv=None) -> int:
     p.add_argument("--txn-atomic", action="store_true",
                    help="also time every drainer phase with syncer.txn-atomic = true (into a "
                         "second downstream server) and print RESULT drainer_<phase>_txn_atomic")
+    p.add_argument("--vs-replica", action="store_true",
+                   help="also time a native MariaDB replica (parallel, optimistic, --workers "
+                        "threads) on each phase's backlog: RESULT drainer_<phase>_vs_replica")
+    p.add_argument("--replica-serial", action="store_true",
+                   help="with --vs-replica: also a replica with MariaDB's default serial apply")
     p.add_argument("--lag-rows-per-s", type=float, default=5000.0)
     p.add_argument("--lag-rows-per-txn", type=int, default=50)
     p.add_argument("--lag-sessions", type=int, default=8, help="upstream threads for (c)")
@@ -466,13 +485,16 @@ def main(argv=None) -> int:
     if args.repeat > 1 and len([x for x in args.phases.split(",") if x != "lag"]) != 1:
         p.error("--repeat needs exactly one of insert, update_index, mixed, insert_txn100, "
                 "bank in --phases")
+    if args.replica_serial and not args.vs_replica:
+        p.error("--replica-serial needs --vs-replica")
     logging.basicConfig(level=logging.WARNING)
 
     base = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-drainer-"))
     # address="local": a Ray of our own even when a cluster is recorded on the host
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
              namespace="bench-drainer", object_store_memory=300 << 20)
-    up_db = MariaDBServer(base, name="bench-up").start()
+    up_db = MariaDBServer(base, name="bench-up", log_bin=args.vs_replica,
+                          server_id=1 if args.vs_replica else None).start()
     down_db = MariaDBServer(base, name="bench-down").start()
     down_atomic = (MariaDBServer(base, name="bench-down-atomic").start()
                    if args.txn_atomic else None)
@@ -481,7 +503,15 @@ def main(argv=None) -> int:
                                gen_binlog_interval_s=args.fake_binlog_interval_s)).start()
     upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
     results = []
+    replicas = []
     try:
+        if args.vs_replica:  # before the first DDL: the tables reach them by replication
+            replicas.append(NativeReplica(base, up_db, name="bench-replica", server_id=2,
+                                          threads=args.workers).start())
+            if args.replica_serial:
+                replicas.append(NativeReplica(base, up_db, name="bench-replica-serial",
+                                              server_id=3, threads=0).start())
+        replica_phases = {}
         upstream.ddl(f"CREATE DATABASE {DB}")
         phases = {}
         upstream.ddl(workload.SBTEST_DDL, DB)
@@ -501,6 +531,7 @@ def main(argv=None) -> int:
                 stats = workload.run(upstream, kind, sessions=args.sessions, ops=args.rows,
                                      database=DB, seed=3)
             target = cluster.get_ts()
+            gtid_target = primary_gtid_pos(up_db) if replicas else ""
             print(f"upstream {kind}: {stats.txns} txns, {stats.rows} rows in "
                   f"{time.perf_counter() - t0:.1f} s ({stats.rows_per_s:.0f} rows/s)",
                   flush=True)
@@ -520,6 +551,9 @@ def main(argv=None) -> int:
                           f"{st['merged'] / max(st['routed_batches'], 1):.0f} items per "
                           "batch); " + st["cpu_split"] + "; " + st["phases"], flush=True)
                 phases[label] = (stats.rows, statistics.median(runs))
+            if replicas:
+                replica_phases[kind] = time_replicas(replicas, up_db, gtid_target, stats.rows,
+                                                     down_db, DB, kind)
             if kind == "insert":
                 c_rows, c_seconds = ceiling(up_db, down_db)
                 ceiling_rate = c_rows / c_seconds
@@ -535,6 +569,8 @@ def main(argv=None) -> int:
                 default_rows, default_s = phases[base_kind]
                 line += f" vs_default={value / (default_rows / default_s):.2f}"
             results.append(line)
+            if kind in replica_phases:
+                results.append(vs_replica_line(kind, value, replica_phases[kind], rows))
         if "lag" in wanted or args.lag_only:
             lags, rate = lag(cluster, upstream, down_db, args)
             print(f"lag: {len(lags)} samples at {rate:.0f} upstream rows/s", flush=True)
@@ -543,6 +579,8 @@ def main(argv=None) -> int:
                                f"unit=ms upstream_rows_per_s={rate:.0f}")
     finally:
         upstream.close()
+        for replica in replicas:
+            replica.close()
         cluster.stop()
         down_db.close()
         if down_atomic is not None:
@@ -551,6 +589,8 @@ def main(argv=None) -> int:
         ray.shutdown()
     for line in results:
         print(line)
+    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+          + f" ({os.cpu_count()} CPUs)")
     return 0
 
 

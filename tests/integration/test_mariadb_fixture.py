@@ -159,3 +159,33 @@ def test_start_after_stop_on_a_taken_port_fails_instead_of_moving(mariadb_factor
             server.start()
     server.start()
     assert server.port == port and _scalar(server, "SELECT 1") == 1
+
+
+def test_log_bin_server_is_a_primary_a_native_replica_follows(tmp_path):
+    with MariaDBServer(base_dir=tmp_path, name="primary", log_bin=True, server_id=11) as primary, \
+            MariaDBServer(base_dir=tmp_path, name="replica", server_id=12) as replica:
+        assert _scalar(primary, "SELECT CONCAT(@@log_bin + 0, @@binlog_format, @@server_id)") \
+            == "1ROW11"
+        assert _scalar(replica, "SELECT CONCAT(@@log_bin + 0, @@server_id)") == "012"
+        conn = replica.connect(autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("CHANGE MASTER TO MASTER_HOST=%s, MASTER_PORT=%s, MASTER_USER=%s, "
+                            "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos",
+                            (primary.host, primary.port, primary.user, primary.password))
+                cur.execute("START SLAVE")
+                _execute(primary, None, "CREATE DATABASE r",
+                         "CREATE TABLE r.t (id INT PRIMARY KEY)", "INSERT INTO r.t VALUES (5)")
+                pos = _scalar(primary, "SELECT @@gtid_binlog_pos")
+                assert pos  # the server writes GTIDs
+                cur.execute("SELECT MASTER_GTID_WAIT(%s, 30)", (pos,))
+                assert cur.fetchone()[0] == 0
+                cur.execute("STOP SLAVE")
+        finally:
+            conn.close()
+        assert _scalar(replica, "SELECT SUM(id) FROM r.t") == 5
+
+
+def test_server_id_out_of_range_is_refused():
+    with pytest.raises(ValueError, match="server_id"):
+        MariaDBServer(server_id=0)

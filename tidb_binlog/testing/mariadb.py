@@ -11,7 +11,9 @@
   ``root@127.0.0.1`` without a password).
 - **Options**: ``--no-defaults`` (no system ``my.cnf`` is read), runs as the
   current user (``--user=root`` when root), a small footprint (64 MiB buffer
-  pool, 32 MiB redo log, performance_schema off), binlog off, durability
+  pool, 32 MiB redo log, performance_schema off), binlog off (``log_bin=True``:
+  the server's own binlog on, ``binlog_format=ROW`` and a ``server_id``, so that
+  a native replica can follow it), durability
   settings and ``sql_mode`` left at MariaDB's defaults,
   ``character-set-server=utf8mb4``, ``collation-server=utf8mb4_bin``,
   ``max_allowed_packet=256M``.
@@ -180,7 +182,9 @@ class MariaDBServer:
     directory names and errors.  ``options`` adds or overrides server options
     (``{"innodb-buffer-pool-size": "256M"}``). ``tls`` (the server's
     :class:`~tidb_binlog.testing.certs.TLSFiles`) turns TLS on with
-    ``require_secure_transport=ON``.
+    ``require_secure_transport=ON``. ``log_bin`` turns the server's own binlog on
+    (``log-bin`` in its directory, ``binlog_format=ROW``, MariaDB's GTIDs) in place of
+    ``--skip-log-bin``; ``server_id`` (default 1) matters once servers replicate.
     """
 
     host = "127.0.0.1"
@@ -189,8 +193,13 @@ class MariaDBServer:
 
     def __init__(self, base_dir: str | os.PathLike | None = None, port: int | None = None,
                  name: str = "db", *, options: dict[str, str] | None = None,
-                 start_timeout_s: float = 60.0, tls=None):
+                 start_timeout_s: float = 60.0, tls=None, log_bin: bool = False,
+                 server_id: int | None = None):
+        if server_id is not None and not 1 <= server_id <= 0xFFFFFFFF:
+            raise ValueError(f"server_id must be in 1..4294967295, not {server_id}")
         self.name = name
+        self.log_bin = log_bin
+        self.server_id = server_id
         # TLS (a tidb_binlog.testing.certs.TLSFiles of the server's files): the server
         # serves TLS and requires it on TCP (require_secure_transport); connect() uses it.
         self.tls = tls
@@ -357,10 +366,14 @@ class MariaDBServer:
         if self.tls is not None:
             opts.update({"ssl-ca": self.tls.ssl_ca, "ssl-cert": self.tls.ssl_cert,
                          "ssl-key": self.tls.ssl_key, "require-secure-transport": "ON"})
+        if self.server_id is not None:
+            opts["server-id"] = str(self.server_id)
+        if self.log_bin:
+            opts.update({"log-bin": str(d / "data" / "mariadb-bin"), "binlog-format": "ROW"})
         opts.update(self._options)
         cmd = [mariadbd, "--no-defaults", *_user_args(),
-               *(f"--{k}={v}" for k, v in opts.items()), "--skip-log-bin",
-               "--skip-name-resolve"]
+               *(f"--{k}={v}" for k, v in opts.items()),
+               *(() if self.log_bin else ("--skip-log-bin",)), "--skip-name-resolve"]
         setpriv = shutil.which("setpriv")
         if setpriv and threading.current_thread() is threading.main_thread():
             # The kernel sends SIGKILL to the server when our main thread dies.
