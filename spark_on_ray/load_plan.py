@@ -30,11 +30,7 @@ def downstream_ddl(create_table: str) -> str:
     column and its key (TiDB's row id is not a column downstream: the drainer's replicated
     DDL never has it) and without the ``AUTO_INCREMENT=`` counter option."""
     lines = [ln for ln in create_table.split("\n") if not _ROWID_LINE.match(ln)]
-    # The definition before ")" must not end with a comma once a following one is gone.
-    for i, ln in enumerate(lines):
-        if ln.startswith(")") and i > 0:
-            lines[i - 1] = lines[i - 1].rstrip().rstrip(",")
-    return _AUTO_INC_OPT.sub("", "\n".join(lines))
+    return _AUTO_INC_OPT.sub("", _joined(lines))
 
 
 # A secondary index line of SHOW CREATE TABLE (InnoDB builds these by sorting afterwards).
@@ -64,10 +60,16 @@ def defer_indexes(create_table: str) -> tuple[str, list[str]]:
             kept.append(ln)
     if not deferred:
         return create_table, []
-    for i, ln in enumerate(kept):
+    return _joined(kept), deferred
+
+
+def _joined(lines: list[str]) -> str:
+    """CREATE TABLE lines after some definitions were taken out: the definition before
+    ")" must not end with a comma once a following one is gone."""
+    for i, ln in enumerate(lines):
         if ln.startswith(")") and i > 0:
-            kept[i - 1] = kept[i - 1].rstrip().rstrip(",")
-    return "\n".join(kept), deferred
+            lines[i - 1] = lines[i - 1].rstrip().rstrip(",")
+    return "\n".join(lines)
 
 
 def unit_rows(estimated_rows: int, chunk_size: int, tasks: int) -> int:

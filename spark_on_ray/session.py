@@ -229,8 +229,8 @@ def _wait_executors(handle: SparkHandle) -> None:
                 f"Spark started, but {registered} of its {cfg.num_executors} executors "
                 f"registered within [spark] start-timeout = {cfg.start_timeout_s:g} s: each "
                 f"needs {cfg.executor_ray_cpus:g} free Ray CPU(s) and {cfg.executor_memory_bytes >> 20} "
-                "MiB on one node; free them (or lower executor-ray-cpus / num-executors) and "
-                "rerun")
+                "MiB on one node, plus any resource [spark] configs asks for; free them (or lower "
+                "executor-ray-cpus / num-executors) and rerun")
         time.sleep(0.05)
 
 
