@@ -384,8 +384,9 @@ def test_port_0_repicks_when_the_picked_port_plus_1_is_taken(tmp_path, monkeypat
     try:
         proc = open_pump(load_pump_config(None, keys))
         try:
-            assert len(picked) == 2 and proc.addr == f"127.0.0.1:{picked[1]}"
-            assert proc.status_addr == f"127.0.0.1:{picked[1] + 1}"
+            # A second pick whose port + 1 someone else holds is re-picked again.
+            assert len(picked) >= 2 and proc.addr == f"127.0.0.1:{picked[-1]}"
+            assert proc.status_addr == f"127.0.0.1:{picked[-1] + 1}"
             assert proc.node.options.advertise_addr == proc.addr
             assert http(proc, "GET", "/status")[0] == 200
         finally:
