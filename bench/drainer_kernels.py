@@ -12,9 +12,14 @@ so it is per core even on a shared machine.  Sysbench-shaped rows
     RESULT drainer_sql_render value=<rows/s>      dml_statements (UPDATE)
     RESULT drainer_merge_by_key value=<rows/s>    merge_by_key + render_merged, 1000 rows/stmt
     RESULT drainer_checkpoint value=<items/s>     Advancer register + ack
+    RESULT drainer_decode_row value=<rows/s> python=<rows/s> ratio=<c/python>
+                                                  an insert row to SQL arguments
+                                                  (row_args' old-format decoder): the
+                                                  compiled one and the Python reference
     RESULT drainer_keeper_insert value=<rows/s>   the keeper's work per merged batch of
     RESULT drainer_keeper_update value=<rows/s>   1-row txns: decode + translate +
-                                                  BatchPlanner.plan + pack (the Ray hop)
+                                                  BatchPlanner.plan + pack (the Ray hop);
+                                                  decoder=c|python says which decoded
     RESULT drainer_worker_unpickle value=<rows/s> a worker loading its routed payload
     RESULT drainer_hop_ray value=<rows/s>         Ray's own serialisation of a routed
     RESULT drainer_hop_packed value=<rows/s>      batch vs tidb_binlog.packed (one pickle),
@@ -214,7 +219,53 @@ def _sbtest_payloads(n: int, update: bool) -> list[tuple[int, bytes]]:
     return out
 
 
-def bench_keeper(n: int, update: bool, workers: int = 4, batch: int = 512) -> float:
+def bench_decode_row(n: int) -> tuple[float, str]:
+    """``row_args._decode_old_args`` alone on ``n`` sysbench insert rows (from just after
+    the int handle, as ``decode_int_handle_args`` calls it), the compiled decoder and the
+    Python reference in the same run: ``(compiled rows/s, "python=... ratio=...")``; the
+    reference's figure twice when the module is not built (or TIDB_BINLOG_PURE_PYTHON)."""
+    import datetime
+
+    from tidb_binlog.codec import Datum, encode_old_row, encode_value, row_args
+    from tidb_binlog.codec import mysql as m
+
+    nn = m.NOT_NULL_FLAG
+    plan = row_args.ArgPlan({1: m.FieldType(m.TYPE_LONG, flag=m.PRI_KEY_FLAG | nn, flen=11),
+                             2: m.FieldType(m.TYPE_LONG, flag=nn, flen=11),
+                             3: m.FieldType(m.TYPE_STRING, flag=nn, flen=120, charset="utf8mb4"),
+                             4: m.FieldType(m.TYPE_STRING, flag=nn, flen=60, charset="utf8mb4")})
+    rnd = random.Random(3)
+    rows = []
+    for _ in range(n):
+        pk, k = rnd.randrange(10**6), rnd.randrange(10**6)
+        c = "".join(rnd.choice("0123456789-") for _ in range(119))
+        pad = "".join(rnd.choice("0123456789-") for _ in range(59))
+        handle = encode_value([Datum.int64(pk)])
+        rows.append((handle + encode_old_row([1, 2, 3, 4], [
+            Datum.int64(pk), Datum.int64(k), Datum.string(c), Datum.string(pad)]), len(handle)))
+    utc = datetime.UTC
+
+    def rate(decode) -> float:
+        def run() -> int:
+            for buf, off in rows:
+                decode(buf, off, plan, utc, False)
+            return n
+
+        return _timed(run)
+
+    python = rate(row_args._decode_old_args_py)
+    fast = rate(row_args._rowfast.decode_old_args) if row_args.COMPILED else python
+    return fast, f"python={python:.0f} ratio={fast / python:.2f}"
+
+
+def _decoder() -> str:
+    from tidb_binlog.codec import row_args
+
+    return "decoder=c" if row_args.COMPILED else "decoder=python"
+
+
+def bench_keeper(n: int, update: bool, workers: int = 4, batch: int = 512
+                 ) -> tuple[float, str]:
     """The keeper actor's CPU per merged batch: decode, translate, route, pickle."""
     import pickle
 
@@ -234,7 +285,7 @@ def bench_keeper(n: int, update: bool, workers: int = 4, batch: int = 512) -> fl
                 pickle.dumps(payload, 5)
         return n
 
-    return _timed(run)
+    return _timed(run), _decoder()
 
 
 def bench_worker_unpickle(n: int, workers: int = 4, batch: int = 512) -> float:
@@ -302,6 +353,7 @@ def main(argv=None) -> None:
                 ("drainer_sql_render", lambda: bench_sql(dmls), "rows/s"),
                 ("drainer_merge_by_key", lambda: bench_merge_by_key(dmls), "rows/s"),
                 ("drainer_checkpoint", lambda: bench_checkpoint(n), "items/s"),
+                ("drainer_decode_row", lambda: bench_decode_row(n), "rows/s"),
                 ("drainer_keeper_insert", lambda: bench_keeper(n // 5, False), "rows/s"),
                 ("drainer_keeper_update", lambda: bench_keeper(n // 5, True), "rows/s"),
                 ("drainer_worker_unpickle", lambda: bench_worker_unpickle(n // 5), "rows/s"),
@@ -310,7 +362,9 @@ def main(argv=None) -> None:
     only = [x for x in args.only.split(",") if x]
     for name, fn, unit in benches:
         if not only or any(name.startswith(o) for o in only):
-            print(f"RESULT {name} value={fn():.0f} unit={unit}", flush=True)
+            got = fn()
+            value, extra = got if isinstance(got, tuple) else (got, "")
+            print(f"RESULT {name} value={value:.0f} unit={unit} {extra}".rstrip(), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@
 #
 # Works as root on a fresh Debian machine with only python3; a second run takes seconds.
 #   1. .venv/ in the repository root (python3 -m venv; installs python3-venv if needed)
-#   2. pip install -e '.[test]' into it, skipped when .venv/.setup-stamp holds the
-#      sha256 of the pyproject.toml already installed
+#   2. pip install -e '.[test]' into it, which compiles the C extension
+#      tidb_binlog/codec/_rowfast.c in place (gcc and libc6-dev via apt-get when no C
+#      compiler is found, python3-dev when Debian's python3 lacks its headers); skipped
+#      when .venv/.setup-stamp holds the sha256 of the build inputs already installed
+#      (pyproject.toml and the C sources) and the compiled module is there
 #   3. mariadb-server via apt-get when mariadbd is missing (the service is not started:
 #      tests and the demo run their own throwaway servers)
 #   4. Java 17 (apt openjdk-17-jre-headless) when no java is found: the Spark jobs and
@@ -66,15 +69,34 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 # --- 2. the project and its test extras -------------------------------------------
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+# What the editable install builds from: a change to any of them reinstalls.
+BUILD_INPUTS=(pyproject.toml tidb_binlog/codec/_rowfast.c)
+want=$(cat "${BUILD_INPUTS[@]}" | sha256sum | cut -d' ' -f1)
 have=$(cat "$STAMP" 2>/dev/null || true)
-if [ "$want" != "$have" ] || [ ! -x "$VENV/bin/tidb-binlog" ]; then
+built() { compgen -G "tidb_binlog/codec/_rowfast*.so" >/dev/null; }
+if [ "$want" != "$have" ] || [ ! -x "$VENV/bin/tidb-binlog" ] || ! built; then
+    # The C extension's build needs a C compiler and the interpreter's headers.
+    if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+        apt_install gcc libc6-dev
+    fi
+    if ! "$VENV/bin/python" - <<'EOF'
+import os, sys, sysconfig
+sys.exit(0 if os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)
+EOF
+    then
+        base=$("$VENV/bin/python" -c 'import sys; print(sys.base_prefix)')
+        if [ "$base" = /usr ]; then
+            apt_install python3-dev  # Debian's python3: its headers
+        else
+            die "Python.h not found for the Python in $base; install its development headers"
+        fi
+    fi
     say "pip install -e '.[test]' (this takes a few minutes the first time)"
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q -e '.[test]'
     echo "$want" >"$STAMP"
 else
-    say "python packages up to date (.venv, pyproject.toml unchanged)"
+    say "python packages up to date (.venv; pyproject.toml and the C sources unchanged)"
 fi
 
 # --- 3. MariaDB binaries (no service) ---------------------------------------------

@@ -32,6 +32,9 @@ from tidb_binlog.codec.row_args import (
 )
 from tidb_binlog.errors import CodecError
 
+# every test twice: with the compiled decoder of old-format rows and the Python reference
+pytestmark = pytest.mark.usefixtures("row_args_impl")
+
 SHANGHAI = zoneinfo.ZoneInfo("Asia/Shanghai")
 
 # column id -> (field type, strategy of datums valid for it)

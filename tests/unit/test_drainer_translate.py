@@ -29,6 +29,9 @@ from tidb_binlog.model import (
     TableInfo,
 )
 
+# every test twice: row values decoded by the compiled decoder and by the Python reference
+pytestmark = pytest.mark.usefixtures("row_args_impl")
+
 DB_ID = 2
 
 

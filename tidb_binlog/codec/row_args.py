@@ -23,11 +23,22 @@ offset, never an ``IndexError``). Row format v2 rows take the typed path.
   columns present in the row (``DecodeRowToDatumMap`` + format).
 - ``decode_insert_args(buf, plan, pk_len, tz)``: the raw handle datums and the row.
 - ``decode_old_and_new_args(buf, plan, tz)``: an update row ``old ‖ new``.
+
+Old-format rows are decoded by the C extension ``tidb_binlog.codec._rowfast`` when it
+is built (``COMPILED``): it reads the three fast cases above itself and calls back into
+:func:`_old_args_loop` for one column at a time for everything else (other types or
+encodings, NULLs, malformed bytes), so results and errors are those of the Python
+reference :func:`_decode_old_args_py`. ``TIDB_BINLOG_PURE_PYTHON=1`` (any value but
+empty or ``0``) selects the reference; so does a source tree whose extension was never
+built. ``pip install -e .`` builds it next to the sources; after a change to
+``_rowfast.c`` run it again, or ``python -c "from setuptools import setup; setup()"
+build_ext --inplace`` from the repository root.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import struct
 from collections.abc import Callable, Collection, Mapping
 
@@ -97,16 +108,19 @@ def _datum(d: Datum) -> Datum:
     return d
 
 
-def _decode_old_args(buf: bytes, off: int, plan: ArgPlan, tz, pairs: bool
-                     ) -> tuple[dict[int, object], dict[int, object]]:
-    old: dict[int, object] = {}
-    new: dict[int, object] = {}
+def _old_args_loop(buf: bytes, off: int, plan: ArgPlan, tz, pairs: bool,
+                   old: dict[int, object], new: dict[int, object], steps: int) -> int:
+    """The columns from ``buf[off:]`` into ``old`` (and ``new`` in ``pairs`` mode) until
+    the bytes end or ``steps`` columns are read (-1: no limit); the offset reached.
+
+    The compiled loop calls it with ``steps=1`` for each column it leaves to Python."""
     n = len(buf)
     get = plan.columns.get
     start = off
     what = "column id"
     try:
-        while off < n:
+        while off < n and steps:
+            steps -= 1
             start, what = off, "column id"
             b = buf[off + 1]
             if buf[off] == 0x08 and b < 0x80:
@@ -169,7 +183,39 @@ def _decode_old_args(buf: bytes, off: int, plan: ArgPlan, tz, pairs: bool
         raise codec_error(buf, start, err, what) from err
     except CodecError as err:
         raise codec_error(buf, start, err, what) from err
+    return off
+
+
+def _decode_old_args_py(buf: bytes, off: int, plan: ArgPlan, tz, pairs: bool
+                        ) -> tuple[dict[int, object], dict[int, object]]:
+    """The reference decoder of old-format rows (``_rowfast.decode_old_args`` gives the
+    same results and errors): ``(old, new)``, ``new`` filled only in ``pairs`` mode."""
+    old: dict[int, object] = {}
+    new: dict[int, object] = {}
+    _old_args_loop(buf, off, plan, tz, pairs, old, new, -1)
     return old, new
+
+
+def _pure_python_requested() -> bool:
+    return os.environ.get("TIDB_BINLOG_PURE_PYTHON", "") not in ("", "0")
+
+
+# The compiled decoder: absent from a source tree never built (then the reference
+# decodes); one that is there but does not load raises.
+if _pure_python_requested():
+    _rowfast = None
+else:
+    try:
+        import tidb_binlog.codec._rowfast as _rowfast
+    except ModuleNotFoundError as exc:
+        if exc.name != "tidb_binlog.codec._rowfast":
+            raise
+        _rowfast = None
+if _rowfast is not None:
+    _rowfast.set_callbacks(_old_args_loop, _decode_old_args_py)
+#: whether the compiled ``_rowfast.decode_old_args`` decodes old-format rows
+COMPILED = _rowfast is not None
+_decode_old_args = _rowfast.decode_old_args if COMPILED else _decode_old_args_py
 
 
 def _v2_args(buf: bytes, plan: ArgPlan, tz) -> dict[int, object]:
