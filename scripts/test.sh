@@ -16,5 +16,7 @@ echo "test: ruff check ${lint_paths[*]}"
 # The generated stubs (*_pb2*.pyi) are grpcio-tools output, like the excluded *_pb2*.py.
 .venv/bin/ruff check --extend-exclude 'tidb_binlog/proto/*_pb2*.pyi' "${lint_paths[@]}"
 
-echo "test: pytest -m '' tests $*"
-exec .venv/bin/pytest -m "" tests "$@"
+# --durations: the slowest tests at the end of every run, so the suite's time budget
+# (25 minutes on 2 cores) can be watched from CI's output.
+echo "test: pytest -m '' --durations=25 tests $*"
+exec .venv/bin/pytest -m "" --durations=25 tests "$@"
