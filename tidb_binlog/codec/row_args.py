@@ -229,7 +229,8 @@ def decode_row_args(buf: bytes, plan: ArgPlan, tz: datetime.tzinfo = UTC,
     """``{cid: SQL argument}`` of the plan's columns in the row at ``buf[off:]``."""
     if type(buf) is not bytes:
         buf = bytes(buf)
-    if off >= len(buf) or buf[off:] == _EMPTY_ROW:
+    n = len(buf)
+    if off >= n or (off + 1 == n and buf[off] == _EMPTY_ROW[0]):  # no copy of the tail
         return {}
     if buf[off] == CODEC_VER_V2:
         return _v2_args(buf[off:], plan, tz)
