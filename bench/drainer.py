@@ -44,7 +44,8 @@ taken after the workload); both must then hold the same rows (count and checksum
 table). ``--replica-serial`` adds a second replica with MariaDB's default serial apply.
 Each phase prints ``RESULT drainer_<phase>_vs_replica value=<drainer rows/s>
 unit=rows/s replica=<rows/s> ratio=<drainer/replica>`` (``replica_serial=``,
-``ratio_serial=`` with ``--replica-serial``).
+``ratio_serial=`` with ``--replica-serial``; ``flush_log_at_trx_commit=``, every server's,
+``--flush-log-at-trx-commit``).
 
 Prints, last::
 
@@ -459,6 +460,9 @@ def main(argv=None) -> int:
     p.add_argument("--vs-replica", action="store_true",
                    help="also time a native MariaDB replica (parallel, optimistic, --workers "
                         "threads) on each phase's backlog: RESULT drainer_<phase>_vs_replica")
+    p.add_argument("--flush-log-at-trx-commit", type=int, choices=(0, 1, 2), default=None,
+                   help="innodb_flush_log_at_trx_commit on every server (upstream, the "
+                        "drainer's downstream, the replicas); default: MariaDB's (1)")
     p.add_argument("--replica-serial", action="store_true",
                    help="with --vs-replica: also a replica with MariaDB's default serial apply")
     p.add_argument("--lag-rows-per-s", type=float, default=5000.0)
@@ -493,10 +497,14 @@ def main(argv=None) -> int:
     # address="local": a Ray of our own even when a cluster is recorded on the host
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
              namespace="bench-drainer", object_store_memory=300 << 20)
+    # --flush-log-at-trx-commit: the same redo-log durability on every server (default:
+    # the servers' own, 1 = a flush per commit)
+    durability = ({"innodb-flush-log-at-trx-commit": str(args.flush_log_at_trx_commit)}
+                  if args.flush_log_at_trx_commit is not None else {})
     up_db = MariaDBServer(base, name="bench-up", log_bin=args.vs_replica,
-                          server_id=1 if args.vs_replica else None).start()
-    down_db = MariaDBServer(base, name="bench-down").start()
-    down_atomic = (MariaDBServer(base, name="bench-down-atomic").start()
+                          server_id=1 if args.vs_replica else None, options=durability).start()
+    down_db = MariaDBServer(base, name="bench-down", options=durability).start()
+    down_atomic = (MariaDBServer(base, name="bench-down-atomic", options=durability).start()
                    if args.txn_atomic else None)
     cluster = LocalCluster(base / "cluster", pumps=2, upstream_params=up_db.params(),
                            namespace="bench-drainer", pump_options=PumpOptions(
@@ -507,10 +515,11 @@ def main(argv=None) -> int:
     try:
         if args.vs_replica:  # before the first DDL: the tables reach them by replication
             replicas.append(NativeReplica(base, up_db, name="bench-replica", server_id=2,
-                                          threads=args.workers).start())
+                                          threads=args.workers, options=durability).start())
             if args.replica_serial:
                 replicas.append(NativeReplica(base, up_db, name="bench-replica-serial",
-                                              server_id=3, threads=0).start())
+                                              server_id=3, threads=0,
+                                              options=durability).start())
         replica_phases = {}
         upstream.ddl(f"CREATE DATABASE {DB}")
         phases = {}
@@ -570,7 +579,8 @@ def main(argv=None) -> int:
                 line += f" vs_default={value / (default_rows / default_s):.2f}"
             results.append(line)
             if kind in replica_phases:
-                results.append(vs_replica_line(kind, value, replica_phases[kind], rows))
+                results.append(vs_replica_line(kind, value, replica_phases[kind], rows)
+                               + f" flush_log_at_trx_commit={args.flush_log_at_trx_commit or 1}")
         if "lag" in wanted or args.lag_only:
             lags, rate = lag(cluster, upstream, down_db, args)
             print(f"lag: {len(lags)} samples at {rate:.0f} upstream rows/s", flush=True)

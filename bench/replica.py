@@ -49,7 +49,7 @@ class NativeReplica:
     """One MariaDB server replicating from ``primary`` (a ``log_bin`` MariaDBServer)."""
 
     def __init__(self, base_dir, primary, *, name: str, server_id: int, threads: int,
-                 mode: str = "optimistic"):
+                 mode: str = "optimistic", options: dict[str, str] | None = None):
         from tidb_binlog.testing.mariadb import MariaDBServer
 
         if threads < 0:
@@ -64,7 +64,7 @@ class NativeReplica:
         self.server = MariaDBServer(base_dir, name=name, server_id=server_id, options={
             "replicate-wild-ignore-table": IGNORED_TABLES,
             "slave-parallel-threads": str(threads), "slave-parallel-mode": mode,
-            "skip-slave-start": "ON"})
+            "skip-slave-start": "ON", **(options or {})})
 
     def start(self) -> NativeReplica:
         """Start the server, point it at the primary, catch up with what is there, stop."""
