@@ -14,8 +14,8 @@ downstream), the registry and two PumpActors (:class:`cluster.launch.LocalCluste
     the clock runs from the task's first "running" status until its checkpoint
     reaches the TSO taken after the workload; rows/s = the workload's row changes /
     that time. The task is stopped (final checkpoint) before the next phase.
-    ``insert_txn100`` inserts the same number of rows 100 per upstream txn: the
-    apply path without the per-transaction cost; ``bank`` (not run by default) creates
+    ``insert_txn100`` inserts ``--rows-txn100`` rows (default: ``--rows``, at least 200k)
+    100 per upstream txn: the apply path without the per-transaction cost; ``bank`` (not run by default) creates
     ``BANK_ACCOUNTS`` accounts, then ``--rows / 3`` transfers (read both accounts FOR
     UPDATE, update both, log the transfer: 3 row changes per txn, ``--sessions``
     threads), multi-row transactions that share keys;
@@ -447,6 +447,10 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=30000, help="txns (= rows) per workload")
+    p.add_argument("--rows-txn100", type=int, default=None,
+                   help="rows of insert_txn100 (100 per txn; default: --rows, at least "
+                        "200000: at 30k rows the replica applies the phase in 0.2 s and "
+                        "fixed costs decide the ratio)")
     p.add_argument("--sessions", type=int, default=16,
                    help="upstream threads (only how fast the binlogs are produced)")
     p.add_argument("--workers", type=int, default=4, help="syncer.worker-count")
@@ -532,7 +536,8 @@ def main(argv=None) -> int:
         for kind in kinds:
             t0 = time.perf_counter()
             if kind == "insert_txn100":  # the same rows, 100 per upstream txn
-                stats = workload.run(upstream, "large", ops=args.rows // 100, rows_per_txn=100,
+                rows100 = args.rows_txn100 or max(args.rows, 200_000)
+                stats = workload.run(upstream, "large", ops=rows100 // 100, rows_per_txn=100,
                                      database=DB, seed=4)
             elif kind == "bank":
                 stats = bank(upstream, args.rows // 3, args.sessions)
