@@ -8,8 +8,6 @@ replicates the rows; ``ray job stop`` ends it."""
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -21,6 +19,8 @@ from pathlib import Path
 import pytest
 from drainer_helpers import rows, wait_until
 
+from tidb_binlog.testing.ray_head import HEAD_ENV, stop_ray_head
+
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 BIN = Path(sys.executable).parent
@@ -31,8 +31,8 @@ ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO),
 
 @pytest.fixture
 def ray_head(tmp_path, free_port):
-    """``(dashboard url, GCS address)`` of a Ray head in the foreground (``--block``):
-    SIGTERM stops exactly this cluster (the shape of tests/spark/test_cli_ray_job.py)."""
+    """``(dashboard url, GCS address)`` of a Ray head in the foreground (``--block``),
+    stopped by :func:`stop_ray_head` (the shape of tests/spark/test_cli_ray_job.py)."""
     gcs, dash = free_port(), free_port()
     temp = Path("/tmp") / f"rayjob-{os.getpid()}-{gcs}"  # Ray's socket paths < 108 bytes
     proc = subprocess.Popen(
@@ -43,7 +43,7 @@ def ray_head(tmp_path, free_port):
          f"--runtime-env-agent-port={free_port()}", f"--ray-client-server-port={free_port()}",
          "--object-store-memory=200000000", f"--temp-dir={temp}", "--disable-usage-stats"],
         stdout=open(tmp_path / "ray-head.log", "w"), stderr=subprocess.STDOUT,
-        start_new_session=True, env=ENV)
+        start_new_session=True, env={**ENV, **HEAD_ENV})
     url = f"http://127.0.0.1:{dash}"
     try:
         deadline = time.monotonic() + 180
@@ -59,13 +59,7 @@ def ray_head(tmp_path, free_port):
                 time.sleep(1)
         yield url, f"127.0.0.1:{gcs}"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        shutil.rmtree(temp, ignore_errors=True)
+        stop_ray_head(proc, temp)
 
 
 def ray_job(url: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

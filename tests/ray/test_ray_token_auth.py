@@ -7,7 +7,6 @@ without it is refused with the same hint. Each driver is a subprocess with its o
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from tidb_binlog.testing.ray_head import HEAD_ENV, stop_ray_head
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -24,22 +25,6 @@ HINT = "set RAY_AUTH_MODE=token and"
 # a driver's environment: no Ray address or token of the test run's own
 _BASE_ENV = {k: v for k, v in os.environ.items()
              if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
-
-
-def _session_members(sid: int) -> list[int]:
-    """Processes in session ``sid`` (the head's: Ray's workers may leave its group)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 3 and int(fields[3]) == sid:
-            out.append(int(entry.name))
-    return out
 
 
 @pytest.fixture
@@ -61,7 +46,7 @@ def token_head(tmp_path, free_port):
          f"--runtime-env-agent-port={free_port()}", f"--ray-client-server-port={free_port()}",
          "--object-store-memory=100000000", f"--temp-dir={temp}", "--disable-usage-stats"],
         stdout=open(log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True,
-        env={**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token})
+        env={**env, **HEAD_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token})
     try:
         deadline = time.monotonic() + 180
         while "This command will now block" not in log_path.read_text(errors="replace"):
@@ -72,20 +57,7 @@ def token_head(tmp_path, free_port):
             time.sleep(0.5)
         yield f"127.0.0.1:{gcs}", token, env
     finally:
-        # a throwaway cluster: SIGTERM's orderly stop takes Ray ~30 s here, so a short
-        # grace, then everything in the head's session is killed
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for pid in _session_members(proc.pid):  # workers outside the head's group
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        subprocess.run(["rm", "-rf", str(temp)], check=False)
+        stop_ray_head(proc, temp)
 
 
 def _connect(address: str, env: dict, registry_dir: Path) -> subprocess.Popen:

@@ -5,8 +5,6 @@ Spark there, prints the summary table and exits 0 on equal tables, 1 on a differ
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tidb_binlog.testing.ray_head import HEAD_ENV, stop_ray_head
+
 pytestmark = pytest.mark.timeout(600)
 
 BIN = Path(sys.executable).parent
@@ -23,7 +23,8 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture
 def ray_head(tmp_path, free_port):
-    """A Ray head in the foreground (``--block``): SIGTERM stops exactly this cluster."""
+    """A Ray head in the foreground (``--block``, its own session), stopped by
+    :func:`~tidb_binlog.testing.ray_head.stop_ray_head`."""
     gcs, dash = free_port(), free_port()
     # A short temp dir: Ray's unix socket paths must stay under 108 bytes.
     temp = Path("/tmp") / f"rayjob-{os.getpid()}-{gcs}"
@@ -39,7 +40,7 @@ def ray_head(tmp_path, free_port):
          f"--runtime-env-agent-port={free_port()}", f"--ray-client-server-port={free_port()}",
          "--object-store-memory=200000000", f"--temp-dir={temp}", "--disable-usage-stats"],
         stdout=open(tmp_path / "ray-head.log", "w"), stderr=subprocess.STDOUT,
-        start_new_session=True, env=env)
+        start_new_session=True, env={**env, **HEAD_ENV})
     url = f"http://127.0.0.1:{dash}"
     try:
         deadline = time.monotonic() + 180
@@ -55,13 +56,7 @@ def ray_head(tmp_path, free_port):
                 time.sleep(1)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        shutil.rmtree(temp, ignore_errors=True)
+        stop_ray_head(proc, temp)
 
 
 def test_diff_as_a_ray_job(ray_head, mariadb_pair, fresh_database, tmp_path):
