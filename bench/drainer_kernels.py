@@ -191,6 +191,14 @@ def _sbtest_translator():
     return Translator(SchemaKeeper.from_history(jobs, 2), {j.id: j for j in jobs}.get)
 
 
+def _sbtest_values(rnd: random.Random) -> tuple[int, int, str, str]:
+    """One sysbench row's ``(id, k, c, pad)``: random keys, c of 119 and pad of 59 chars."""
+    pk, k = rnd.randrange(10**6), rnd.randrange(10**6)
+    c = "".join(rnd.choice("0123456789-") for _ in range(119))
+    pad = "".join(rnd.choice("0123456789-") for _ in range(59))
+    return pk, k, c, pad
+
+
 def _sbtest_payloads(n: int, update: bool) -> list[tuple[int, bytes]]:
     """``n`` served Commit binlogs of 1-row sysbench txns, as the merger hands them on."""
     from tidb_binlog import binlog as bl
@@ -199,9 +207,7 @@ def _sbtest_payloads(n: int, update: bool) -> list[tuple[int, bytes]]:
     rnd = random.Random(2)
     out = []
     for i in range(n):
-        pk, k = rnd.randrange(10**6), rnd.randrange(10**6)
-        c = "".join(rnd.choice("0123456789-") for _ in range(119))
-        pad = "".join(rnd.choice("0123456789-") for _ in range(59))
+        pk, k, c, pad = _sbtest_values(rnd)
         row = encode_old_row([1, 2, 3, 4], [Datum.int64(pk), Datum.int64(k), Datum.string(c),
                                             Datum.string(pad)])
         if update:
@@ -237,9 +243,7 @@ def bench_decode_row(n: int) -> tuple[float, str]:
     rnd = random.Random(3)
     rows = []
     for _ in range(n):
-        pk, k = rnd.randrange(10**6), rnd.randrange(10**6)
-        c = "".join(rnd.choice("0123456789-") for _ in range(119))
-        pad = "".join(rnd.choice("0123456789-") for _ in range(59))
+        pk, k, c, pad = _sbtest_values(rnd)
         handle = encode_value([Datum.int64(pk)])
         rows.append((handle + encode_old_row([1, 2, 3, 4], [
             Datum.int64(pk), Datum.int64(k), Datum.string(c), Datum.string(pad)]), len(handle)))

@@ -75,7 +75,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from drainer import _ours, _processes  # noqa: E402  (bench/drainer.py: the actor pids)
+from proc_cpu import ours, processes  # noqa: E402  (bench/proc_cpu.py: the actor pids)
 
 DB = "large_txn"
 MB = 1 << 20
@@ -369,7 +369,7 @@ def main(argv=None) -> int:
                 if st["state"] == "running" and st["checkpoint_commit_ts"] >= ddl_ts:
                     break
                 time.sleep(0.1)
-        pids = {pid: kind for pid, kind in _ours(_processes()).items() if "Actor" in kind}
+        pids = {pid: kind for pid, kind in ours(processes()).items() if "Actor" in kind}
         pids[os.getpid()] = "upstream"
         prewrite = {}
         write_binlog = client.write_binlog

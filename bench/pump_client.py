@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import queue
 import statistics
@@ -39,17 +38,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from proc_cpu import proc_cpu_s as _proc_cpu_s  # noqa: E402
 from upstream import CLUSTER_ID, start_pump, stop_pump  # noqa: E402
 
 from tidb_binlog import binlog as bl  # noqa: E402
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc  # noqa: E402
-
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
 
 
 def _prewrite_value(start_ts: int) -> bytes:

@@ -24,18 +24,13 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["NativeReplica", "IGNORED_TABLES", "same_rows", "proc_cpu_s", "primary_gtid_pos",
+from proc_cpu import proc_cpu_s  # bench/: run as a script, or imported by bench/drainer.py
+
+__all__ = ["NativeReplica", "IGNORED_TABLES", "same_rows", "primary_gtid_pos",
            "time_replicas", "vs_replica_line"]
 
 IGNORED_TABLES = "tidb_binlog_upstream.%"
 WAIT_TIMEOUT_S = 3600
-
-
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds so far of one process (and its reaped children: none)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def primary_gtid_pos(primary) -> str:

@@ -46,6 +46,8 @@ import threading
 import time
 from pathlib import Path
 
+from proc_cpu import proc_cpu_s as _proc_cpu_s  # bench/: run as a script
+
 from tidb_binlog.testing.collector import BinlogCollector
 from tidb_binlog.testing.mariadb import MariaDBServer
 from tidb_binlog.testing.pump_process import PumpProcess
@@ -55,16 +57,11 @@ from tidb_binlog.upstream.conn import connect
 from tidb_binlog.upstream.workload import SBTEST_DDL
 
 CLUSTER_ID = 6_900_000_000_000_000_011
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def proc_cpu_s(pid: int) -> float:
     """User + system CPU seconds of another process so far (0.0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+    return _proc_cpu_s(pid, 0.0)
 
 
 class CpuMeter:
