@@ -23,7 +23,7 @@ from tidb_binlog.drainer.sinks.parquet.manifest import (
 )
 from tidb_binlog.drainer.sinks.parquet.sink import ParquetLake, ParquetSink, commit_date
 from tidb_binlog.model.consts import Flag, TypeCode
-from tidb_binlog.model.schema import FieldType
+from tidb_binlog.model.schema import CIStr, ColumnInfo, FieldType, TableInfo
 
 T = TypeCode
 TS0 = (1_764_000_000_000 << 18)  # 2025-11-24 UTC
@@ -218,12 +218,11 @@ def test_direct_path_for_plain_columns_and_its_fallback_names_the_column(tmp_pat
 
 def test_keeper_changes_carry_ops_types_and_drop_ignored_ddl():
     schema = TableSchema.build("db", "t", ["id", "v"], primary_key=["id"])
-    cols = [SimpleNamespace(name=SimpleNamespace(O="id"), type=FieldType(tp=T.LONG)),
-            SimpleNamespace(name=SimpleNamespace(O="v"), type=FieldType(tp=T.NEWDECIMAL,
-                                                                        flen=10, decimal=2))]
+    cols = [ColumnInfo(1, CIStr("id"), type=FieldType(tp=T.LONG)),
+            ColumnInfo(2, CIStr("v"), type=FieldType(tp=T.NEWDECIMAL, flen=10, decimal=2))]
     keeper = object.__new__(ParquetKeeper)
-    keeper.translator = SimpleNamespace(_views={1: SimpleNamespace(schema=schema,
-                                                                   writable=cols)})
+    keeper.translator = SimpleNamespace(tz=datetime.UTC, _views={1: SimpleNamespace(
+        schema=schema, writable=cols, info=TableInfo(1, CIStr("t"), pk_is_handle=True))})
     keeper._ignored_dbs = frozenset({"mysql"})
     txn = Txn(5, (DML("db", "t", DMLType.INSERT, {"id": 1, "v": "1.00"}, None, schema),
                   DML("db", "t", DMLType.UPDATE, {"id": 1, "v": "2.00"},

@@ -35,14 +35,27 @@ Every file of one table and schema version has the same Arrow schema
 (:func:`change_schema`): ``commit_ts`` int64, ``op`` string (``insert``/``update``/
 ``delete``), ``before`` and ``after`` structs with one field per column (``before``
 is NULL for an insert, ``after`` NULL for a delete).
+
+**The manifest's description of a table** (:func:`schema_fields`, a ``schemas`` entry
+of :mod:`.manifest`): per column its MySQL and Arrow types, ``nullable`` and
+``default``; the table's ``primary_key``, ``unique_keys`` and ``handle``. ``default`` is
+the value a row image lacking the column holds (a row written before the column was
+added: :attr:`ColumnSpec.default`, the keeper's fill value), written as the lake stores
+it in JSON (:func:`default_json`): integers and floats as numbers, DECIMAL, DATE,
+DATETIME/TIMESTAMP as text Arrow casts from (``"1.50"``, ``"2024-02-29"``,
+``"2024-02-29 23:59:59.5"``), TIME as integer microseconds, binary columns (BINARY,
+BLOB, BIT, GEOMETRY) as base64 text, text/ENUM/SET/JSON as the string, a zero date and
+no default as null.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
@@ -50,7 +63,8 @@ import pyarrow as pa
 from tidb_binlog.model.consts import Flag, TypeCode
 
 __all__ = ["ColumnSpec", "TableSpec", "arrow_type", "converter", "change_schema",
-           "BatchBuilder", "OPS", "mysql_type_name"]
+           "BatchBuilder", "OPS", "mysql_type_name", "DEFAULT_UNKNOWN", "default_json",
+           "column_entry", "schema_fields"]
 
 OPS = ("insert", "update", "delete")
 
@@ -71,9 +85,23 @@ _NAMES = {TypeCode.DECIMAL: "decimal", TypeCode.NEWDECIMAL: "decimal", TypeCode.
 BINARY_CHARSET = "binary"
 
 
+class _Unknown(enum.Enum):
+    DEFAULT = "unknown"
+
+    def __repr__(self) -> str:
+        return "DEFAULT_UNKNOWN"
+
+
+DEFAULT_UNKNOWN = _Unknown.DEFAULT
+"""A :attr:`ColumnSpec.default` nobody told (a spec built by hand): the manifest then
+omits the column's ``default``."""
+
+
 @dataclass(frozen=True)
 class ColumnSpec:
-    """One column's name and MySQL type (the TableInfo's FieldType fields we need)."""
+    """One column's name and MySQL type (the TableInfo's FieldType fields we need), and
+    ``default``: the SQL argument a row lacking the column holds, as the translator
+    fills it (the keeper's ``fill_default``), or :data:`DEFAULT_UNKNOWN`."""
 
     name: str
     tp: int
@@ -82,16 +110,21 @@ class ColumnSpec:
     decimal: int = -1
     charset: str = ""
     elems: tuple[str, ...] = ()
+    default: Any = DEFAULT_UNKNOWN
 
     @classmethod
-    def of(cls, name: str, ft) -> ColumnSpec:
+    def of(cls, name: str, ft, default: Any = DEFAULT_UNKNOWN) -> ColumnSpec:
         """From a model or codec FieldType."""
         return cls(name, ft.tp, ft.flag, ft.flen, ft.decimal, ft.charset or "",
-                   tuple(ft.elems or ()))
+                   tuple(ft.elems or ()), default)
 
     @property
     def unsigned(self) -> bool:
         return bool(self.flag & Flag.UNSIGNED)
+
+    @property
+    def nullable(self) -> bool:
+        return not self.flag & Flag.NOT_NULL
 
     @property
     def binary(self) -> bool:
@@ -100,11 +133,16 @@ class ColumnSpec:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A table's writable columns at one schema version, in table order."""
+    """A table's writable columns at one schema version, in table order; its unique keys
+    as ``(name, columns, primary)``, the primary key first (the translator's, TiDB
+    Binlog's order), and its row ``handle`` (``int``, ``common`` or ``rowid``: TiDB's
+    handle kind). None: not told (a spec built by hand; the manifest omits them)."""
 
     database: str
     table: str
     columns: tuple[ColumnSpec, ...]
+    unique_keys: tuple[tuple[str, tuple[str, ...], bool], ...] | None = None
+    handle: str | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -126,6 +164,88 @@ def mysql_type_name(col: ColumnSpec) -> str:
     if col.tp in _INT_BITS and col.unsigned:
         name += " unsigned"
     return name
+
+
+def _text_number(col: ColumnSpec) -> Callable[[Any], Any] | None:
+    """For a numeric column: text → the number (MySQL's defaults are text: a TableInfo's
+    ``origin_default`` of an INT column is ``"33"``); None for other columns."""
+    if col.tp in _INT_BITS or col.tp == TypeCode.YEAR:
+        def integer(v):
+            if not isinstance(v, str):
+                return v
+            try:
+                d = Decimal(v.strip())
+            except InvalidOperation:
+                raise ValueError(f"{v!r} is not a number") from None
+            if d != d.to_integral_value():
+                raise ValueError(f"{v!r} is not an integer")
+            return int(d)
+        return integer
+    if col.tp in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        return lambda v: float(v) if isinstance(v, str) else v
+    return None
+
+
+def default_json(col: ColumnSpec, arg: Any) -> Any:
+    """A fill value (a SQL argument, as :attr:`ColumnSpec.default`) as the manifest holds
+    it: the value the lake stores, in JSON (module doc). ValueError when it is not a
+    value of the column's type."""
+    if arg is None:
+        return None
+    number = _text_number(col)
+    if number is not None:
+        arg = number(arg)
+    conv = converter(col)
+    try:
+        value = arg if conv is None else conv(arg)
+    except _ZeroDate:
+        return None
+    except (TypeError, IndexError, OverflowError) as exc:
+        raise ValueError(f"{arg!r} is not a value of {mysql_type_name(col)} ({exc})") from None
+    pa.array([value], arrow_type(col))  # it must fit the column's Arrow type
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float, str)):
+        return value
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(microseconds=1)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    raise ValueError(f"{arg!r} is not a value of {mysql_type_name(col)}")
+
+
+def column_entry(col: ColumnSpec) -> dict:
+    """A column of a manifest ``schemas`` entry (module doc); no ``default`` when it is
+    unknown (or not a value of the column's type: it is then left out, never guessed)."""
+    entry = {"name": col.name, "mysql_type": mysql_type_name(col),
+             "arrow_type": str(arrow_type(col)), "nullable": col.nullable}
+    if col.default is not DEFAULT_UNKNOWN:
+        try:
+            entry["default"] = default_json(col, col.default)
+        except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass  # unknown to readers, as in an entry of an older sink
+    return entry
+
+
+def schema_fields(spec: TableSpec) -> dict:
+    """What a manifest ``schemas`` entry says of ``spec`` besides its database, table,
+    schema version and ``min_commit_ts``: ``columns``, and when the spec knows them
+    ``primary_key``, ``unique_keys`` and ``handle`` (module doc)."""
+    fields: dict[str, Any] = {"columns": [column_entry(c) for c in spec.columns]}
+    if spec.unique_keys is not None:
+        keys = spec.unique_keys
+        fields["primary_key"] = list(keys[0][1]) if keys and keys[0][2] else []
+        fields["unique_keys"] = [{"name": name, "columns": list(cols), "primary": primary}
+                                 for name, cols, primary in keys]
+    if spec.handle is not None:
+        fields["handle"] = spec.handle
+    return fields
 
 
 def _decimal_precision(col: ColumnSpec) -> tuple[int, int]:
@@ -318,11 +438,22 @@ class BatchBuilder:
             try:
                 children.append(pa.array(values, field.type))
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-                raise ValueError(f"column {name!r} of {self.spec.qualified_name} "
-                                 f"({field.type}): a value does not fit: {exc}") from exc
+                children.append(self._numbers(i, values, field, exc))
         if not children:
             return pa.nulls(len(rows), struct_type)
         return pa.StructArray.from_arrays(children, fields=list(struct_type), mask=mask)
+
+    def _numbers(self, i: int, values: list, field: pa.Field, exc: Exception) -> pa.Array:
+        """A numeric column holding text too: a default the translator filled in for a
+        row written before the column was added is the TableInfo's text (``"33"``)."""
+        number = _text_number(self.spec.columns[i])
+        try:
+            if number is None:
+                raise ValueError(exc)
+            return pa.array([number(v) for v in values], field.type)
+        except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            raise ValueError(f"column {field.name!r} of {self.spec.qualified_name} "
+                             f"({field.type}): a value does not fit: {exc}") from exc
 
     def _convert_one(self, conv, v):
         if v is None:

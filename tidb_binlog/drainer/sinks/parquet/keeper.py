@@ -9,7 +9,10 @@ version) the sink needs to choose exact Arrow types, or the DDL.
 
 The MySQL keeper's DMLs carry names only; the types come from the translator's table
 views (one per table version), matched to a DML by its ``TableSchema`` object (each
-view builds its own). The mapping is cached per schema object.
+view builds its own). The mapping is cached per schema object. The spec also carries
+what the manifest tells readers of the table (:func:`~.arrow.schema_fields`): its
+unique keys (the translator's, primary key first), its handle kind, and per column the
+value a row lacking it holds (:func:`fill_default`).
 
 **Large transactions** (more than ``[syncer] txn-chunk-rows`` row changes, default
 50 000): :meth:`ParquetKeeper.translate_more` hands such a transaction out one chunk per
@@ -28,20 +31,48 @@ then never holds the payload.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import logging
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tidb_binlog.drainer.apply.dml import DMLType, Txn
-from tidb_binlog.drainer.sinks.parquet.arrow import ColumnSpec, TableSpec
+from tidb_binlog.drainer.sinks.parquet.arrow import DEFAULT_UNKNOWN, ColumnSpec, TableSpec
 from tidb_binlog.drainer.translate.schema_at import Chunks, SchemaAt
-from tidb_binlog.errors import SchemaError
+from tidb_binlog.drainer.translate.txn import default_value
+from tidb_binlog.errors import BinlogError, SchemaError
 from tidb_binlog.filter.rules import TxnFilter
+from tidb_binlog.model import ColumnInfo
 
-__all__ = ["Changes", "ParquetKeeper", "OP_NAMES"]
+__all__ = ["Changes", "ParquetKeeper", "OP_NAMES", "fill_default"]
 
 log = logging.getLogger(__name__)
 
 OP_NAMES = {DMLType.INSERT: "insert", DMLType.UPDATE: "update", DMLType.DELETE: "delete"}
+
+
+def fill_default(col: ColumnInfo, tz: datetime.tzinfo = datetime.UTC) -> Any:
+    """The SQL argument a row image lacking ``col`` holds: TiDB Binlog's rule, as the
+    translator fills a row written before the column was added
+    (:func:`~tidb_binlog.drainer.translate.txn.default_value`: the origin default, the
+    DEFAULT the column had when it was added; else NULL when nullable; else the type's
+    zero value). A TableInfo with no origin default but a constant DEFAULT (TiDB sets
+    the origin default at ADD COLUMN; an upstream that records only DEFAULT does not)
+    takes that DEFAULT. :data:`~.arrow.DEFAULT_UNKNOWN` when it cannot be told."""
+    if (col.origin_default is None and col.origin_default_bit is None
+            and not col.default_is_expr
+            and (col.default is not None or col.default_bit is not None)
+            and not (isinstance(col.default, str)
+                     and col.default.upper().startswith("CURRENT_TIMESTAMP"))):
+        col = dataclasses.replace(col, origin_default=col.default,
+                                  origin_default_bit=col.default_bit)
+    try:
+        return default_value(col, tz)
+    except (BinlogError, ValueError, TypeError) as exc:
+        log.warning("parquet keeper: the default of column %s (%r) is not a value of its "
+                    "type (%s); the manifest leaves it out", col.name.O,
+                    col.origin_default, exc)
+        return DEFAULT_UNKNOWN
 
 
 class Changes(NamedTuple):
@@ -122,12 +153,17 @@ class ParquetKeeper(SchemaAt):
         hit = self._specs.get(key)
         if hit is not None and hit[0] is schema:
             return hit[1]
-        for view in self.translator._views.values():  # the translator's view cache
+        translator = self.translator
+        for view in translator._views.values():  # the translator's view cache
             if view.schema is schema:
-                types = {c.name.O: c.type for c in view.writable}
-                spec = TableSpec(*self.filters.route(schema.database, schema.table),
-                                 tuple(ColumnSpec.of(name, types[name])
-                                       for name in schema.columns))
+                cols = {c.name.O: c for c in view.writable}
+                spec = TableSpec(
+                    *self.filters.route(schema.database, schema.table),
+                    tuple(ColumnSpec.of(name, cols[name].type,
+                                        fill_default(cols[name], translator.tz))
+                          for name in schema.columns),
+                    tuple((k.name, k.columns, k.primary) for k in schema.unique_keys),
+                    view.info.handle_kind)
                 self._specs[key] = (schema, spec)
                 return spec
         raise SchemaError(f"no column types for {schema.database}.{schema.table}: its table "

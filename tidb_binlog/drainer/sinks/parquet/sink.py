@@ -40,7 +40,11 @@ once. ``close()`` with a transaction open commits what came before it and discar
 
 **DDL.** Buffers are flushed first, then the manifest records the DDL (``ddls``) with
 its commit_ts and the new schema version; the next row of a changed table starts a
-new ``schemas`` entry, and files of the new version.
+new ``schemas`` entry (its ``min_commit_ts`` that row's), and files of the new version.
+An entry describes the table as :func:`~.arrow.schema_fields` does (columns with types,
+nullability and defaults; keys; handle): a change of any of those starts a new entry.
+An entry of an older sink (no ``nullable``/``default``, no keys) at the very schema
+version being written is completed in place (the same TableInfo), not repeated.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ import pyarrow.parquet as pq
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.pipeline.gate import SequenceGate
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
-from tidb_binlog.drainer.sinks.parquet.arrow import BatchBuilder, TableSpec, mysql_type_name
+from tidb_binlog.drainer.sinks.parquet.arrow import BatchBuilder, TableSpec, schema_fields
 from tidb_binlog.drainer.sinks.parquet.compact import LakeLock
 from tidb_binlog.drainer.sinks.parquet.manifest import (
     Manifest,
@@ -135,6 +139,7 @@ class ParquetLake:
         self._pending_rows = 0
         self._pending_bytes = 0
         self._spills: dict[tuple[TableSpec, str], _Spill] = {}
+        self._fields: dict[TableSpec, dict] = {}  # schema_fields per spec (a cache)
         self._open_txn = 0        # commit_ts of a large transaction whose chunks came in
         self._last_flush_s = 0.0
         self.spilled_rows = 0     # rows appended to temp files (large transactions)
@@ -261,8 +266,8 @@ class ParquetLake:
         new_files, new_schemas = [], []
         seq = len(manifest.files)
         for (spec, date), builder in self._groups.items():
-            version = self._schema_entry(manifest, spec, new_schemas)
             first = self._group_first[(spec, date)]
+            version = self._schema_entry(manifest, spec, new_schemas, first)
             spill = self._spills.pop((spec, date), None)
             last = builder.commit_ts[-1] if len(builder) else spill.last_ts
             rows = len(builder) + (spill.rows if spill is not None else 0)
@@ -356,25 +361,35 @@ class ParquetLake:
         self._open_txn = 0
         self._drop_buffer()
 
-    def _schema_entry(self, manifest: Manifest, spec: TableSpec, new: list[dict]) -> int:
-        """The schema version a file of ``spec`` is listed under (a new entry when the
-        table's columns differ from its latest one)."""
-        columns = [{"name": c.name, "mysql_type": mysql_type_name(c),
-                    "arrow_type": str(t.type)}
-                   for c, t in zip(spec.columns, BatchBuilder(spec).schema.field("after").type,
-                                   strict=True)]
+    def _schema_entry(self, manifest: Manifest, spec: TableSpec, new: list[dict],
+                      first: int) -> int:
+        """The schema version a file of ``spec`` (its first row at commit_ts ``first``) is
+        listed under: the table's latest entry when it describes ``spec``, else a new one
+        (module doc)."""
+        fields = self._fields.get(spec)
+        if fields is None:
+            if len(self._fields) > 4096:
+                self._fields.clear()
+            fields = self._fields[spec] = schema_fields(spec)
         for entry in reversed(new):
             if (entry["database"], entry["table"]) == (spec.database, spec.table):
-                if entry["columns"] == columns:
+                if _describes(entry, fields):
+                    entry["min_commit_ts"] = min(entry["min_commit_ts"], first)
                     return entry["schema_version"]
                 break
         else:
             latest = manifest.latest_schema(spec.database, spec.table)
-            if latest is not None and latest["columns"] == columns:
-                return latest["schema_version"]
+            if latest is not None:
+                if _describes(latest, fields):
+                    return latest["schema_version"]
+                if (latest["schema_version"] == self.schema_version
+                        and _completes(latest, fields)):
+                    latest.update(fields)
+                    latest.setdefault("min_commit_ts", manifest.entry_min_commit_ts(latest))
+                    return latest["schema_version"]
         version = self.schema_version
         new.append({"database": spec.database, "table": spec.table, "schema_version": version,
-                    "columns": columns})
+                    "min_commit_ts": first, **fields})
         return version
 
     def _commit_ddl(self, commit_ts: int, ddl: tuple, version: int) -> None:
@@ -407,6 +422,23 @@ class ParquetLake:
         if self.manifest is None:
             raise StorageError("the parquet sink is not open: reset() it first")
         return self.manifest
+
+
+def _describes(entry: dict, fields: dict) -> bool:
+    """Whether a ``schemas`` entry says what ``fields`` (:func:`~.arrow.schema_fields`) says."""
+    return all(entry.get(k) == v for k, v in fields.items())
+
+
+def _layout(columns: list[dict]) -> list[tuple]:
+    return [(c["name"], c["mysql_type"], c["arrow_type"]) for c in columns]
+
+
+def _completes(entry: dict, fields: dict) -> bool:
+    """Whether ``fields`` only adds to an older sink's entry what it did not record (the
+    same columns and types; no nullability, defaults or keys in it)."""
+    return ("unique_keys" not in entry and "handle" not in entry
+            and all("nullable" not in c and "default" not in c for c in entry["columns"])
+            and _layout(entry["columns"]) == _layout(fields["columns"]))
 
 
 class ParquetSink:
