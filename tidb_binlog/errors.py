@@ -13,7 +13,8 @@ the foreign library, with the original kept as ``__cause__``.
     │   └── ClusterIDMismatch        "cluster ID are mismatch"
     ├── StorageError                 pump storage (vlog, index), binlog files
     │   ├── CorruptRecord            a vlog / binlog-file record failed magic/length/CRC
-    │   │   └── DamagedBinlog        a pull met an acknowledged binlog it cannot serve (names ts)
+    │   │   ├── DamagedBinlog        a pull met an acknowledged binlog it cannot serve (names ts)
+    │   │   └── TornTail             a binlog file ends in a record cut short, no writer at it
     │   ├── DiskSpaceError           "no available space" guard
     │   └── PurgedError              a request below gc_ts
     ├── StateError                   an action the node state forbids ("no online: paused")
@@ -57,6 +58,7 @@ __all__ = [
     "StorageError",
     "CorruptRecord",
     "DamagedBinlog",
+    "TornTail",
     "DiskSpaceError",
     "PurgedError",
     "StateError",
@@ -144,6 +146,16 @@ class DamagedBinlog(CorruptRecord):
     resume after it only by an operator's decision)."""
 
     _fields = ("path", "offset", "ts")
+
+
+class TornTail(CorruptRecord):
+    """The newest binlog file ends in a record cut short (a crash mid-write, a copy taken
+    while the file was written, bytes lost) and no writer holds the directory's lock, so
+    it is no write in progress: the transaction there is missing. ``offset`` is where the
+    cut record starts in ``path``; ``commit_ts`` is the last whole record's before it (0:
+    none). reparo stops with it unless told to accept the cut (``allow-torn-tail``)."""
+
+    _fields = ("path", "offset", "commit_ts")
 
 
 class DiskSpaceError(StorageError):

@@ -1,19 +1,21 @@
 """reparo into a real MariaDB (no Ray): DDL and DML records applied through the drainer's
 loader, safe-mode reruns, the errors a user meets (table missing downstream, duplicate key
-without safe mode, unreachable destination) as the CLI prints them."""
+without safe mode, unreachable destination, a damaged record, a torn tail) as the CLI
+prints them, and what is applied before a damaged record or a torn tail."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from tidb_binlog.binlogfile import Binlogger
+from tidb_binlog.binlogfile import Binlogger, encode_record, walk
 from tidb_binlog.codec import Datum, encode_value
 from tidb_binlog.config.reparo import load_reparo_config
 from tidb_binlog.drainer.translate.pb import ddl_record
-from tidb_binlog.errors import DownstreamError, ProtocolError, SchemaError
+from tidb_binlog.errors import CorruptRecord, DownstreamError, ProtocolError, SchemaError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 from tidb_binlog.reparo import apply as reparo_apply
 from tidb_binlog.reparo.runner import run_reparo
@@ -177,5 +179,97 @@ def test_large_transactions_apply_in_chunks_as_whole_ones(mariadb, tmp_path, mon
         with pytest.raises(ProtocolError, match="event 2000 .* at commit_ts 10"):
             run_reparo(config(tmp_path / "g", mariadb, **{"large-record-bytes": 10_000}))
         assert rows(mariadb, db) == ()
+    finally:
+        drop(mariadb, db)
+
+
+AFTER_11 = ((2, "x"), (3, "v3"), *((i, f"v{i}") for i in range(4, 31)), (100, "moved"))
+AFTER_12 = ((2, "x"), *((i, f"v{i}") for i in range(4, 31)), (100, "moved"))
+
+
+def record_starts(d) -> list[int]:
+    """Where each record of the (one) file starts."""
+    return [0, *(pos.offset for pos, _ in walk(d))][:-1]
+
+
+def test_crc_damage_applies_every_record_before_it(mariadb, tmp_path):
+    """The defect: at a damaged record the workers' queued rows were dropped and the
+    reported point ("everything up to commit_ts X is applied") lay well before the
+    damage (6 here: 11 and most of 10 were read but not applied). Now the intact prefix
+    is applied first and the point is the last record before the damage."""
+    db = "reparo_it_d"
+    drop(mariadb, db)
+    d = tmp_path / "f"
+    write_files(d, db)
+    seg = sorted(d.glob("binlog-*"))[0]
+    at = record_starts(d)[4]  # commit_ts 12, with 13 after it
+    data = bytearray(seg.read_bytes())
+    data[at + 12 + 3] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    try:
+        with pytest.raises(CorruptRecord) as info:
+            run_reparo(config(d, mariadb))
+        msg = str(info.value)
+        assert msg.startswith(f"corrupt binlog record in {seg} at offset {at}: CRC mismatch")
+        assert msg.endswith("[reparo stopped: every record before the damage is applied, up to "
+                            "commit_ts 11 (1970-01-01 00:00:00 UTC); restore the file from a "
+                            "copy and rerun with start-tso = 12, or set skip-corrupt = true to "
+                            "skip the damaged bytes]")
+        assert rows(mariadb, db) == AFTER_11
+    finally:
+        drop(mariadb, db)
+
+
+def reparo_cli(toml, *flags):
+    return subprocess.run([sys.executable, "-m", "tidb_binlog.cli.main", "reparo", "--config",
+                           str(toml), *flags], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_torn_tail_into_mariadb(mariadb, tmp_path):
+    """The newest file lost its last 3 bytes (the last transaction, commit_ts 13): exit 1
+    naming the file, the offset and the last commit_ts applied, everything before it
+    applied; exit 0 with --allow-torn-tail, and exit 0 while a writer holds the lock."""
+    db = "reparo_it_e"
+    drop(mariadb, db)
+    d = tmp_path / "f"
+    write_files(d, db)
+    seg = sorted(d.glob("binlog-*"))[0]
+    at = record_starts(d)[5]
+    size = seg.stat().st_size
+    os.truncate(seg, size - 3)
+    toml = tmp_path / "reparo.toml"
+    toml.write_text(f'data-dir = "{d}"\ndest-type = "mysql"\nworker-count = 3\ntxn-batch = 4\n'
+                    f'[dest-db]\nhost = "{mariadb.host}"\nport = {mariadb.port}\n'
+                    f'user = "{mariadb.user}"\npassword = "{mariadb.password}"\n')
+    try:
+        proc = reparo_cli(toml)
+        assert proc.returncode == 1, proc
+        err = proc.stderr
+        assert (f"tidb-binlog reparo: TornTail: {seg} ends in a record cut short at offset "
+                f"{at} ({size - 3 - at} bytes to the end of the file), after commit_ts 12 "
+                "(1970-01-01 00:00:00 UTC)") in err, err
+        assert "everything up to commit_ts 12 (1970-01-01 00:00:00 UTC) is applied" in err
+        assert "pass --allow-torn-tail (reparo.toml allow-torn-tail = true)" in err
+        assert "restore the file from a copy and rerun with start-tso = 13" in err
+        assert "reparo: commit_ts 5 (1970-01-01 00:00:00 UTC) .. 12 (1970-01-01" in err
+        assert rows(mariadb, db) == AFTER_12
+        drop(mariadb, db)
+        proc = reparo_cli(toml, "--allow-torn-tail")
+        assert proc.returncode == 0, proc
+        assert (f"reparo: torn tail accepted (allow-torn-tail): {seg} ends in a record cut "
+                f"short at offset {at} ({size - 3 - at} bytes), after commit_ts 12") in \
+            proc.stderr
+        assert rows(mariadb, db) == AFTER_12
+        # a drainer at the directory (here this process's writer, holding .lock) with a
+        # record half appended: a write in progress, not a loss
+        drop(mariadb, db)
+        with Binlogger(d) as b:  # (it drops the torn tail at open, as the file sink does)
+            with open(b.path, "ab") as f:
+                f.write(encode_record(dml(13, db, pb.Insert, [(3, None)]))[:20])
+            proc = reparo_cli(toml)
+        assert proc.returncode == 0, proc
+        assert (f"reparo: {seg} is being written by a live drainer (it holds the directory's "
+                f".lock): read up to offset {at}, after commit_ts 12") in proc.stderr
+        assert rows(mariadb, db) == AFTER_12
     finally:
         drop(mariadb, db)

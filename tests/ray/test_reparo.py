@@ -10,7 +10,9 @@ upstream (tidb_binlog/compare.py):
 - everything in one run (8 workers) into B, emptied, equals the final upstream;
 - phase 2 holds a transaction of 3 000 rows, which the runs after it read in place
   (``large-record-bytes`` = 64 KiB) and apply in chunks;
-- a damaged byte in a segment stops the CLI naming the file and the offset.
+- a damaged byte in a segment stops the CLI naming the file and the offset;
+- the newest file cut short by 3 bytes stops it too (a torn tail), unless
+  ``--allow-torn-tail``.
 
 The workloads cover every type family (all_types), a table without primary key, primary
 key changes and unique-key swaps (random_dml, applied by several workers) and DDL
@@ -18,6 +20,7 @@ interleaved with DML (ddl)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +33,7 @@ from tidb_binlog.compare import compare_databases
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.config.reparo import load_reparo_config
 from tidb_binlog.reparo.runner import run_reparo
+from tidb_binlog.reparo.source import read_records
 from tidb_binlog.upstream import Upstream, workload
 
 pytestmark = pytest.mark.timeout(600)
@@ -150,6 +154,23 @@ def test_drainer_files_restore_whole_and_to_a_point(ray_local, mariadb_factory, 
         proc = cli("--data-dir", str(broken))
         assert proc.returncode == 1
         assert f"corrupt binlog record in {segment} at offset " in proc.stderr, proc.stderr
+
+        # the newest file without its last 3 bytes and no drainer at the copy: the last
+        # transaction is lost, the CLI says where (file, offset, the commit_ts before it)
+        # and exits 1, unless --allow-torn-tail accepts the cut
+        torn = tmp_path / "torn"
+        shutil.copytree(files, torn, ignore=shutil.ignore_patterns(".lock", "savepoint"))
+        newest = sorted(torn.glob("binlog-*"))[-1]
+        os.truncate(newest, newest.stat().st_size - 3)
+        proc = cli("--data-dir", str(torn))
+        assert proc.returncode == 1, proc.stderr
+        assert f"TornTail: {newest} ends in a record cut short at offset " in proc.stderr
+        stamps = [rec.commit_ts for _, rec in read_records(files)]
+        assert stamps[-1] == full.last_ts  # the cut one; the error names the one before
+        assert f"after commit_ts {stamps[-2]} (" in proc.stderr, proc.stderr
+        proc = cli("--data-dir", str(torn), "--allow-torn-tail")
+        assert proc.returncode == 0, proc.stderr
+        assert f"reparo: torn tail accepted (allow-torn-tail): {newest} " in proc.stderr
     finally:
         if drainer is not None:
             drainer.stop()

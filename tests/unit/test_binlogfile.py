@@ -4,8 +4,10 @@ sync, truncate, GC) and the reader (corruption skipped and counted)."""
 from __future__ import annotations
 
 import datetime
+import fcntl
 import os
 import struct
+import threading
 
 import google_crc32c
 import pytest
@@ -21,7 +23,9 @@ from tidb_binlog.binlogfile import (
     framing,
     parse_binlog_name,
     walk,
+    writer_holds_lock,
 )
+from tidb_binlog.binlogfile import binlogger as binlogger_module
 from tidb_binlog.binlogfile.files import BadBinlogName, is_contiguous
 from tidb_binlog.errors import CorruptRecord, StorageError
 
@@ -99,6 +103,40 @@ def test_directory_lock_refuses_second_writer(tmp_path):
     Binlogger(tmp_path).close()  # released on close
 
 
+def test_writer_holds_lock_tells_a_live_writer(tmp_path):
+    """What reparo asks before it calls a cut record at the end a write in progress:
+    True exactly while a Binlogger has the directory open (its flock on .lock, another
+    open file description here, as a drainer in another process)."""
+    assert not writer_holds_lock(tmp_path)  # no .lock: never had a writer (a copy)
+    with Binlogger(tmp_path):
+        assert writer_holds_lock(tmp_path)
+        assert writer_holds_lock(tmp_path)  # the probe left nothing behind
+    assert (tmp_path / ".lock").exists() and not writer_holds_lock(tmp_path)
+    Binlogger(tmp_path).close()  # nor does it keep a writer out
+
+
+def test_a_probe_in_progress_does_not_make_a_writer_fail(tmp_path, monkeypatch):
+    """The probe holds a shared flock for an instant; a writer opening then waits for it
+    (LOCK_WAIT_S) instead of reporting the directory in use."""
+    Binlogger(tmp_path).close()
+    fd = os.open(tmp_path / ".lock", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a probe, caught in the middle
+        monkeypatch.setattr(binlogger_module, "LOCK_WAIT_S", 0.0)
+        with pytest.raises(StorageError, match="in use by another writer"):
+            Binlogger(tmp_path)
+        monkeypatch.setattr(binlogger_module, "LOCK_WAIT_S", 60.0)
+        opened: list = []
+        writer = threading.Thread(target=lambda: opened.append(Binlogger(tmp_path)))
+        writer.start()
+        fcntl.flock(fd, fcntl.LOCK_UN)  # the probe ends
+        writer.join(60)
+    finally:
+        os.close(fd)
+    assert len(opened) == 1 and writer_holds_lock(tmp_path)
+    opened[0].close()
+
+
 def test_rotation_and_walk_across_segments(tmp_path):
     with Binlogger(tmp_path, max_file_size_bytes=60) as b:
         positions = b.write_many(_payloads(7))
@@ -123,6 +161,7 @@ def test_torn_tail_is_truncated_on_open_and_eof_for_readers(tmp_path):
     stats = WalkStats()
     assert [p for _, p in walk(tmp_path, stats=stats)] == _payloads(2)
     assert stats.torn_tail and stats.corrupt == 0
+    assert stats.torn_at == (str(path), 52, 20)  # where the cut record starts, its bytes
     with Binlogger(tmp_path) as b:
         assert b.truncated_bytes == 20
         assert b.position == Pos(0, 52)

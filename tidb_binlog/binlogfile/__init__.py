@@ -7,12 +7,19 @@ Used by the drainer's file sink (``db-type = "file"``, payloads are
 - :mod:`~tidb_binlog.binlogfile.files`: segment names, :class:`Pos`.
 - :mod:`~tidb_binlog.binlogfile.reader`: :func:`walk` from a position, corruption counted.
 - :mod:`~tidb_binlog.binlogfile.binlogger`: :class:`Binlogger`, the one writer of a
-  directory (lock, torn-tail repair, rotation, sync, truncate, GC).
+  directory (lock, torn-tail repair, rotation, sync, truncate, GC);
+  :func:`writer_holds_lock`: whether one has the directory open.
 
 Nothing here imports ray.
 """
 
-from tidb_binlog.binlogfile.binlogger import LOCK_FILE, SEGMENT_SIZE_BYTES, Binlogger
+from tidb_binlog.binlogfile.binlogger import (
+    LOCK_FILE,
+    LOCK_WAIT_S,
+    SEGMENT_SIZE_BYTES,
+    Binlogger,
+    writer_holds_lock,
+)
 from tidb_binlog.binlogfile.files import (
     Pos,
     binlog_name,
@@ -23,6 +30,6 @@ from tidb_binlog.binlogfile.files import (
 from tidb_binlog.binlogfile.framing import MAGIC, RECORD_OVERHEAD, encode_record
 from tidb_binlog.binlogfile.reader import RecordSource, WalkStats, walk
 
-__all__ = ["Binlogger", "SEGMENT_SIZE_BYTES", "LOCK_FILE", "Pos", "binlog_name", "binlog_names",
-           "is_contiguous", "parse_binlog_name", "MAGIC", "RECORD_OVERHEAD", "encode_record",
-           "RecordSource", "WalkStats", "walk"]
+__all__ = ["Binlogger", "SEGMENT_SIZE_BYTES", "LOCK_FILE", "LOCK_WAIT_S", "writer_holds_lock",
+           "Pos", "binlog_name", "binlog_names", "is_contiguous", "parse_binlog_name", "MAGIC",
+           "RECORD_OVERHEAD", "encode_record", "RecordSource", "WalkStats", "walk"]

@@ -1,8 +1,9 @@
 """The writer of a binlog directory: :class:`Binlogger` (TiDB Binlog's ``OpenBinlogger``).
 
 **Open.** ``Binlogger(directory, max_file_size_bytes)`` creates the directory,
-takes an exclusive ``flock`` on ``<directory>/.lock`` (a second writer gets a
-:class:`~tidb_binlog.errors.StorageError` at once), checks that the segments
+takes an exclusive ``flock`` on ``<directory>/.lock`` and holds it until
+:meth:`close` (a second writer gets a :class:`~tidb_binlog.errors.StorageError`
+after :data:`LOCK_WAIT_S`, the time a reader's probe may hold it), checks that the segments
 are contiguous, and appends to the newest one (``binlog-0000000000000000-<now>``
 in an empty directory). The newest segment is scanned first: a *torn tail*
 (damage running to its end: a record cut short by a crash, or garbage after
@@ -29,6 +30,13 @@ what it wrote after its last durable checkpoint, then writes it again).
 this directory. :meth:`gc_by_time` removes segments whose mtime is older than
 the retention; :meth:`gc_by_pos` those with a suffix below a position's; both
 always keep the newest segment. :meth:`close` syncs and releases the lock.
+
+**Is a writer at it?** :func:`writer_holds_lock` tells a reader whether a
+Binlogger (in any process) has the directory open: a record cut short at the end
+of the newest segment is then a write in progress, else a crash or lost bytes
+(reparo's torn-tail check). It probes with a non-blocking *shared* ``flock`` on
+``.lock``, released at once; a writer opening in that instant waits for it
+(:data:`LOCK_WAIT_S`) rather than failing.
 """
 
 from __future__ import annotations
@@ -52,7 +60,7 @@ from tidb_binlog.binlogfile.framing import (
 from tidb_binlog.binlogfile.reader import WalkStats, segments, walk
 from tidb_binlog.errors import StorageError
 
-__all__ = ["Binlogger", "SEGMENT_SIZE_BYTES", "LOCK_FILE"]
+__all__ = ["Binlogger", "SEGMENT_SIZE_BYTES", "LOCK_FILE", "LOCK_WAIT_S", "writer_holds_lock"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +69,36 @@ SEGMENT_SIZE_BYTES = 512 << 20
 
 LOCK_FILE = ".lock"
 """Held with an exclusive flock by the one writer of the directory while it is open."""
+
+LOCK_WAIT_S = 1.0
+"""How long an opening writer retries a held lock before it reports the directory in use
+(a reader's :func:`writer_holds_lock` holds a shared lock for microseconds)."""
+
+
+def writer_holds_lock(directory: str | os.PathLike) -> bool:
+    """True while a :class:`Binlogger` has ``directory`` open (it holds ``.lock``): the
+    newest segment is being appended to. Never blocks and leaves no lock behind (module
+    doc); a directory without ``.lock`` never had a writer here (a copy) and has none."""
+    path = Path(directory) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StorageError(f"cannot open the writer's lock file {path} to see whether a "
+                           f"drainer is writing there: {exc}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError as exc:
+            raise StorageError(f"cannot test the writer's lock {path} (flock: {exc}); the "
+                               "file system may not support locks") from exc
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 class Binlogger:
@@ -102,13 +140,22 @@ class Binlogger:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StorageError(f"cannot open the lock file {path}: {exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            raise StorageError(f"binlog directory {self.dir} is in use by another writer (the "
-                               f"lock {path} is held); stop it or choose another dir") from exc
-        return fd
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError as exc:  # another writer, or a reader's probe for an instant
+                if time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    continue
+                os.close(fd)
+                raise StorageError(f"binlog directory {self.dir} is in use by another writer "
+                                   f"(the lock {path} is held); stop it or choose another "
+                                   "dir") from exc
+            except OSError as exc:
+                os.close(fd)
+                raise StorageError(f"cannot lock {path}: {exc}") from exc
 
     def _open_segment(self, suffix: int, path: Path, *, create: bool) -> None:
         flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0)

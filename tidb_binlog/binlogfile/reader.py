@@ -12,7 +12,11 @@ What it does with bad bytes (counted in :class:`WalkStats`, never an IndexError)
   (``corrupt``; TiDB's ``corruption_binlog_count``); ``strict=True`` raises
   :class:`~tidb_binlog.errors.CorruptRecord` naming the file and offset instead;
 - a partial record at the end of the *last* segment is a write in progress (or
-  torn by a crash): the walk ends there, nothing counted (``torn_tail``);
+  torn by a crash, or bytes lost from a copy): the walk ends there, nothing
+  counted (``torn_tail``, and ``torn_at`` = the file, the offset where the cut
+  record starts and its bytes there). Which of those it is the walk cannot tell;
+  a reader that must know asks whether a writer holds the directory's lock
+  (:func:`~tidb_binlog.binlogfile.binlogger.writer_holds_lock`);
 - damage running to the end of an earlier segment is corruption: counted, and
   the walk goes on with the next segment (TiDB stops with an error there; a
   reader that must not skip anything passes ``strict=True``).
@@ -58,6 +62,7 @@ class WalkStats:
     corrupt: int = 0
     skipped_bytes: int = 0
     torn_tail: bool = False
+    torn_at: tuple[str, int, int] | None = None  # (file, offset, bytes) of the cut record
     corruptions: list[tuple[str, int, str]] = field(default_factory=list)  # (file, offset, why)
 
 
@@ -173,6 +178,7 @@ def _walk_segment(path: Path, suffix: int, offset: int, is_last: bool, stats: Wa
                 continue
             if item.torn and is_last and item.reason == "partial":
                 stats.torn_tail = True
+                stats.torn_at = (str(path), item.offset, item.end - item.offset)
                 return
             _corrupt(path, item, stats, strict)
     finally:
@@ -183,8 +189,9 @@ def _corrupt(path: Path, damage: Damage, stats: WalkStats, strict: bool) -> None
     why = {"magic": "magic mismatch", "crc": "CRC mismatch",
            "partial": "record runs past the end of the file"}[damage.reason]
     if strict:
+        upto = "to the end of the file" if damage.torn else "up to the next record"
         raise CorruptRecord(f"corrupt binlog record in {path} at offset {damage.offset}: {why} "
-                            f"({damage.end - damage.offset} bytes up to the next record)",
+                            f"({damage.end - damage.offset} bytes {upto})",
                             path=str(path), offset=damage.offset)
     stats.corrupt += 1
     stats.skipped_bytes += damage.end - damage.offset

@@ -11,11 +11,15 @@ local time, "2006-01-02 15:04:05") and the tables the replicate-do/ignore rules
 keep, and applies them to [dest-db] (dest-type = "mysql": worker-count
 connections, txn-batch row changes per transaction, safe-mode for REPLACE) or prints
 them (dest-type = "print"). The downstream must already hold the tables as of the
-start (the snapshot the drainer started from). Prints a summary on stderr; exit 0 when
-everything in range was applied, 1 on an error (it names the file and offset of a
-damaged record, the commit_ts of a refused statement, and up to where the downstream
-is restored), 2 on a bad command line. Keys: reparo.toml, "reparo" in
-tidb_binlog/CONFIG.md.
+start (the snapshot the drainer started from). Prints a summary on stderr (also before
+an error, when records were read); exit 0 when everything in range was applied, 1 on an
+error (it names the file and offset of a damaged record, the commit_ts of a refused
+statement, and up to where the downstream is restored; every record before a damaged
+one is applied first), 2 on a bad command line. A newest file ending in a record cut
+short (a torn tail) is an error too, naming the file, the offset and the last
+commit_ts restored, unless a drainer is writing that file (it holds the directory's
+.lock: a write in progress, noted in the summary) or --allow-torn-tail accepts it.
+Keys: reparo.toml, "reparo" in tidb_binlog/CONFIG.md.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ _FLAG_KEYS = {
     "worker_count": "worker-count",
     "safe_mode": "safe-mode",
     "skip_corrupt": "skip-corrupt",
+    "allow_torn_tail": "allow-torn-tail",
     "large_record_bytes": "large-record-bytes",
     "log_file": "log-file",
 }
@@ -72,6 +77,10 @@ def register(sub) -> None:
     p.add_argument("--skip-corrupt", action="store_const", const=True,
                    help="skip damaged records (each reported with file and offset) instead "
                    "of stopping at the first")
+    p.add_argument("--allow-torn-tail", action="store_const", const=True,
+                   help="accept a record cut short at the end of the newest file when no "
+                   "drainer is writing it (a crash mid-write, a copy taken while it wrote): "
+                   "reported in the summary, exit 0; without it that is an error")
     p.add_argument("--large-record-bytes", metavar="SIZE",
                    help="a record (one upstream transaction) of this size or more, e.g. "
                    "8388608 or '8 MiB', is read in place and applied in chunks of "
@@ -86,7 +95,8 @@ def run(args) -> int:
     from tidb_binlog.config.reparo import load_reparo_config
 
     # Deferred (start-up time), as above.
-    from tidb_binlog.reparo.runner import run_reparo, summary_lines
+    from tidb_binlog.errors import BinlogError
+    from tidb_binlog.reparo.runner import ReparoResult, run_reparo, summary_lines
 
     overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
                  if getattr(args, flag, None) is not None}
@@ -94,11 +104,21 @@ def run(args) -> int:
     _configure_logging(cfg.log_level, cfg.log_file)
     log.info("reparo: data-dir %s, dest-type %s%s", cfg.data_dir, cfg.dest_type,
              f", dest-db {cfg.dest_db.where()}" if cfg.dest_type == "mysql" else "")
-    result = run_reparo(cfg)
-    sys.stdout.flush()
-    for line in summary_lines(result):
-        print(line, file=sys.stderr)
+    result = ReparoResult()
+    try:
+        run_reparo(cfg, result=result)
+    except BinlogError:
+        if result.records or result.torn_tail is not None:  # what was restored before it
+            _summary(summary_lines(result))
+        raise
+    _summary(summary_lines(result))
     return 0
+
+
+def _summary(lines: list[str]) -> None:
+    sys.stdout.flush()
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def _configure_logging(level: str, log_file: str) -> None:

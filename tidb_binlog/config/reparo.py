@@ -5,10 +5,11 @@ TiDB Binlog's ``reparo/config.go`` keys and defaults (``data-dir``, ``log-file``
 ``safe-mode``, ``start-datetime`` / ``stop-datetime``, ``start-tso`` / ``stop-tso``,
 ``replicate-do-db``, ``[[replicate-do-table]]``, ``replicate-ignore-db``,
 ``[[replicate-ignore-table]]`` with ``db-name`` / ``tbl-name``, ``[dest-db]`` host,
-port, user, password), plus ours: ``skip-corrupt``, ``large-record-bytes``, ``[dest-db] time-zone`` and
-``[dest-db.security]`` ``ssl-ca`` / ``ssl-cert`` / ``ssl-key`` (TLS to the MySQL/TiDB
-restored into, read as drainer.toml's ``[syncer.to.security]``; TiDB's reparo has none). The same
-strict rules as the other files: an unknown key is an error naming the key and the file;
+port, user, password), plus ours: ``skip-corrupt``, ``allow-torn-tail``, ``large-record-bytes``,
+``[dest-db] time-zone`` and ``[dest-db.security]`` ``ssl-ca`` / ``ssl-cert`` / ``ssl-key``
+(TLS to the MySQL/TiDB restored into, read as drainer.toml's ``[syncer.to.security]``;
+TiDB's reparo has none). The same strict rules as the other files: an unknown key is an
+error naming the key and the file;
 ``overrides`` (the command-line flags, dotted keys or TiDB's flag names ``c`` and ``L``)
 win over the file.
 
@@ -102,6 +103,9 @@ class ReparoConfig:
     stop_tso: int = _opt("stop-tso", _int_kind(0, (1 << 63) - 1), 0)
     # Ours: skip damaged records (reported with file and offset) instead of stopping.
     skip_corrupt: bool = _opt("skip-corrupt", _BOOL, False)
+    # Ours: a record cut short at the end of the newest file, with no drainer writing
+    # there, is reported and the run still succeeds (else it stops with TornTail).
+    allow_torn_tail: bool = _opt("allow-torn-tail", _BOOL, False)
     # Ours: a record of this many bytes or more is read in place, never whole (0 = off).
     large_record_bytes: int = _opt("large-record-bytes", _bytes_kind(), 8 << 20)
     replicate_do_db: tuple[str, ...] = _opt("replicate-do-db", _NAMES, ())

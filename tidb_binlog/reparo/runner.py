@@ -22,7 +22,22 @@ What the downstream ends up with is the same as for a whole record.
 
 On a failure after records were applied the error says up to which commit_ts the
 downstream holds everything (``start-tso`` for the next run; with ``safe-mode = true`` a
-rerun over already-applied rows is harmless).
+rerun over already-applied rows is harmless). A failure of the read (a damaged record,
+:class:`~tidb_binlog.errors.CorruptRecord`; a record that does not decode) is not the
+downstream's: every record before it is applied first (the applier finished), so that
+commit_ts is the last record before the damage, not wherever the workers happened to be.
+
+**A torn tail** (the newest file ends in a record cut short) ends the read. Everything
+before it is applied, then:
+
+- a drainer holds the directory's lock (``.lock``, the
+  :class:`~tidb_binlog.binlogfile.Binlogger`'s flock, tested before the read and at the
+  cut: :func:`~tidb_binlog.binlogfile.writer_holds_lock`): a write in progress; the
+  summary says where the read stopped and the run succeeds;
+- else the transaction there is lost (a crash mid-write, a copy cut short):
+  :class:`~tidb_binlog.errors.TornTail` naming the file, the offset, the last commit_ts
+  read and restored, and what to do; with ``allow-torn-tail`` it is reported in the
+  summary instead and the run succeeds.
 """
 
 from __future__ import annotations
@@ -32,12 +47,13 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from tidb_binlog.binlogfile import WalkStats
+from tidb_binlog.binlogfile import LOCK_FILE, WalkStats, writer_holds_lock
 from tidb_binlog.config.reparo import DEST_DB_TLS_SECTION, ReparoConfig
 from tidb_binlog.drainer.apply.dml import Txn
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
-from tidb_binlog.errors import BinlogError
+from tidb_binlog.errors import BinlogError, CorruptRecord, TornTail
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 from tidb_binlog.reparo.apply import MysqlApplier
 from tidb_binlog.reparo.decode import LargeRecord, binlog_to_txn
@@ -47,7 +63,7 @@ from tidb_binlog.reparo.source import read_records, select_segments
 from tidb_binlog.security import mysql_ssl
 from tidb_binlog.tso import extract_physical
 
-__all__ = ["ReparoResult", "run_reparo", "table_filter"]
+__all__ = ["ReparoResult", "run_reparo", "table_filter", "summary_lines", "torn_tail_message"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +81,12 @@ class ReparoResult:
     large_records: int = 0      # records of large-record-bytes or more, read in place
     first_ts: int = 0           # commit_ts of the first / last record printed or applied
     last_ts: int = 0
+    last_read_ts: int = 0       # commit_ts of the last record read in range (filtered too)
+    # (file, offset, bytes) of a record cut short at the end of the newest file, and
+    # what became of it: "live" (a drainer is writing it), "accepted" (allow-torn-tail)
+    # or "error" (TornTail raised)
+    torn_tail: tuple[str, int, int] | None = None
+    torn_tail_state: str = ""
     corruptions: list[tuple[str, int, str]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -81,20 +103,51 @@ def _ts_text(ts: int) -> str:
     return f"{ts} ({moment} UTC)"
 
 
-def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None) -> ReparoResult:
+class _Applying:
+    """The applier, and whether a call into it is under way: an error raised then is the
+    downstream's (or left a transaction half sent), so the records before it are not
+    finished again on the way out."""
+
+    __slots__ = ("applier", "busy")
+
+    def __init__(self, applier: MysqlApplier):
+        self.applier = applier
+        self.busy = False
+
+    def add(self, txn: Txn) -> None:
+        self.busy = True
+        self.applier.add(txn)
+        self.busy = False
+
+    def add_chunks(self, commit_ts: int, chunks) -> int:
+        self.busy = True
+        rows = self.applier.add_chunks(commit_ts, chunks)
+        self.busy = False
+        return rows
+
+    def finish(self) -> None:
+        self.busy = True
+        self.applier.finish()
+        self.busy = False
+
+
+def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None,
+               result: ReparoResult | None = None) -> ReparoResult:
     """Run the restore (see the module doc); ``out`` takes the printed lines (default:
-    stdout)."""
+    stdout); ``result`` (default: a new one) is filled as the run goes, so a caller
+    still has the counts when it raises."""
     started = time.perf_counter()
-    result = ReparoResult()
+    result = result if result is not None else ReparoResult()
     picked = select_segments(cfg.data_dir, cfg.start_ts, cfg.stop_ts,
                              skip_corrupt=cfg.skip_corrupt,
                              large_record_bytes=cfg.large_record_bytes)
     result.files = [p.name for _, p in picked]
     log.info("reparo: %s, range [%s, %s], reading %d file(s): %s", cfg.dest_type,
              cfg.start_ts, cfg.stop_ts or "end", len(picked), ", ".join(result.files) or "-")
+    writer_live = writer_holds_lock(cfg.data_dir)  # a write may end while the files are read
     filt = table_filter(cfg)
     stats = WalkStats()
-    applier = None
+    applier = dest = None
     if cfg.dest_type == "mysql":
         d = cfg.dest_db
         applier = MysqlApplier(
@@ -103,6 +156,7 @@ def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None) -
                              ssl=mysql_ssl(d.security, DEST_DB_TLS_SECTION),
                              tls_section=DEST_DB_TLS_SECTION),
             worker_count=cfg.worker_count, txn_batch=cfg.txn_batch, safe_mode=cfg.safe_mode)
+        dest = _Applying(applier)
     try:
         if applier is not None:
             applier.check()
@@ -112,18 +166,19 @@ def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None) -
                                  skip_corrupt=cfg.skip_corrupt, picked=picked,
                                  large_record_bytes=cfg.large_record_bytes):
             result.records += 1
+            result.last_read_ts = b.commit_ts
             result.large_records += isinstance(b, LargeRecord)
             if isinstance(b, LargeRecord) and b.tp == pb.DML:
-                if applier is None:
+                if dest is None:
                     done = _print_large(b, filt, emit)
                 else:
-                    done = _apply_large(b, filt, applier, chunk_rows)
+                    done = _apply_large(b, filt, dest, chunk_rows)
                 if done is None:
                     result.filtered += 1
                     continue
                 _count(result, b.commit_ts, False, done)
             elif isinstance(b, LargeRecord):  # a DDL: its query is small, read whole
-                if applier is None:
+                if dest is None:
                     lines = format_ddl(b.ddl_query(), None if filt.empty else filt.skip)
                     for line in lines:
                         emit(line)
@@ -131,12 +186,12 @@ def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None) -
                 else:
                     txn = filt.filter_txn(b.txn())
                     if txn is not None:
-                        applier.add(txn)
+                        dest.add(txn)
                 if txn is None:
                     result.filtered += 1
                     continue
                 _count(result, b.commit_ts, True, 0)
-            elif applier is None:
+            elif dest is None:
                 lines = format_binlog(b, None if filt.empty else filt.skip)
                 if not lines:
                     result.filtered += 1
@@ -150,25 +205,112 @@ def run_reparo(cfg: ReparoConfig, *, out: Callable[[str], None] | None = None) -
                 if txn is None:
                     result.filtered += 1
                     continue
-                applier.add(txn)
+                dest.add(txn)
                 _count(result, b.commit_ts, txn.ddl is not None, len(txn.dmls))
             log.debug("sync binlog success ts=%s", _ts_text(b.commit_ts))
-        if applier is not None:
-            applier.finish()
+        if stats.torn_at is not None and not (cfg.stop_ts and result.last_read_ts >= cfg.stop_ts):
+            result.torn_tail = stats.torn_at  # (a cut after the stop leaves the range whole)
+            live = writer_live or writer_holds_lock(cfg.data_dir)
+            result.torn_tail_state = ("live" if live else
+                                      "accepted" if cfg.allow_torn_tail else "error")
+        if dest is not None:
+            dest.finish()
     except BinlogError as exc:
-        if applier is not None and result.applied_txns:
-            done = applier.applied_ts
-            where = (f"everything up to commit_ts {_ts_text(done)} is applied; rerun with "
-                     f"start-tso = {done + 1}" if done else "nothing was fully applied")
-            exc.message = f"{exc.message} [reparo stopped: {where}]"
-            exc.args = (exc.message,)
+        _stopped(exc, result, dest)
         raise
     finally:
         if applier is not None:
             applier.close()
         result.corruptions = list(stats.corruptions)
         result.seconds = time.perf_counter() - started
+    if result.torn_tail is not None:
+        path, offset, _ = result.torn_tail
+        if result.torn_tail_state == "error":
+            raise TornTail(torn_tail_message(result, cfg), path=path, offset=offset,
+                           commit_ts=result.last_read_ts)
+        log.warning("reparo: %s", _torn_tail_line(result))
     return result
+
+
+def _stopped(exc: BinlogError, result: ReparoResult, dest: _Applying | None) -> None:
+    """Finish what the read handed on before ``exc`` (unless the applier raised it) and
+    say in its message up to where the downstream is restored."""
+    if dest is None:
+        if result.applied_txns:
+            _note(exc, f"every record up to commit_ts {_ts_text(result.last_ts)} is printed")
+        return
+    read_side = not dest.busy
+    if read_side:  # not the downstream's: apply every record before the one that failed
+        try:
+            dest.finish()
+        except BinlogError as later:
+            read_side = False
+            exc.message = (f"{exc.message}; applying the records before it then failed: "
+                           f"{later}")
+    if not result.applied_txns:
+        if isinstance(exc, CorruptRecord):
+            _note(exc, "nothing was applied before it; restore the file from a copy, or "
+                       "set skip-corrupt = true to skip the damaged bytes")
+        return
+    done = dest.applier.applied_ts
+    if not done:
+        _note(exc, "nothing was fully applied")
+    elif read_side and isinstance(exc, CorruptRecord):
+        _note(exc, f"every record before the damage is applied, up to commit_ts "
+                   f"{_ts_text(done)}; restore the file from a copy and rerun with start-tso "
+                   f"= {done + 1}, or set skip-corrupt = true to skip the damaged bytes")
+    else:
+        _note(exc, f"everything up to commit_ts {_ts_text(done)} is applied; rerun with "
+                   f"start-tso = {done + 1}")
+
+
+def _note(exc: BinlogError, where: str) -> None:
+    exc.message = f"{exc.message} [reparo stopped: {where}]"
+    exc.args = (exc.message,)
+
+
+def _next_start(result: ReparoResult, cfg: ReparoConfig) -> str:
+    start = result.last_read_ts + 1 if result.last_read_ts else cfg.start_ts
+    return f"rerun with start-tso = {start}" if start else "rerun it"
+
+
+def _after(result: ReparoResult) -> str:
+    return (f"after commit_ts {_ts_text(result.last_read_ts)}" if result.last_read_ts
+            else "before any record in range")
+
+
+def torn_tail_message(result: ReparoResult, cfg: ReparoConfig) -> str:
+    """TornTail's message: where the cut is, what was restored, what the user can do."""
+    path, offset, size = result.torn_tail
+    if not result.applied_txns:
+        done = "nothing was restored"
+    elif cfg.dest_type == "mysql":
+        done = f"everything up to commit_ts {_ts_text(result.last_ts)} is applied"
+    else:
+        done = f"everything up to commit_ts {_ts_text(result.last_ts)} is printed"
+    return (f"{path} ends in a record cut short at offset {offset} ({size} bytes "
+            f"to the end of the file), {_after(result)}, and no drainer holds "
+            f"{Path(cfg.data_dir) / LOCK_FILE}, so it is no write in progress: the "
+            f"transaction there is missing from the restore. reparo stopped there; {done}. "
+            "If the cut is expected (the drainer crashed while writing it: it drops the cut "
+            "record and writes the transaction again when it restarts; or the files were "
+            "copied while it wrote), pass --allow-torn-tail (reparo.toml allow-torn-tail = "
+            f"true) to accept it; otherwise restore the file from a copy and "
+            f"{_next_start(result, cfg)}")
+
+
+def _torn_tail_line(result: ReparoResult) -> str:
+    path, offset, size = result.torn_tail
+    if result.torn_tail_state == "live":
+        later = (f" (start-tso = {result.last_read_ts + 1})" if result.last_read_ts else "")
+        return (f"{path} is being written by a live drainer (it holds the directory's "
+                f"{LOCK_FILE}): read up to offset {offset}, {_after(result)}; the record "
+                f"being written there is for a later run{later}")
+    if result.torn_tail_state == "accepted":
+        return (f"torn tail accepted (allow-torn-tail): {path} ends in a record cut short "
+                f"at offset {offset} ({size} bytes), {_after(result)}; it is not restored")
+    return (f"torn tail: {path} ends in a record cut short at offset {offset} ({size} bytes), "
+            f"{_after(result)}; not restored (see the error)")
 
 
 def _print_large(rec: LargeRecord, filt: TableFilter, emit) -> int | None:
@@ -186,7 +328,7 @@ def _print_large(rec: LargeRecord, filt: TableFilter, emit) -> int | None:
     return printed or None
 
 
-def _apply_large(rec: LargeRecord, filt: TableFilter, applier: MysqlApplier,
+def _apply_large(rec: LargeRecord, filt: TableFilter, applier: _Applying,
                  chunk_rows: int) -> int | None:
     """Apply a large DML record in chunks; the rows applied (None: the filter left none)."""
     for _ in rec.dmls():  # every row decodes: nothing of the record is applied yet
@@ -230,4 +372,6 @@ def summary_lines(result: ReparoResult) -> list[str]:
                      f"{_ts_text(result.last_ts)}")
     for path, offset, why in result.corruptions:
         lines.append(f"reparo: skipped damaged bytes in {path} at offset {offset} ({why})")
+    if result.torn_tail is not None:
+        lines.append(f"reparo: {_torn_tail_line(result)}")
     return lines

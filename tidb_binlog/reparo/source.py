@@ -24,8 +24,14 @@ segment (:func:`first_commit_ts`) is read the same way: only its top-level field
 :class:`~tidb_binlog.errors.CorruptRecord` naming the file and the byte offset, as
 TiDB's reparo stops (a restore that silently skips a transaction is not a restore).
 With ``skip_corrupt=True`` the damaged stretch is skipped and recorded in ``stats``
-(``corruptions``: file, offset, why). A partial record at the very end of the newest
-segment is a write in progress, not damage: the read ends there.
+(``corruptions``: file, offset, why).
+
+**A torn tail** (a record cut short at the very end of the newest segment) ends the read
+and is left in ``stats.torn_at`` (file, offset, bytes): whether it is a write in progress
+(a drainer holds the directory's lock) or a transaction lost (a crash, a cut copy) is
+the caller's to decide (:mod:`.runner`: an error unless ``allow-torn-tail``). A newest
+segment that holds nothing but such a record is picked when no segment holds a valid
+one, so the read meets the cut instead of reading nothing.
 
 Bad input: a missing directory, a path that is not a directory, or a directory
 without binlog segments raise :class:`~tidb_binlog.errors.StorageError` saying what
@@ -82,18 +88,24 @@ def first_commit_ts(directory: str | os.PathLike, suffix: int, *,
     A segment with damage but no valid record is not an empty one: unless
     ``skip_corrupt``, that raises :class:`~tidb_binlog.errors.CorruptRecord` naming the
     file and offset, rather than leaving the whole file out of the restore."""
+    return _first_record(directory, suffix, skip_corrupt, large_record_bytes)[0]
+
+
+def _first_record(directory, suffix: int, skip_corrupt: bool, large_record_bytes: int
+                  ) -> tuple[int | None, WalkStats]:
+    """:func:`first_commit_ts` and what the walk of the segment met."""
     stats = WalkStats()
     for _, payload in walk(directory, Pos(suffix, 0), single_segment=True, stats=stats,
                            inline_max=inline_max(large_record_bytes)):
         if not isinstance(payload, bytes):
-            return read_record_head(payload).commit_ts or 0
-        return _commit_ts(payload)
+            return read_record_head(payload).commit_ts or 0, stats
+        return _commit_ts(payload), stats
     if stats.corruptions and not skip_corrupt:
         path, offset, why = stats.corruptions[0]
         raise CorruptRecord(f"{path} holds no valid binlog record: damage at offset {offset} "
                             f"({why}); restore the file from a copy, or set skip-corrupt = "
                             "true to leave it out", path=path, offset=offset)
-    return None
+    return None, stats
 
 
 def _commit_ts(payload: bytes) -> int:
@@ -112,14 +124,19 @@ def select_segments(directory: str | os.PathLike, start_ts: int = 0, stop_ts: in
 
     A segment without a valid record (the empty one the sink opens after a rotation) is
     left out; TiDB counts it as starting at 0, which can drop the segment before it from
-    its list."""
+    its list. When no segment holds a valid record, a newest segment holding a record cut
+    short is picked (module doc: "A torn tail")."""
     picked: list[tuple[int, Path]] = []
     latest: tuple[int, Path] | None = None
-    for suffix, path in check_data_dir(directory):
-        first = first_commit_ts(directory, suffix, skip_corrupt=skip_corrupt,
-                                large_record_bytes=large_record_bytes)
+    valid = False
+    segs = check_data_dir(directory)
+    for suffix, path in segs:
+        first, met = _first_record(directory, suffix, skip_corrupt, large_record_bytes)
         if first is None:
+            if not valid and met.torn_at is not None and (suffix, path) == segs[-1]:
+                return [(suffix, path)]
             continue
+        valid = True
         if first <= start_ts:
             latest = (suffix, path)
             continue
