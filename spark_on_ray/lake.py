@@ -19,6 +19,10 @@ them:
   del means the row is gone. Tables without a key: each distinct row repeated
   ``SUM(+1/-1)`` times. Written as Parquet to ``<out-dir>/<db>.<table>/`` (the image's
   columns, as the files carry them: integers, floats, text; DATE/DATETIME/DECIMAL as text).
+  From the Parquet lake, every image has the table's columns as of the range's end (the
+  manifest's schema entry there, ``lake_plan.lake_layout``): a row written before an ADD
+  COLUMN holds the column's default, a dropped column is left out (a lake of an older
+  sink, whose entries have no defaults: the columns as the files carry them).
 - ``stats``: per table and minute (UTC) the inserts, updates and deletes, and the
   ``top-keys`` most changed keys per table, over ``[start-tso, stop-tso]``; written as
   Parquet to ``<out-dir>/stats/per_minute`` and ``<out-dir>/stats/hot_keys``.
@@ -50,6 +54,7 @@ from spark_on_ray.lake_plan import (
     change_txns,
     events_table,
     lake_files,
+    lake_layout,
     row_events,
 )
 from spark_on_ray.session import start_spark
@@ -170,11 +175,15 @@ def _lake_events(data_dir, manifest, start, stop, keys, result):
     files = lake_files(manifest.files, keys, start, stop)
     result.files = [f["path"] for f in files]
     root = os.path.abspath(data_dir)
+    # each table's images in its columns as of the range's end: a row written before an
+    # ADD COLUMN holds the column's default, a dropped column is left out
+    layouts = {name: lake_layout(manifest, *name, stop or manifest.commit_ts) for name in keys}
 
     def txns():
         for f in files:
             rows = pq.ParquetFile(os.path.join(root, f["path"])).read().to_pylist()
-            for txn in change_txns(rows, f["database"], f["table"], start, stop):
+            name = (f["database"], f["table"])
+            for txn in change_txns(rows, *name, start, stop, layouts[name]):
                 result.records += 1
                 yield txn
 

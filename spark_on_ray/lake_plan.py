@@ -2,8 +2,9 @@
 
 Two inputs give the same row changes: the Parquet sink's lake (:func:`lake_files` picks
 the manifest's committed files, :func:`change_txns` turns their rows into transactions,
-values rendered as the file sink's by :func:`text_value`) and, as the fallback, a file
-sink's pb binlogs (decoded by ``tidb_binlog.reparo.decode``).
+values rendered as the file sink's by :func:`text_value`, images in the table's columns
+as of the job's ts by :func:`lake_layout`) and, as the fallback, a file sink's pb
+binlogs (decoded by ``tidb_binlog.reparo.decode``).
 
 No Ray, Spark or driver here (``spark_on_ray.lake`` runs it). A decoded file-sink
 transaction (:class:`~tidb_binlog.drainer.apply.dml.Txn`) becomes **events**, one dict per
@@ -37,10 +38,11 @@ from typing import Any
 import pyarrow as pa
 
 from tidb_binlog.drainer.apply.dml import DML, DMLType, Txn
+from tidb_binlog.drainer.sinks.parquet.manifest import Manifest, column_default
 from tidb_binlog.tso import extract_physical
 
 __all__ = ["META", "row_events", "minute_of", "events_table", "EventTypeError", "lake_files",
-           "text_value", "change_txns"]
+           "text_value", "change_txns", "Layout", "lake_layout"]
 
 META = ("_key", "_seq", "_op", "_delta", "_type", "_ts", "_minute", "_count")
 """The event columns that are not the row's own."""
@@ -161,24 +163,48 @@ def text_value(v: Any) -> Any:
     return v
 
 
-def _image(struct: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {k: text_value(v) for k, v in (struct or {}).items()}
+Layout = tuple[tuple[str, ...], dict[str, Any]]
+"""A table's columns in order, and the value (:func:`text_value`) each holds in a row
+image that lacks it (:func:`lake_layout`)."""
+
+
+def lake_layout(manifest: Manifest, database: str, table: str, ts: int) -> Layout | None:
+    """The columns of ``database.table`` as of commit_ts ``ts`` (the manifest's entry
+    that applies there: :meth:`~tidb_binlog.drainer.sinks.parquet.manifest.Manifest.schema_at`)
+    with each column's ``default`` (the value a row written before the column was added
+    holds). None when no entry applies, or it was written by an older sink (no
+    ``nullable``/``default``): the images are then read as the files carry them."""
+    entry = manifest.schema_at(database, table, ts)
+    if entry is None or not all("nullable" in c for c in entry["columns"]):
+        return None
+    return (tuple(c["name"] for c in entry["columns"]),
+            {c["name"]: text_value(column_default(c)) for c in entry["columns"]})
+
+
+def _image(struct: Mapping[str, Any] | None, layout: Layout | None) -> dict[str, Any]:
+    struct = struct or {}
+    if layout is None:
+        return {k: text_value(v) for k, v in struct.items()}
+    names, fills = layout  # an added column holds its default; a dropped one is left out
+    return {k: text_value(struct[k]) if k in struct else fills[k] for k in names}
 
 
 def change_txns(rows: Iterable[Mapping[str, Any]], database: str, table: str, start: int,
-                stop: int) -> Iterable[Txn]:
+                stop: int, layout: Layout | None = None) -> Iterable[Txn]:
     """Rows of one Parquet change file (``commit_ts``, ``op``, ``before``, ``after``, in
     the file's order) → one :class:`Txn` per row change in ``[start, stop]`` (``stop``
-    0: no end), for :func:`row_events`."""
+    0: no end), for :func:`row_events`; with ``layout`` (:func:`lake_layout`) each image
+    has exactly its columns."""
     for r in rows:
         ts = int(r["commit_ts"])
         if ts < start or (stop and ts > stop):
             continue
         tp = _OPS[r["op"]]
         if tp is DMLType.INSERT:
-            dml = DML(database, table, tp, _image(r["after"]))
+            dml = DML(database, table, tp, _image(r["after"], layout))
         elif tp is DMLType.UPDATE:
-            dml = DML(database, table, tp, _image(r["after"]), _image(r["before"]))
+            dml = DML(database, table, tp, _image(r["after"], layout),
+                      _image(r["before"], layout))
         else:
-            dml = DML(database, table, tp, _image(r["before"]))
+            dml = DML(database, table, tp, _image(r["before"], layout))
         yield Txn(ts, (dml,))

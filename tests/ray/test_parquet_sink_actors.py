@@ -133,6 +133,11 @@ def test_workload_with_all_types_and_ddl_into_the_lake(stack, ray_local):
     assert pq.ParquetFile(lake / big_file["path"]).metadata.num_row_groups >= 2
     versions = [s for s in manifest.schemas if s["table"] == "t"]
     assert len(versions) == 2 and "note" in [c["name"] for c in versions[1]["columns"]]
+    # what a reader fills the rows written before the ADD COLUMN with, and the key
+    assert versions[1]["columns"][-1] == {"name": "note", "mysql_type": "varchar",
+                                          "arrow_type": "string", "nullable": True,
+                                          "default": "x"}
+    assert versions[1]["primary_key"] == ["id"] and versions[1]["handle"] == "int"
     alter = [d for d in manifest.ddls if "ADD COLUMN note" in d["query"]]
     assert len(alter) == 1 and alter[0]["database"] == "shop"
     assert all(f["schema_version"] == versions[1]["schema_version"]

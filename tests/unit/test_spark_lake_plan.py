@@ -15,6 +15,7 @@ from spark_on_ray.lake_plan import (
     change_txns,
     events_table,
     lake_files,
+    lake_layout,
     minute_of,
     row_events,
     text_value,
@@ -114,3 +115,62 @@ def test_parquet_lake_rows_become_the_same_events():
         "2024-05-01 08:00:01.000500"
     assert text_value(-datetime.timedelta(hours=26, seconds=5)) == "-26:00:05"
     assert text_value(b"\x01") == b"\x01" and text_value(7) == 7
+
+
+def test_lake_images_have_the_tables_columns_as_of_the_end(tmp_path):
+    """From the Parquet lake, every image has the table's columns as of the range's end
+    (the manifest's entry there): a row written before an ADD COLUMN holds the column's
+    default, a dropped column is left out; so a keyless row inserted before the ADD
+    COLUMN and deleted after it is gone from the image."""
+    from spark_on_ray import lake as lake_job
+    from tidb_binlog.drainer.sinks.parquet.arrow import ColumnSpec, TableSpec
+    from tidb_binlog.drainer.sinks.parquet.keeper import Changes
+    from tidb_binlog.drainer.sinks.parquet.manifest import read_manifest
+    from tidb_binlog.drainer.sinks.parquet.sink import ParquetLake
+    from tidb_binlog.model.consts import Flag, TypeCode
+
+    pk = (("PRIMARY", ("id",), True),)
+    ident = ColumnSpec("id", TypeCode.LONG, Flag.NOT_NULL, default=0)
+    name = ColumnSpec("name", TypeCode.VARCHAR, default=None)
+    note = ColumnSpec("note", TypeCode.VARCHAR, default="x")
+    v = ColumnSpec("v", TypeCode.LONG, default=None)
+    t1 = TableSpec("db", "t", (ident, name), pk, "int")
+    t2 = TableSpec("db", "t", (ident, name, note), pk, "int")
+    t3 = TableSpec("db", "t", (ident, note), pk, "int")
+    k1, k2 = TableSpec("db", "k", (v,), (), "rowid"), TableSpec("db", "k", (v, note), (), "rowid")
+    ts = compose(1_764_000_000_000, 0)
+
+    def rows(version, *changes):
+        return Changes(rows=changes), version
+
+    def ddl(table, query, version):
+        return Changes(ddl=("db", table, query)), version
+
+    items = [rows(1, (t1, "insert", None, {"id": 1, "name": "a"}),
+                  (t1, "insert", None, {"id": 2, "name": "b"}),
+                  (k1, "insert", None, {"v": 1}), (k1, "insert", None, {"v": 2})),
+             ddl("t", "ALTER TABLE t ADD COLUMN note VARCHAR(8) DEFAULT 'x'", 2),
+             ddl("k", "ALTER TABLE k ADD COLUMN note VARCHAR(8) DEFAULT 'x'", 3),
+             rows(3, (t2, "update", {"id": 1, "name": "a", "note": "x"},
+                      {"id": 1, "name": "a", "note": "y"}),
+                  (k2, "delete", {"v": 1, "note": "x"}, None)),
+             ddl("t", "ALTER TABLE t DROP COLUMN name", 4),
+             rows(4, (t3, "insert", None, {"id": 3, "note": "z"}))]
+    lk = ParquetLake(tmp_path / "lake", clock=lambda: 0.0)
+    lk.reset()
+    lk.apply([(ts + i, *item) for i, item in enumerate(items, 1)])
+    lk.close()
+    m = read_manifest(lk.directory)
+    keys = {("db", "t"): ("id",), ("db", "k"): ()}
+    events, end = lake_job._lake_events(str(lk.directory), m, 0, 0, keys,
+                                        lake_job.SnapshotResult(at_ts=0))
+    assert end == m.commit_ts == ts + len(items)
+    assert image(events[("db", "t")]) == [(("id", 1), ("note", "y")), (("id", 2), ("note", "x")),
+                                          (("id", 3), ("note", "z"))]
+    assert image(events[("db", "k")]) == [(("note", "x"), ("v", 2))]
+    # as of an earlier ts: the columns then
+    events, _ = lake_job._lake_events(str(lk.directory), m, 0, ts + 1, keys,
+                                      lake_job.SnapshotResult(at_ts=0))
+    assert image(events[("db", "t")]) == [(("id", 1), ("name", "a")), (("id", 2), ("name", "b"))]
+    assert lake_layout(m, "db", "t", ts + 1) == (("id", "name"), {"id": 0, "name": None})
+    assert lake_layout(m, "db", "t", ts) is None                      # before its first row

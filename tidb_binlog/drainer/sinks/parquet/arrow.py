@@ -43,7 +43,7 @@ the value a row image lacking the column holds (a row written before the column 
 added: :attr:`ColumnSpec.default`, the keeper's fill value), written as the lake stores
 it in JSON (:func:`default_json`): integers and floats as numbers, DECIMAL, DATE,
 DATETIME/TIMESTAMP as text Arrow casts from (``"1.50"``, ``"2024-02-29"``,
-``"2024-02-29 23:59:59.5"``), TIME as integer microseconds, binary columns (BINARY,
+``"2024-02-29 23:59:59.500000"``), TIME as integer microseconds, binary columns (BINARY,
 BLOB, BIT, GEOMETRY) as base64 text, text/ENUM/SET/JSON as the string, a zero date and
 no default as null.
 """
@@ -200,7 +200,7 @@ def default_json(col: ColumnSpec, arg: Any) -> Any:
         value = arg if conv is None else conv(arg)
     except _ZeroDate:
         return None
-    except (TypeError, IndexError, OverflowError) as exc:
+    except (TypeError, IndexError, OverflowError, ArithmeticError) as exc:
         raise ValueError(f"{arg!r} is not a value of {mysql_type_name(col)} ({exc})") from None
     pa.array([value], arrow_type(col))  # it must fit the column's Arrow type
     if isinstance(value, bool):
