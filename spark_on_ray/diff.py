@@ -18,9 +18,15 @@ Steps (the SQL comes from :mod:`spark_on_ray.diff_plan`, which says why it is sh
    round (each round checksums all pieces still mismatching in parallel), until a range
    holds at most ``leaf-size`` rows; then read both sides' rows of the leaves and compare them by key
    (keyless tables: the rows of the mismatching buckets, as multisets).
-5. Write the fix SQL (``REPLACE`` / ``DELETE`` / ``INSERT``) to ``fix-sql-file``: written
-   to a temporary file and renamed, so it is never half-written; running it on the
-   downstream makes the tables equal.
+5. Write the fix SQL (every ``DELETE`` first, then ``REPLACE`` / ``INSERT``; binary values
+   as hex literals) to ``fix-sql-file``: written to a temporary file and renamed, so it is
+   never half-written; running it on the downstream makes the tables equal.
+
+A table whose queries fail from step 2 on (a server error, a lost connection, a value the
+driver cannot read; see :class:`~spark_on_ray.sql_task.QueryFailed`) is *not compared*:
+its :attr:`TableResult.error` says at which step, on which server and why, it gets no fix
+SQL (the file names it in a comment), and every other table keeps its verdict. The run
+is not equal then.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from spark_on_ray import diff_plan as plan
 from spark_on_ray.diff_settle import UpstreamAt, settle
 from spark_on_ray.errors import SparkJobError
 from spark_on_ray.session import start_spark_soon
-from spark_on_ray.sql_task import connect, run_query, run_task
+from spark_on_ray.sql_task import QueryFailed, connect, run_query, run_task, run_tasks
 from tidb_binlog.config.spark import DatabaseConfig, SparkJobConfig
 
 __all__ = ["TableResult", "DiffResult", "run", "introspect", "literal", "open_checked"]
@@ -52,7 +58,10 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 def literal(value) -> str:
-    """A Python value as a SQL literal (pymysql's escaping; bytes as ``_binary'...'``)."""
+    """A Python value as a SQL literal (pymysql's escaping); bytes (binary strings, BLOBs,
+    BIT) as a hex literal ``X'..'``: every byte exactly, whatever the charset or sql_mode."""
+    if isinstance(value, bytes | bytearray):
+        return f"X'{bytes(value).hex().upper()}'"
     return escape_item(value, "utf8mb4")
 
 
@@ -68,10 +77,11 @@ class TableResult:
     extra: int = 0
     changed: int = 0
     diffs: list = field(default_factory=list)  # plan.RowDiff
+    error: str | None = None  # not compared: at which step, where and why
 
     @property
     def equal(self) -> bool:
-        return not self.diffs
+        return not self.diffs and self.error is None
 
 
 @dataclass
@@ -88,6 +98,11 @@ class DiffResult:
     @property
     def equal(self) -> bool:
         return all(t.equal for t in self.tables)
+
+    @property
+    def not_compared(self) -> list[TableResult]:
+        """Tables whose queries failed (each one's ``error`` says why)."""
+        return [t for t in self.tables if t.error is not None]
 
 
 # ------------------------------------------------------------------ step 1
@@ -187,15 +202,16 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
         # Spark starts while the driver scans the keys for chunk boundaries (both take
         # seconds); every check above has passed, so a bad config never starts it.
         pending = start_spark_soon(cfg.spark, ray_address=ray_address) if own else None
+        failed: dict[str, str] = {}  # table name -> why it could not be compared
         try:
-            chunks = _plan(up_conn, infos, d, by_bucket)
+            chunks = _plan(cfg, infos, d, by_bucket, failed)
         except BaseException:
             if pending is not None:
                 pending.discard()
             raise
         if pending is not None:
             handle = pending.handle()
-        result = _diff(handle, cfg, infos, chunks, fd, dd, report)
+        result = _diff(handle, cfg, infos, chunks, fd, dd, report, failed)
         result.spark_start_s = handle.started_s if own else 0.0
         result.seconds = time.monotonic() - t0
         return result
@@ -206,19 +222,60 @@ def run(cfg: SparkJobConfig, *, tables: tuple[str, ...] | None = None, handle=No
             handle.stop()
 
 
-def _plan(conn, infos: list[plan.TableInfo], d, by_bucket: set[str]) -> list[plan.Chunk]:
+def _plan(cfg, infos: list[plan.TableInfo], d, by_bucket: set[str],
+          failed: dict[str, str]) -> list[plan.Chunk]:
     """Key ranges, or hash buckets for tables without a key and for those whose key
     collations differ between the sides (``by_bucket``: ranges would not hold the same
-    rows on both sides)."""
+    rows on both sides). A table whose query fails goes to ``failed``."""
+    tasks = [(cfg.upstream, plan.boundaries_sql(info, d.chunk_size)
+              if info.key and info.name not in by_bucket
+              else f"SELECT COUNT(*) FROM {info.qualified}") for info in infos]
     chunks = []
-    for info in infos:
-        if info.key and info.name not in by_bucket:
-            bounds = run_query(conn, plan.boundaries_sql(info, d.chunk_size))
-            chunks += [plan.Chunk(info, r) for r in plan.chunk_ranges([tuple(b) for b in bounds])]
+    for info, answer in zip(infos, run_tasks(tasks), strict=True):
+        if isinstance(answer, QueryFailed):
+            _fail(failed, info.name, f"reading its chunk boundaries failed on the upstream "
+                                     f"{answer}")  # fmt: skip
+        elif info.key and info.name not in by_bucket:
+            chunks += [plan.Chunk(info, r)
+                       for r in plan.chunk_ranges([tuple(b) for b in answer])]
         else:
-            (rows,), = run_query(conn, f"SELECT COUNT(*) FROM {info.qualified}")
+            (rows,), = answer
             chunks.append(plan.Chunk(info, None, buckets=plan.bucket_count(rows, d.leaf_size)))
     return chunks
+
+
+def _fail(failed: dict[str, str], table: str, why: str) -> None:
+    """Mark ``table`` not compared (the first reason counts); the others go on."""
+    if table not in failed:
+        failed[table] = (f"{why}; not compared (the other tables' verdicts stand): fix the "
+                         f"cause and diff it again with --tables {table}")
+        log.error("%s: %s", table, failed[table])
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A chunk whose checksum query failed on one side: ``why`` (side, server, error)."""
+
+    why: str
+
+
+def _failure(answers: list, i: int) -> str | None:
+    """Task pair ``i`` (upstream ``2i``, downstream ``2i + 1``): why it failed, or None."""
+    for side, answer in (("upstream", answers[2 * i]), ("downstream", answers[2 * i + 1])):
+        if isinstance(answer, QueryFailed):
+            return f"on the {side} {answer}"
+    return None
+
+
+def _drop_failed(stage: str, chunks: list[plan.Chunk], sums: list,
+                 failed: dict[str, str]) -> tuple[list[plan.Chunk], list]:
+    """Note the tables of :class:`Unread` chunks in ``failed``; the chunks and sums of the
+    tables still being compared."""
+    for chunk, pair in zip(chunks, sums, strict=True):
+        if isinstance(pair, Unread):
+            _fail(failed, chunk.table.name, f"{stage} failed {pair.why}")
+    kept = [(c, p) for c, p in zip(chunks, sums, strict=True) if c.table.name not in failed]
+    return [c for c, _ in kept], [p for _, p in kept]
 
 
 def _checksum_tasks(cfg, chunks, fd, dd):
@@ -231,11 +288,16 @@ def _checksum_tasks(cfg, chunks, fd, dd):
 
 def checksum_all(runner, cfg, chunks, fd=6, dd=15):
     """Checksums of ``chunks`` on both sides: per chunk ``(up, down)`` where each side is
-    ``{bucket: (cnt, s1, s2)}`` (key ranges use bucket 0). ``runner`` runs a task list
-    (Spark's :meth:`run_sql_tasks`, or a sequential loop for the baseline)."""
+    ``{bucket: (cnt, s1, s2)}`` (key ranges use bucket 0), or :class:`Unread` when a side's
+    query failed. ``runner`` runs a task list (Spark's :meth:`run_sql_tasks`, or a
+    sequential loop for the baseline)."""
     answers = runner(_checksum_tasks(cfg, chunks, fd, dd))
-    return [(parse_sums(chunk, answers[2 * i]), parse_sums(chunk, answers[2 * i + 1]))
-            for i, chunk in enumerate(chunks)]
+    out: list = []
+    for i, chunk in enumerate(chunks):
+        why = _failure(answers, i)
+        out.append(Unread(why) if why else (parse_sums(chunk, answers[2 * i]),
+                                            parse_sums(chunk, answers[2 * i + 1])))
+    return out
 
 
 def chunk_checksum_sql(chunk: plan.Chunk, fd: int = 6, dd: int = 15) -> str:
@@ -255,12 +317,13 @@ def sequential_runner(tasks):
     return [run_task(t) for t in tasks]
 
 
-def _diff(handle, cfg, infos, chunks, fd, dd, report) -> DiffResult:
+def _diff(handle, cfg, infos, chunks, fd, dd, report, failed: dict[str, str]) -> DiffResult:
     d = cfg.diff
     results = {info.name: TableResult(info.name) for info in infos}
     report("checksum chunks", 0, len(chunks))
     sums = checksum_all(handle.run_sql_tasks, cfg, chunks, fd, dd)
     report("checksum chunks", len(chunks), len(chunks))
+    chunks, sums = _drop_failed("checksumming a chunk", chunks, sums, failed)
     recheck_rounds = unsettled = 0
     if d.checkpoint_table:
         sums, recheck_rounds, unsettled = _at_checkpoint(cfg, chunks, sums, fd, dd, report)
@@ -288,21 +351,27 @@ def _diff(handle, cfg, infos, chunks, fd, dd, report) -> DiffResult:
             break
         rounds += 1
         report(f"bisect round {rounds}", 0, len(big))
-        halves = _bisect(handle, cfg, big)
+        halves = _bisect(handle, cfg, big, failed)
         sums = checksum_all(handle.run_sql_tasks, cfg, halves, fd, dd)
+        halves, sums = _drop_failed("checksumming a piece of a differing range", halves,
+                                    sums, failed)  # fmt: skip
         pending = [(c, max(up[0][0], down[0][0])) for c, (up, down) in zip(halves, sums,
                                                                               strict=True)
                    if up != down]  # fmt: skip
         report(f"bisect round {rounds}", len(big), len(big))
+    # a table that failed in a later round may have leaves from an earlier one
+    leaves = [c for c in leaves if c.table.name not in failed]
     report("compare rows", 0, len(leaves))
-    diffs = _compare_leaves(handle, cfg, leaves, fd, dd)
+    diffs = _compare_leaves(handle, cfg, leaves, fd, dd, failed)
     report("compare rows", len(leaves), len(leaves))
     for diff in diffs:
         res = results[diff.table.name]
         res.diffs.append(diff)
         setattr(res, diff.kind, getattr(res, diff.kind) + diff.count)
+    for name, why in failed.items():
+        results[name].error = why
     statements = plan.render_fix_sql(diffs, literal, fd, dd)
-    _write_fix_sql(d.fix_sql_file, statements, cfg.downstream)
+    _write_fix_sql(d.fix_sql_file, statements, cfg.downstream, failed)
     return DiffResult(list(results.values()), d.fix_sql_file, len(statements), 0.0,
                       bisect_rounds=rounds, recheck_rounds=recheck_rounds, unsettled=unsettled)
 
@@ -322,9 +391,11 @@ def _at_checkpoint(cfg, chunks, sums, fd, dd, report):
         down.close()
 
 
-def _bisect(handle, cfg, big: list[tuple[plan.Chunk, int]]) -> list[plan.Chunk]:
+def _bisect(handle, cfg, big: list[tuple[plan.Chunk, int]],
+            failed: dict[str, str]) -> list[plan.Chunk]:
     """Cut each range into ~_FANOUT pieces at keys read from both sides (a key present on
-    one side only is a cut point like any other)."""
+    one side only is a cut point like any other); a table whose keys cannot be read goes
+    to ``failed``."""
     tasks = []
     for chunk, n in big:
         sql = plan.split_points_sql(chunk.table, chunk.range, plan.split_step(n, _FANOUT),
@@ -333,6 +404,11 @@ def _bisect(handle, cfg, big: list[tuple[plan.Chunk, int]]) -> list[plan.Chunk]:
     answers = handle.run_sql_tasks(tasks)
     out = []
     for i, (chunk, _n) in enumerate(big):
+        why = _failure(answers, i)
+        if why:
+            _fail(failed, chunk.table.name, f"reading the keys of a differing range failed {why}")
+        if chunk.table.name in failed:
+            continue
         up, down = answers[2 * i], answers[2 * i + 1]
         points = [tuple(r) for r in (up if len(up) >= len(down) else down)]
         parts = plan.split_range(chunk.range, points)
@@ -340,7 +416,7 @@ def _bisect(handle, cfg, big: list[tuple[plan.Chunk, int]]) -> list[plan.Chunk]:
     return out
 
 
-def _compare_leaves(handle, cfg, leaves, fd, dd) -> list[plan.RowDiff]:
+def _compare_leaves(handle, cfg, leaves, fd, dd, failed: dict[str, str]) -> list[plan.RowDiff]:
     tasks = []
     for leaf in leaves:
         if leaf.range is not None:
@@ -357,24 +433,33 @@ def _compare_leaves(handle, cfg, leaves, fd, dd) -> list[plan.RowDiff]:
     # "fixed") as missing plus extra.
     by_table: dict[str, tuple[plan.TableInfo, list, list]] = {}
     for i, leaf in enumerate(leaves):
+        why = _failure(answers, i)
+        if why:
+            _fail(failed, leaf.table.name, f"reading the rows of a differing range failed {why}")
+            continue
         _, up, down = by_table.setdefault(leaf.table.name, (leaf.table, [], []))
         up += answers[2 * i]
         down += answers[2 * i + 1]
     diffs = []
     for info, up, down in by_table.values():
+        if info.name in failed:
+            continue
         compare = plan.compare_keyed if info.key else plan.compare_multiset
         diffs += compare(info, up, down)
     return diffs
 
 
-def _write_fix_sql(path: str, statements: list[str], downstream: DatabaseConfig) -> None:
+def _write_fix_sql(path: str, statements: list[str], downstream: DatabaseConfig,
+                   failed: dict[str, str]) -> None:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     head = (f"-- fix SQL written by `tidb-binlog spark diff` at {stamp}\n"
             f"-- run it on the downstream {downstream.where()}, e.g.\n"
             f"--   mariadb -h {downstream.host} -P {downstream.port} -u {downstream.user} -p "
             f"< {os.path.basename(path)}\n"
             f"-- {len(statements)} statement(s)\n"
-            "SET NAMES utf8mb4;\nSET time_zone = '+00:00';\n")
+            + "".join("-- not compared: " + f"{name}: {why}".replace("\n", " ") + "\n"
+                      for name, why in sorted(failed.items()))
+            + "SET NAMES utf8mb4;\nSET time_zone = '+00:00';\n")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as fh:

@@ -13,7 +13,14 @@ time zone, and with the stated float tolerance:
 - ``FLOAT`` / ``DOUBLE``: rounded to ``float-digits`` / ``double-digits`` significant
   digits and written as ``<mantissa>e<exponent>``: values equal to that many digits are
   equal (values straddling a rounding boundary are reported, which errs on the safe side);
-- ``BIT``: its integer value; everything else: ``CAST(c AS CHAR)``.
+- integers, ``DECIMAL``, ``DATE``, ``DATETIME``, ``TIME``, ``YEAR``: ``CAST(c AS CHAR)``,
+  the value's own ASCII text (digits, sign, point, ``-`` and ``:``);
+- ``BIT``: the hex of its value (``HEX(c + 0)``, whatever the width);
+- everything else (``BINARY``, ``VARBINARY``, every ``BLOB``, spatial types, types not
+  named above): ``HEX(c)``, its bytes. Never a character cast: ``CAST(b AS CHAR)`` of bytes
+  that are not valid utf8mb4 maps different bytes to the same ``?`` (``x'41FE42'`` and
+  ``x'41FF42'`` would checksum as equal), and lets through sequences the server accepts
+  but Python cannot decode (a surrogate's ``ED A0 80``), which would stop the row read.
 
 The row's text is the concatenation of ``<byte length>:<text>`` per column, or ``N`` for
 NULL: a prefix-free encoding, so ``NULL`` vs ``''`` and ``('a,b','c')`` vs ``('a','b,c')``
@@ -32,6 +39,26 @@ whose key columns have different collations on the two sides (a key range would 
 different rows on each side), are split into hash buckets of the row hash (``MOD(h,
 n)``): one grouped scan per side gives every bucket's checksum; the rows of mismatching
 buckets are compared by key, or as multisets without one.
+
+**Row compare.** Rows are paired by the canonical text of their key, that is by the key's
+bytes, and compared on every column's canonical text, the key's included. Under a ``_ci``
+or ``PAD SPACE`` key collation, ``'Key1'`` upstream and ``'key1'`` downstream (or ``'a'``
+and ``'a  '``) are one key to the server but different bytes: they are reported as a
+missing and an extra row (the checksum sees them too, being over the bytes). Pairing them
+by the collation instead would need each server's collation rules on the Python side (or
+``WEIGHT_STRING``, whose bytes are each server's own and keep PAD SPACE's trailing
+spaces).
+
+**Fix SQL.** Every ``DELETE`` comes before any ``REPLACE`` / ``INSERT``. A ``DELETE ...
+WHERE k = 'key1'`` compares under the downstream's key collation: run after ``REPLACE
+... ('Key1', ...)`` it would delete the row just written (``'Key1' = 'key1'`` under a
+``_ci`` collation, ``'a' = 'a  '`` under ``PAD SPACE``). Run first, it deletes exactly the
+row the diff read: the key is unique under that collation, so no other downstream row
+compares equal to it; then each ``REPLACE`` writes an upstream row, removing the
+downstream row that still holds its key (a changed row's old version). This holds under
+every collation, the same or not on both sides, and keeps the key index usable; a
+``DELETE`` by binary key (``BINARY k = ...``) could not use it, and one ``UPDATE`` per
+pair would need the pairing by collation above.
 """
 
 from __future__ import annotations
@@ -48,6 +75,11 @@ __all__ = ["Column", "TableInfo", "KeyRange", "Chunk", "column_expr", "row_hash_
 
 _CHAR_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext",
                          "enum", "set", "json"})  # fmt: skip
+# Types whose CAST(c AS CHAR) is the value's ASCII text; any other non-text type is
+# compared by its bytes (HEX), never through a character cast.
+_NUMBER_TIME_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer",
+                                "bigint", "decimal", "numeric", "date", "datetime", "time",
+                                "year"})  # fmt: skip
 
 
 def quote_ident(name: str) -> str:
@@ -99,8 +131,10 @@ def column_expr(col: Column, float_digits: int = 6, double_digits: int = 15) -> 
     if t in ("double", "real"):
         return _float_text(c, double_digits)
     if t == "bit":
-        return f"CAST({c} + 0 AS CHAR)"
-    return f"CAST({c} AS CHAR)"
+        return f"HEX({c} + 0)"
+    if t in _NUMBER_TIME_TYPES:
+        return f"CAST({c} AS CHAR)"
+    return f"HEX({c})"
 
 
 def _encoded(col: Column, fd: int, dd: int) -> str:
@@ -288,8 +322,9 @@ def _split_row(row: tuple, ncols: int) -> tuple[tuple, tuple]:
 
 def compare_keyed(info: TableInfo, up_rows: list[tuple], down_rows: list[tuple]) -> list[RowDiff]:
     """Rows from :func:`rows_sql` of both sides (same range) → the differing rows. Keys are
-    matched on their canonical text, so collations that fold case do not pair rows that
-    differ only in case."""
+    matched on their canonical text (their bytes), so collations that fold case or pad
+    spaces do not pair rows whose keys differ only in case or trailing spaces: those are a
+    missing and an extra row (module docstring, "Row compare")."""
     n = len(info.columns)
     kidx = [i for i, c in enumerate(info.columns) if c.name in info.key]
 
@@ -337,30 +372,36 @@ def compare_multiset(info: TableInfo, up_rows: list[tuple], down_rows: list[tupl
 # ------------------------------------------------------------------ fix SQL
 
 def render_fix_sql(diffs: list[RowDiff], literal, fd: int = 6, dd: int = 15) -> list[str]:
-    """Statements that, run on the downstream, make it equal the upstream: ``REPLACE`` for
-    missing and changed rows, ``DELETE`` by key for extra rows; for keyless tables
-    ``DELETE ... LIMIT n`` matching every column's canonical text (so float columns match
-    despite their binary value) and ``INSERT`` of the missing copies."""
-    out = []
+    """Statements that, run on the downstream in this order, make it equal the upstream:
+    first every ``DELETE`` (by key for extra rows; for keyless tables ``DELETE ... LIMIT n``
+    of the extra copies), then ``REPLACE`` of missing and changed rows (keyless: ``INSERT``
+    of the missing copies). See the module docstring, "Fix SQL", for why in this order.
+
+    A keyless DELETE matches every column's canonical text (so float columns match despite
+    their binary value) as bytes: ``CAST(<text> AS BINARY) <=> <literal>``. Compared as
+    text, under the session's ``utf8mb4_general_ci``, ``'a'`` would match ``'A'`` and
+    ``'x  '`` would match ``'x'``, and the LIMIT would delete a copy that must stay."""
+    deletes, writes = [], []
     for d in diffs:
         info = d.table
         cols = ", ".join(quote_ident(c.name) for c in info.columns)
         if d.kind in ("missing", "changed"):
             values = "(" + ", ".join(literal(v) for v in d.upstream[0]) + ")"
             verb = "REPLACE" if info.key else "INSERT"
-            out.append(f"{verb} INTO {info.qualified} ({cols}) VALUES "
-                       + ", ".join([values] * d.count))
+            writes.append(f"{verb} INTO {info.qualified} ({cols}) VALUES "
+                          + ", ".join([values] * d.count))
         if d.kind == "extra" or (d.kind == "changed" and not info.key):
             raw, canon = d.downstream
             if info.key:
                 where = " AND ".join(f"{quote_ident(c.name)} = {literal(raw[i])}"
                                      for i, c in enumerate(info.columns) if c.name in info.key)
-                out.append(f"DELETE FROM {info.qualified} WHERE {where}")
+                deletes.append(f"DELETE FROM {info.qualified} WHERE {where}")
             else:
-                where = " AND ".join(f"{column_expr(c, fd, dd)} <=> {literal(canon[i])}"
+                where = " AND ".join(f"CAST({column_expr(c, fd, dd)} AS BINARY) <=> "
+                                     f"{literal(canon[i])}"
                                      for i, c in enumerate(info.columns))
-                out.append(f"DELETE FROM {info.qualified} WHERE {where} LIMIT {d.count}")
-    return out
+                deletes.append(f"DELETE FROM {info.qualified} WHERE {where} LIMIT {d.count}")
+    return deletes + writes
 
 
 # ------------------------------------------------------------------ at the checkpoint

@@ -196,9 +196,10 @@ class SparkHandle:
 
     def run_sql_tasks(self, tasks: list) -> list[list[tuple]]:
         """Run ``(DatabaseConfig, sql)`` tasks in parallel on the executors and return each
-        one's rows in task order. For queries whose answer is small (pushed-down aggregates,
-        a few hundred rows). Tasks are split into twice as many Spark partitions
-        as there are task slots (a Spark task costs ~0.1-0.3 s on a busy 2-core box, so one
+        one's rows in task order (a :class:`~spark_on_ray.sql_task.QueryFailed` for a task
+        whose query failed: one bad query does not fail the others). For queries whose
+        answer is small (pushed-down aggregates, a few hundred rows). Tasks are split into
+        twice as many Spark partitions as there are task slots (a Spark task costs ~0.1-0.3 s on a busy 2-core box, so one
         per query would cost more than the queries); a partition runs its queries on one
         connection per server. Fewer than ``2 x slots`` tasks run right here, in order."""
         if len(tasks) < 2 * self.slots:

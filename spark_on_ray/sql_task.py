@@ -5,9 +5,16 @@ server and returns its few rows, so Spark's task slots only schedule the queries
 parallel and nothing but the answers crosses the network. Sessions use UTC
 (``time_zone = '+00:00'``) and utf8mb4, so raw TIMESTAMP values read for the fix SQL are
 the same whatever the server's default zone.
+
+A task whose query fails (a server error, a lost connection, a value the driver cannot
+decode) does not fail the others: :func:`run_tasks` puts a :class:`QueryFailed` in its
+slot, so the diff can name the one table it could not compare and still give every other
+table its verdict (a raised error would fail the whole Spark job, after Spark's retries).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pymysql
 from pymysql.converters import conversions
@@ -15,7 +22,23 @@ from pymysql.converters import conversions
 from tidb_binlog.config.spark import DatabaseConfig
 from tidb_binlog.security import mysql_ssl
 
-__all__ = ["connect", "run_query", "run_task", "run_tasks"]
+__all__ = ["QueryFailed", "connect", "run_query", "run_task", "run_tasks"]
+
+# What a task's query may fail with that is about the data or the server, not a bug here:
+# the driver's errors, socket errors, and ValueError (UnicodeDecodeError: a text value that
+# is not valid UTF-8 to Python, which MariaDB's utf8mb4 lets through, e.g. a surrogate).
+_QUERY_ERRORS = (pymysql.err.Error, OSError, ValueError)
+
+
+@dataclass(frozen=True)
+class QueryFailed:
+    """A task whose query failed: the server (``user@host:port``) and the error."""
+
+    where: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.error}"
 
 
 def connect(db: DatabaseConfig, timeout_s: float = 10.0, database: str | None = None, *,
@@ -54,17 +77,52 @@ def run_task(task: tuple[DatabaseConfig, str]) -> list[tuple]:
         conn.close()
 
 
-def run_tasks(tasks: list[tuple[DatabaseConfig, str]]) -> list[list[tuple]]:
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, UnicodeDecodeError):
+        text += (" (a text value the server holds as utf8mb4 is not valid UTF-8 to Python, "
+                 "e.g. an encoded UTF-16 surrogate: find it with a query on HEX() of the "
+                 "column and correct it)")
+    return text
+
+
+def _drop(conn) -> None:
+    """Close a connection a failed query left behind (the driver may have closed it)."""
+    if conn is None or not conn.open:
+        return
+    try:
+        conn.close()
+    except (pymysql.err.Error, OSError):
+        pass  # the socket is gone already; the query's own error is what gets reported
+
+
+def run_tasks(tasks: list[tuple[DatabaseConfig, str]]) -> list[list[tuple] | QueryFailed]:
     """Run tasks one after the other, one connection per server, in task order: a Spark
     partition's share of the work, or the whole of it when it is too small to be worth
-    Spark's per-task overhead."""
+    Spark's per-task overhead. A task whose query fails gets a :class:`QueryFailed`
+    instead of rows (its connection is dropped: a result read half-way leaves it out of
+    step) and the next tasks run on; a server that refuses the connection fails its
+    remaining tasks at once."""
     conns: dict[DatabaseConfig, object] = {}
+    unreachable: dict[DatabaseConfig, QueryFailed] = {}  # no reconnect per task
     try:
-        out = []
+        out: list = []
         for db, sql in tasks:
+            if db in unreachable:
+                out.append(unreachable[db])
+                continue
             if db not in conns:
-                conns[db] = connect(db)
-            out.append(run_query(conns[db], sql))
+                try:
+                    conns[db] = connect(db)
+                except _QUERY_ERRORS as exc:
+                    unreachable[db] = QueryFailed(db.where(), _describe(exc))
+                    out.append(unreachable[db])
+                    continue
+            try:
+                out.append(run_query(conns[db], sql))
+            except _QUERY_ERRORS as exc:
+                out.append(QueryFailed(db.where(), _describe(exc)))
+                _drop(conns.pop(db))
         return out
     finally:
         for conn in conns.values():

@@ -81,9 +81,9 @@ def test_compare_keyed_finds_missing_extra_changed():
     assert [(d.kind, d.key()) for d in diffs] == [
         ("missing", (1,)), ("changed", (2,)), ("extra", (4,))]
     sql = plan.render_fix_sql(diffs, lit)
-    assert sql == ["REPLACE INTO `db`.`t` (`id`, `v`) VALUES (1, 'a')",
-                   "REPLACE INTO `db`.`t` (`id`, `v`) VALUES (2, NULL)",
-                   "DELETE FROM `db`.`t` WHERE `id` = 4"]
+    assert sql == ["DELETE FROM `db`.`t` WHERE `id` = 4",
+                   "REPLACE INTO `db`.`t` (`id`, `v`) VALUES (1, 'a')",
+                   "REPLACE INTO `db`.`t` (`id`, `v`) VALUES (2, NULL)"]
 
 
 def test_compare_multiset_counts_copies():
@@ -92,9 +92,78 @@ def test_compare_multiset_counts_copies():
     diffs = plan.compare_multiset(NOKEY, up, down)
     assert [(d.kind, d.count) for d in diffs] == [("missing", 1), ("extra", 2)]
     sql = plan.render_fix_sql(diffs, lit)
-    assert sql[0] == "INSERT INTO `db`.`n` (`a`, `s`) VALUES (1, 'x')"
-    assert sql[1] == ("DELETE FROM `db`.`n` WHERE CAST(`a` AS CHAR) <=> '3' AND "
-                      "CONVERT(`s` USING utf8mb4) <=> 'z' LIMIT 2")
+    # every DELETE first (see the next test); columns matched as bytes, not as text
+    assert sql[0] == ("DELETE FROM `db`.`n` WHERE CAST(CAST(`a` AS CHAR) AS BINARY) <=> '3' "
+                      "AND CAST(CONVERT(`s` USING utf8mb4) AS BINARY) <=> 'z' LIMIT 2")
+    assert sql[1] == "INSERT INTO `db`.`n` (`a`, `s`) VALUES (1, 'x')"
+
+
+CI = plan.TableInfo("db", "c", (plan.Column("k", "varchar", "utf8mb4_general_ci"),
+                                plan.Column("v", "int")), ("k",))
+
+
+def test_keys_differing_only_in_case_or_trailing_spaces_delete_before_replace():
+    """Under a _ci / PAD SPACE key, 'key1' = 'Key1' and 'a  ' = 'a': a DELETE of the extra
+    row run after the REPLACE of the missing one would delete the row just written."""
+    up = [_row("Key1", 1), _row("a", 2), _row("b", 3), _row("c", 4)]
+    down = [_row("key1", 1), _row("a  ", 2), _row("b", 3), _row("c", 5)]
+    diffs = plan.compare_keyed(CI, up, down)
+    # paired by the key's bytes: the key column's difference is seen
+    assert sorted((d.kind, d.key()) for d in diffs) == [
+        ("changed", ("c",)), ("extra", ("a  ",)), ("extra", ("key1",)),
+        ("missing", ("Key1",)), ("missing", ("a",))]
+    sql = plan.render_fix_sql(diffs, lit)
+    verbs = [s.split()[0] for s in sql]
+    assert verbs == ["DELETE", "DELETE", "REPLACE", "REPLACE", "REPLACE"], sql
+    assert set(sql[:2]) == {"DELETE FROM `db`.`c` WHERE `k` = 'key1'",
+                            "DELETE FROM `db`.`c` WHERE `k` = 'a  '"}
+    # keyless tables too, across tables: all deletes, then all writes
+    both = plan.render_fix_sql(diffs + plan.compare_multiset(
+        NOKEY, [_row(1, "A")], [_row(1, "A"), _row(1, "a")]), lit)
+    kinds = [s.split()[0] for s in both]
+    assert kinds == ["DELETE"] * 3 + ["REPLACE"] * 3, both
+    assert "CAST(CONVERT(`s` USING utf8mb4) AS BINARY) <=> 'a' LIMIT 1" in both[2]
+
+
+BINARY_TYPES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob",
+                "geometry", "point", "uuid", "inet6", "some_future_type")
+
+
+def test_non_text_columns_are_compared_by_their_bytes():
+    """CAST(b AS CHAR) maps bytes that are not utf8mb4 to '?' (x'41FE42' and x'41FF42'
+    checksum the same) and passes through bytes Python cannot decode (ED A0 80): binary
+    values are hashed, read and matched as HEX, never through a character cast."""
+    for t in BINARY_TYPES:
+        assert plan.column_expr(plan.Column("b", t)) == "HEX(`b`)", t
+    assert plan.column_expr(plan.Column("b", "bit")) == "HEX(`b` + 0)"   # width-free
+    for t in ("tinyint", "int", "bigint", "decimal", "date", "datetime", "time", "year"):
+        assert plan.column_expr(plan.Column("n", t)) == "CAST(`n` AS CHAR)", t
+    info = plan.TableInfo("db", "b", tuple(plan.Column(f"c{i}", t)
+                                           for i, t in enumerate(BINARY_TYPES + ("bit",))),
+                          ("c0",))
+    for sql in (plan.row_hash_expr(info), plan.rows_sql(info, "TRUE"),
+                plan.bucket_rows_sql(info, 4, [1])):
+        assert "AS CHAR" not in sql, sql
+
+
+def test_binary_values_are_hex_literals_in_the_fix_sql():
+    from spark_on_ray.diff import literal
+
+    assert literal(b"\x00\xff\xed\xa0\x80A") == "X'00FFEDA08041'"
+    assert literal(b"") == "X''" and literal(bytearray(b"\x01")) == "X'01'"
+    assert literal("it's") == "'it\\'s'" and literal(None) == "NULL"
+    info = plan.TableInfo("db", "b", (plan.Column("id", "varbinary"),
+                                      plan.Column("v", "longblob")), ("id",))
+    row = (b"\xfe", b"A\xfeB", "FE", "41FE42")
+    diffs = [plan.RowDiff(info, "missing", upstream=_split(row)),
+             plan.RowDiff(info, "extra", downstream=_split((b"\xff", b"", "FF", "")))]
+    assert plan.render_fix_sql(diffs, literal) == [
+        "DELETE FROM `db`.`b` WHERE `id` = X'FF'",
+        "REPLACE INTO `db`.`b` (`id`, `v`) VALUES (X'FE', X'41FE42')"]
+
+
+def _split(row):
+    return tuple(row[:len(row) // 2]), tuple(row[len(row) // 2:])
 
 
 def test_spark_config_defaults_and_errors(tmp_path):

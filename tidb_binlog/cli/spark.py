@@ -127,6 +127,7 @@ class _Progress:
 def print_diff_summary(console, cfg, result, seconds: float) -> None:
     """The diff's summary table and verdict line (``spark diff`` and ``demo --spark-diff``)."""
     # start-up time: rich loads when a job runs, so `tidb-binlog --help` stays fast
+    from rich.markup import escape
     from rich.table import Table
 
     console.print(f"diff: {cfg.upstream.where()} vs {cfg.downstream.where()}", highlight=False)
@@ -135,12 +136,18 @@ def print_diff_summary(console, cfg, result, seconds: float) -> None:
                 "changed", "verdict"):
         table.add_column(col, justify="left" if col in ("table", "verdict") else "right")
     for t in result.tables:
+        verdict = ("[yellow]not compared" if t.error is not None
+                   else "[green]equal" if t.equal else "[red]differs")
         table.add_row(t.name, str(t.chunks), str(t.upstream_rows), str(t.downstream_rows),
-                      str(t.missing), str(t.extra), str(t.changed),
-                      "[green]equal" if t.equal else "[red]differs")  # fmt: skip
+                      str(t.missing), str(t.extra), str(t.changed), verdict)  # fmt: skip
     console.print(table)
+    failed = result.not_compared
+    for t in failed:
+        console.print(f"[yellow]{escape(t.name)} not compared:[/yellow] {escape(t.error)}",
+                      highlight=False)
     console.print(f"{len(result.tables)} table(s), "
-                  f"{sum(not t.equal for t in result.tables)} differing; "
+                  f"{sum(not t.equal and t.error is None for t in result.tables)} differing"
+                  + (f", {len(failed)} not compared" if failed else "") + "; "
                   f"fix SQL ({result.fix_statements} statements): {result.fix_sql_file}; "
                   f"{seconds:.1f} s (Spark start {result.spark_start_s:.1f} s)")
     if cfg.diff.checkpoint_table:
