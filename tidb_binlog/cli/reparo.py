@@ -94,9 +94,12 @@ def run(args) -> int:
     # Deferred (start-up time): `tidb-binlog --help` should not load the codec and drainer.
     from tidb_binlog.config.reparo import load_reparo_config
 
-    # Deferred (start-up time), as above.
-    from tidb_binlog.errors import BinlogError
-    from tidb_binlog.reparo.runner import ReparoResult, run_reparo, summary_lines
+    from tidb_binlog.errors import BinlogError  # deferred (start-up time), as above
+    from tidb_binlog.reparo.runner import (  # deferred (start-up time), as above
+        ReparoResult,
+        run_reparo,
+        summary_lines,
+    )
 
     overrides = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
                  if getattr(args, flag, None) is not None}

@@ -128,7 +128,7 @@ def print_diff_summary(console, cfg, result, seconds: float) -> None:
     """The diff's summary table and verdict line (``spark diff`` and ``demo --spark-diff``)."""
     # start-up time: rich loads when a job runs, so `tidb-binlog --help` stays fast
     from rich.markup import escape
-    from rich.table import Table
+    from rich.table import Table  # start-up time, as above
 
     console.print(f"diff: {cfg.upstream.where()} vs {cfg.downstream.where()}", highlight=False)
     table = Table()
