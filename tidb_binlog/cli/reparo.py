@@ -93,7 +93,6 @@ def register(sub) -> None:
 def run(args) -> int:
     # Deferred (start-up time): `tidb-binlog --help` should not load the codec and drainer.
     from tidb_binlog.config.reparo import load_reparo_config
-
     from tidb_binlog.errors import BinlogError  # deferred (start-up time), as above
     from tidb_binlog.reparo.runner import (  # deferred (start-up time), as above
         ReparoResult,
