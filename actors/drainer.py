@@ -57,7 +57,7 @@ from actors.ray_calls import (
     mirror_metrics,
 )
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
-from tidb_binlog.drainer.checkpoint.store import CheckpointStore, MySQLCheckpointStore
+from tidb_binlog.drainer.checkpoint.store import CheckpointStore, task_checkpoint_store
 from tidb_binlog.drainer.pipeline.driver import TaskDriver
 from tidb_binlog.drainer.pipeline.names import sink_role, task_actor_name, worker_actor_name
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
@@ -91,9 +91,7 @@ class CoordinatorActor:
         if workers is None:
             workers = lookup_workers(settings)
         if store is None:  # no downstream call here: a constructor that raises is final
-            store = MySQLCheckpointStore(settings.downstream, settings.cluster_id,
-                                         schema=settings.checkpoint_schema,
-                                         table=settings.checkpoint_table)
+            store = task_checkpoint_store(settings)
         open_relay = None
         if settings.relay_dir:  # [syncer.relay]: opened (and locked) by the first reset
             def open_relay():
@@ -205,7 +203,7 @@ class MergerActor:
                 coordinator = RayCalls.lookup(
                     task_actor_name(settings.task, sink_role(settings.sink)), ns)
             if workers is None:
-                workers = lookup_workers(settings) if settings.sink == "mysql" else []
+                workers = lookup_workers(settings) if settings.kind.sql_workers else []
         self.settings = settings
         workers = workers or []
         self.driver = TaskDriver(settings, PipelineCalls(keeper, coordinator, workers), pumps,

@@ -41,7 +41,7 @@ from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.sinks.file.sink import BinlogFileSink, FileSink
 from tidb_binlog.drainer.translate.pb_keeper import PbKeeper
 
-__all__ = ["PbKeeperActor", "FileSinkActor", "start_file_sink_actors", "absolute_dirs"]
+__all__ = ["PbKeeperActor", "FileSinkActor", "start_sink_actors", "absolute_dirs"]
 
 
 class PbKeeperActor(KeeperShell):
@@ -104,15 +104,15 @@ def absolute_dirs(cfg):
     return dataclasses.replace(cfg, data_dir=os.path.abspath(cfg.data_dir), syncer=syncer)
 
 
-def start_file_sink_actors(cfg, settings: TaskSettings, *, names: dict | None = None,
-                           **opts):
-    """``(keeper, sink)`` actor handles for db-type file; the sink is pinned here.
-    ``names``: Ray actor names of the ``keeper`` and ``sink`` (a named task)."""
+def start_sink_actors(cfg, settings: TaskSettings, *, names: dict, opts: dict,
+                      resources: dict[str, float] | None = None, layout=None):
+    """``(keeper, sink, [])`` for db-type file (no SQL workers); the sink is pinned here
+    (it owns the directory). ``names``: Ray actor names of the ``keeper`` and ``sink``
+    (a named task); ``resources`` and ``layout`` are the MySQL sink's (unused)."""
     cfg = absolute_dirs(cfg)
-    names = names or {}
     sink = RayCalls.start_actor(FileSinkActor, settings, cfg, options={
         **opts, "concurrency_groups": {"status": 1}, "scheduling_strategy": RayCalls.pinned(),
         "name": names.get("sink")})
     keeper = RayCalls.start_actor(PbKeeperActor, settings,
                                   options={**opts, "name": names.get("keeper")})
-    return keeper, sink
+    return keeper, sink, []

@@ -27,7 +27,7 @@ from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.sinks.parquet.keeper import ParquetKeeper
 from tidb_binlog.drainer.sinks.parquet.sink import ParquetLake, ParquetSink
 
-__all__ = ["ParquetKeeperActor", "ParquetSinkActor", "start_parquet_sink_actors"]
+__all__ = ["ParquetKeeperActor", "ParquetSinkActor", "start_sink_actors"]
 
 
 class ParquetKeeperActor(KeeperShell):
@@ -48,18 +48,15 @@ class ParquetSinkActor(SinkShell):
             initial_commit_ts=max(settings.initial_commit_ts, 0)))
 
 
-def start_parquet_sink_actors(cfg, settings: TaskSettings, *, names: dict | None = None,
-                              **opts):
-    """``(keeper, sink)`` actor handles for db-type parquet; the sink is pinned here.
-    ``names``: Ray actor names of the ``keeper`` and ``sink`` (a named task)."""
+def start_sink_actors(cfg, settings: TaskSettings, *, names: dict, opts: dict,
+                      resources: dict[str, float] | None = None, layout=None):
+    """``(keeper, sink, [])`` for db-type parquet (no SQL workers); the sink is pinned
+    here (it owns the lake). ``names``: Ray actor names of the ``keeper`` and ``sink``
+    (a named task); ``resources`` and ``layout`` are the MySQL sink's (unused)."""
     cfg = absolute_dirs(cfg)
-    names = names or {}
-
-    def named(options: dict, role: str) -> dict:
-        return {**options, "name": names[role]} if names.get(role) else options
-
-    sink = RayCalls.start_actor(ParquetSinkActor, settings, cfg, options=named({
-        **opts, "concurrency_groups": {"status": 1},
-        "scheduling_strategy": RayCalls.pinned()}, "sink"))
-    keeper = RayCalls.start_actor(ParquetKeeperActor, settings, options=named(opts, "keeper"))
-    return keeper, sink
+    sink = RayCalls.start_actor(ParquetSinkActor, settings, cfg, options={
+        **opts, "concurrency_groups": {"status": 1}, "scheduling_strategy": RayCalls.pinned(),
+        "name": names.get("sink")})
+    keeper = RayCalls.start_actor(ParquetKeeperActor, settings,
+                                  options={**opts, "name": names.get("keeper")})
+    return keeper, sink, []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
-from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore
+from tidb_binlog.drainer.checkpoint.store import task_checkpoint_store
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.errors import DownstreamError, TransientDownstreamError, UnavailableError
 
@@ -56,30 +56,36 @@ def check_downstream(settings: TaskSettings, *, wait_s: float | None = None,
     attempts = 0
     while True:
         attempts += 1
-        store = MySQLCheckpointStore(settings.downstream, settings.cluster_id,
-                                     schema=settings.checkpoint_schema,
-                                     table=settings.checkpoint_table, attempts=1)
+        store = task_checkpoint_store(settings, attempts=1)
+        # which server the failing call went to, and its config section (the messages)
+        section, what = "syncer.to", f"downstream {address}"
         try:
+            if settings.checkpoint_db is not None:  # the data side first, then the checkpoint's
+                store.ping_downstream()
+                section = "syncer.to.checkpoint"
+                what = f"checkpoint database {store.address} ([syncer.to.checkpoint])"
             store.load()
             if not settings.exactly_once:
                 return None
+            section, what = "syncer.to", f"downstream {address}"
             return store.check_workers(settings.worker_count,
                                        progress_schema=settings.checkpoint_schema)
         except TransientDownstreamError as exc:
             detail = exc.message.removesuffix("; will retry")
             if clock() >= deadline:
                 raise UnavailableError(
-                    f"cannot start: the downstream {address} did not answer within "
+                    f"cannot start: the {what} did not answer within "
                     f"{wait_s:g} s ({attempts} attempt(s), {DOWNSTREAM_RETRY_S:g} s apart); "
-                    f"last error: {detail}; check [syncer.to] host and port and that the "
+                    f"last error: {detail}; check [{section}] host and port and that the "
                     "server runs, then start the drainer again") from exc
             if attempts == 1:
-                log.warning("the downstream %s does not answer yet (%s); retrying every "
-                            "%g s for up to %g s", address, detail, DOWNSTREAM_RETRY_S, wait_s)
+                log.warning("the %s does not answer yet (%s); retrying every "
+                            "%g s for up to %g s", what, detail, DOWNSTREAM_RETRY_S, wait_s)
             sleep(DOWNSTREAM_RETRY_S)
         except DownstreamError as exc:
             hint = _REFUSAL_HINTS.get(exc.code, "check [syncer.to] and the downstream server")
-            raise DownstreamError(f"cannot start: the downstream {address} refused the "
+            hint = hint.replace("[syncer.to]", f"[{section}]")
+            raise DownstreamError(f"cannot start: the {what} refused the "
                                   f"drainer: {exc.message}; {hint}", sql=exc.sql,
                                   code=exc.code) from exc
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from actors.ray_calls import RayCalls
 from cluster.task_actors import STATUS_TIMEOUT_S, TaskActors, answer
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE, sink_role, task_actor_name
+from tidb_binlog.drainer.sinks.kinds import sink_kind
 from tidb_binlog.errors import UnavailableError
 
 __all__ = ["attach_task_actors", "named_task_roles"]
@@ -32,7 +33,7 @@ def attach_task_actors(name: str, namespace: str = DEFAULT_NAMESPACE,
         return RayCalls.find_actor(task_actor_name(name, role), namespace)
 
     workers = [find(f"worker-{i}") for i in range(settings.worker_count)
-               ] if settings.sink == "mysql" else []
+               ] if settings.kind.sql_workers else []
     return TaskActors(settings, merger, find("keeper"), find(sink_role(settings.sink)),
                       [w for w in workers if w is not None], addresses)
 
@@ -43,7 +44,8 @@ def named_task_roles(name: str, namespace: str, sink: str, worker_count: int,
     alone (no actor is asked): what a status read checks for a restart when the merger
     itself does not answer. ``sink``: ``TaskSettings.sink``; ``only``: just these roles."""
     roles = ["merger", "keeper", sink_role(sink),
-             *(f"worker-{i}" for i in range(worker_count if sink == "mysql" else 0))]
+             *(f"worker-{i}" for i in range(worker_count if sink_kind(sink).sql_workers
+                                            else 0))]
     roles = [r for r in roles if not only or r in only]
     found = [(role, task_actor_name(name, role),
               RayCalls.find_actor(task_actor_name(name, role), namespace)) for role in roles]

@@ -9,14 +9,12 @@ stopping a task.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 
-from actors.drainer import CoordinatorActor, MergerActor, SchemaKeeperActor
-from actors.file_sink import start_file_sink_actors
-from actors.parquet_sink import start_parquet_sink_actors
+from actors.drainer import MergerActor
 from actors.ray_calls import RayCalls
-from actors.syncer_workers import start_sql_workers
 from cluster.downstream_check import check_downstream
 from cluster.task_actors import TaskActors, answer
 from tidb_binlog.config import DrainerConfig
@@ -24,7 +22,6 @@ from tidb_binlog.drainer.pipeline.names import (
     DEFAULT_NAMESPACE,
     UPSTREAM_META_KEY,
     check_task_name,
-    sink_role,
     task_actor_name,
 )
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
@@ -54,12 +51,6 @@ def start_task_actors(cfg, *, registry=None, upstream_meta: dict | None = None,
             check_task_name(name)
         except ValueError as exc:
             raise ConfigError(str(exc), key="name") from None
-    if cfg.syncer.db_type not in ("mysql", "tidb", "file", "parquet"):
-        raise ConfigError(f"db-type {cfg.syncer.db_type!r} is not supported by the Ray "
-                          "drainer yet; use mysql, tidb, file or parquet",
-                          key="syncer.db-type")
-    file_sink = cfg.syncer.db_type == "file"
-    parquet_sink = cfg.syncer.db_type == "parquet"
     if registry is None and pumps is None:
         raise ConfigError("no registry and no pumps given: the drainer cannot find its "
                           "pumps", key="registry")
@@ -69,8 +60,9 @@ def start_task_actors(cfg, *, registry=None, upstream_meta: dict | None = None,
         cfg = dataclasses.replace(cfg, cluster_id=registry.cluster_id())
     settings = TaskSettings.from_config(cfg, upstream_meta=upstream_meta,
                                         **settings_overrides)
+    kind = settings.kind  # the sink table's row: what to check, which shell starts it
     layout = None
-    if not (file_sink or parquet_sink):  # a downstream we cannot use fails the start here
+    if kind.needs_downstream:  # a downstream we cannot use fails the start here
         layout = check_downstream(settings, wait_s=downstream_wait_s)
     if addr is None and cfg.addr == _default_addr():
         addr = "127.0.0.1:0"  # see cluster.drainer's doc: tasks and tests share hosts
@@ -79,7 +71,8 @@ def start_task_actors(cfg, *, registry=None, upstream_meta: dict | None = None,
     # where the PumpActors are named, for an unnamed task too: its keeper reads large
     # binlogs from them by name there ([syncer] large-binlog-bytes)
     settings = dataclasses.replace(settings, namespace=namespace)
-    names: dict[str, str | None] = {"merger": None, "keeper": None, "sink": None}
+    names: dict[str, str | None] = {"merger": None, "keeper": None, "sink": None,
+                                    "task": None}
     if name is not None:
         settings = dataclasses.replace(settings, task=name, namespace=namespace)
         if RayCalls.find_actor(task_actor_name(name, "merger"), namespace) is not None:
@@ -88,7 +81,7 @@ def start_task_actors(cfg, *, registry=None, upstream_meta: dict | None = None,
                               "another name", key="name")
         names = {"merger": task_actor_name(name, "merger"),
                  "keeper": task_actor_name(name, "keeper"),
-                 "sink": task_actor_name(name, sink_role(settings.sink))}
+                 "sink": task_actor_name(name, kind.role), "task": name}
     service = ServiceSettings.from_config(cfg, namespace=namespace, addr=addr,
                                           status_addr=status_addr,
                                           node_id=node_id) if serve else None
@@ -99,40 +92,12 @@ def start_task_actors(cfg, *, registry=None, upstream_meta: dict | None = None,
     workers: list = []
     actors = TaskActors(settings, workers=workers)
     try:
-        if file_sink:  # pb records in [syncer.to] dir: no SQL workers, no downstream
-            settings = dataclasses.replace(settings, downstream=None, exactly_once=False,
-                                           worker_count=1, sink="file")
-            names["sink"] = task_actor_name(name, "file-sink") if name else None
-            actors.settings = settings
-            keeper, coordinator = start_file_sink_actors(
-                cfg, settings, names={"keeper": names["keeper"], "sink": names["sink"]},
-                **opts)
-        elif parquet_sink:  # a Parquet lake in [syncer.to] dir: no SQL workers
-            settings = dataclasses.replace(settings, downstream=None, exactly_once=False,
-                                           worker_count=1, sink="parquet")
-            names["sink"] = task_actor_name(name, "parquet-sink") if name else None
-            actors.settings = settings
-            keeper, coordinator = start_parquet_sink_actors(
-                cfg, settings, names={"keeper": names["keeper"], "sink": names["sink"]},
-                **opts)
-        else:
-            worker_overrides = {}
-            if layout is not None and layout.safe_mode:  # another count's replay window
-                worker_overrides["safe_mode_until_ts"] = layout.safe_mode_until_ts
-            workers.extend(start_sql_workers(
-                settings, name_prefix=name, namespace=opts["namespace"],
-                lifetime=opts["lifetime"], resources=resources, **worker_overrides))
-            # a named task's actors get no handles: they look their peers up by name
-            coordinator = RayCalls.start_actor(
-                CoordinatorActor, settings, None if name else workers,
-                options={**opts, "concurrency_groups": {"status": 1},
-                         "name": names["sink"],
-                         # its relay log is a local directory: keep it on this node
-                         **({"scheduling_strategy": RayCalls.pinned()}
-                            if settings.relay_dir else {"resources": resources})})
-            keeper = RayCalls.start_actor(SchemaKeeperActor, settings,
-                                          options={**opts, "name": names["keeper"],
-                                                   "resources": resources})
+        # the sink's shell (actors/<kind>_sink.py) starts its keeper, its sink actor and
+        # (MySQL) the SQL workers; actors started before a failure are killed below
+        shell = importlib.import_module(kind.shell)
+        keeper, coordinator, sink_workers = shell.start_sink_actors(
+            cfg, settings, names=names, opts=opts, resources=resources, layout=layout)
+        workers.extend(sink_workers)
         actors.keeper, actors.coordinator = keeper, coordinator
         peers = (None, None, None) if name else (keeper, coordinator, workers)
         merger = RayCalls.start_actor(  # pinned here: addr is this host's

@@ -7,14 +7,23 @@ import os
 
 import pytest
 
+from cluster.drainer import check_downstream
+from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
 from tidb_binlog.drainer.checkpoint.store import (
     CheckpointStore,
     FileCheckpointStore,
     MySQLCheckpointStore,
 )
+from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
-from tidb_binlog.errors import ConfigError, ProtocolError, StorageError, TransientDownstreamError
+from tidb_binlog.errors import (
+    ConfigError,
+    DownstreamError,
+    ProtocolError,
+    StorageError,
+    TransientDownstreamError,
+)
 
 _cluster_ids = itertools.count(9000)
 
@@ -185,3 +194,46 @@ def test_worker_layout_is_recorded_and_a_changed_count_after_a_crash_drops_the_r
                             "WHERE clusterID = %s", (cid,)) == ((3, 0),)
     finally:
         store.close()
+
+
+def test_a_checkpoint_server_of_its_own_holds_the_row_the_downstream_the_progress(
+        mariadb_pair, fresh_database):
+    """``[syncer.to.checkpoint]`` naming another server (TiDB Binlog's separate checkpoint
+    database): the checkpoint row goes there; the worker progress rows and the layout
+    stay in the downstream, with the data they are committed with."""
+    down, ckpt = mariadb_pair
+    schema = fresh_database(down, ckpt)
+    cid = next(_cluster_ids)
+    store = MySQLCheckpointStore(cfg_of(down), cid, schema=schema,
+                                 checkpoint_config=cfg_of(ckpt))
+    try:
+        assert store.address == f"{ckpt.host}:{ckpt.port}"
+        assert store.load() is None
+        store.save(Checkpoint(4242, consistent=True))
+        assert store.load().commit_ts == 4242
+        assert store.check_workers(2).worker_count == 2
+        store.ping_downstream()
+    finally:
+        store.close()
+    rows = run(ckpt, f"SELECT clusterID FROM `{schema}`.checkpoint")
+    assert rows == ((cid,),)
+    assert run(down, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s "
+                     "AND table_name = 'checkpoint'", (schema,)) == ((0,),)
+    assert run(down, f"SELECT workerCount FROM `{schema}`.worker_layout WHERE clusterID = %s",
+               (cid,)) == ((2,),)
+    assert run(ckpt, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s "
+                     "AND table_name = 'worker_layout'", (schema,)) == ((0,),)
+
+
+def test_the_start_check_names_a_checkpoint_server_that_refuses(mariadb_pair, tmp_path):
+    down, ckpt = mariadb_pair
+    path = tmp_path / "drainer.toml"
+    path.write_text(f"[syncer.to]\nhost = '127.0.0.1'\nport = {down.port}\nuser = 'root'\n"
+                    f"[syncer.to.checkpoint]\nport = {ckpt.port}\npassword = 'wrong-one'\n")
+    settings = TaskSettings.from_config(load_drainer_config(path, env={}), upstream_meta={})
+    with pytest.raises(DownstreamError) as info:
+        check_downstream(settings, wait_s=0)
+    text = str(info.value)
+    assert f"the checkpoint database 127.0.0.1:{ckpt.port} ([syncer.to.checkpoint]) " \
+           "refused the drainer" in text, text
+    assert "check [syncer.to.checkpoint] user and password" in text and "wrong-one" not in text

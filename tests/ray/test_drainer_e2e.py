@@ -81,3 +81,52 @@ def test_dml_and_ddl_replicate_in_commit_order(stack):
     finally:
         result = drainer.stop()
     assert result["consistent"] is True
+
+
+def test_a_checkpoint_database_of_its_own_is_where_the_task_saves_and_resumes(
+        stack, mariadb_factory):
+    """``[syncer.to.checkpoint]`` host/port/user/password name another server (TiDB
+    Binlog's separate checkpoint database): the checkpoint row is saved there, never in
+    the downstream, and a restarted task resumes from it (nothing lost, nothing twice)."""
+    up_db, down_db, cluster, upstream = stack
+    ckpt = mariadb_factory("ckpt")
+    upstream.ddl("CREATE DATABASE ck")
+    upstream.ddl("CREATE TABLE ck.t (id INT PRIMARY KEY, v INT)")
+    extra = {"syncer.to.checkpoint.host": ckpt.host, "syncer.to.checkpoint.port": ckpt.port,
+             "syncer.to.checkpoint.user": ckpt.user,
+             "syncer.to.checkpoint.password": ckpt.password}
+
+    def write(ids):
+        with upstream.session("ck") as s:
+            for i in ids:
+                txn = s.begin()
+                txn.insert("t", [{"id": i, "v": i}])
+                txn.commit()
+        upstream.flush()
+
+    def checkpoint_rows(server):
+        conn = server.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE "
+                            "table_schema = 'tidb_binlog' AND table_name = 'checkpoint'")
+                if not cur.fetchone()[0]:
+                    return None
+                cur.execute("SELECT checkPoint FROM tidb_binlog.checkpoint")
+                return [row[0] for row in cur.fetchall()]
+        finally:
+            conn.close()
+
+    for ids in (range(20), range(20, 40)):  # the second run resumes from the saved row
+        drainer = Drainer.start(drainer_config(down_db, **extra), registry=cluster.registry)
+        try:
+            write(ids)
+            drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
+        finally:
+            result = drainer.stop()
+        assert result["consistent"] is True
+        saved = checkpoint_rows(ckpt)
+        assert saved and f'"commitTS":{result["commit_ts"]}' in saved[0].replace(" ", ""), \
+            (saved, result)
+        assert checkpoint_rows(down_db) is None  # the downstream holds no checkpoint table
+    assert table_rows(down_db, "ck", "t") == table_rows(up_db, "ck", "t")

@@ -531,3 +531,64 @@ def test_passwords_never_show_in_a_repr(tmp_path):
     assert cfg.syncer.to.password == "hunter2"
     for text in (repr(cfg), str(cfg), repr(DownstreamConfig.from_drainer_config(cfg))):
         assert "hunter2" not in text and "s3cret" not in text
+
+
+# -- [syncer.to.checkpoint]: taken as TiDB Binlog takes it, or refused -------------------------
+def test_a_checkpoint_on_another_server_reaches_the_task_settings(tmp_path):
+    from tidb_binlog.drainer.pipeline.settings import TaskSettings
+
+    text = ("[syncer.to]\nhost = 'down'\nport = 3307\nuser = 'u'\npassword = 'p'\n"
+            "[syncer.to.checkpoint]\nhost = 'ckpt'\nport = 3308\nuser = 'cu'\n"
+            "password = 'cp'\nschema = 'cks'\n")
+    cfg = load_drainer_config(write(tmp_path, text), env={})
+    settings = TaskSettings.from_config(cfg, upstream_meta={})
+    db = settings.checkpoint_db
+    assert (db.host, db.port, db.user, db.password) == ("ckpt", 3308, "cu", "cp")
+    assert settings.downstream.address == "down:3307" and settings.exactly_once
+    assert settings.checkpoint_address == "ckpt:3308" and settings.checkpoint_schema == "cks"
+    # only the user differs: still its own connection, on the downstream's server
+    cfg = load_drainer_config(write(tmp_path, "[syncer.to]\nhost = 'down'\n"
+                                    "[syncer.to.checkpoint]\nuser = 'ck'\n"), env={})
+    db = TaskSettings.from_config(cfg, upstream_meta={}).checkpoint_db
+    assert (db.host, db.port, db.user) == ("down", 3306, "ck")
+    # nothing set: the checkpoint lives in the downstream, on its connection
+    cfg = load_drainer_config(write(tmp_path, "[syncer.to]\nhost = 'down'\n"), env={})
+    settings = TaskSettings.from_config(cfg, upstream_meta={})
+    assert settings.checkpoint_db is None and settings.checkpoint_address == "down:3306"
+
+
+@pytest.mark.parametrize("text, key, says", [
+    # a MySQL sink commits its checkpoint with the data: no savepoint file
+    ("[syncer.to.checkpoint]\ntype = 'file'\n", "syncer.to.checkpoint.type",
+     "not supported for db-type mysql; use mysql or tidb"),
+    # the Parquet lake's manifest is its checkpoint: nothing else to point at
+    ("[syncer]\ndb-type = 'parquet'\n[syncer.to.checkpoint]\nhost = 'h'\n",
+     "syncer.to.checkpoint.host", "keeps its checkpoint in its own manifest"),
+    ("[syncer]\ndb-type = 'parquet'\n[syncer.to.checkpoint]\ntype = 'mysql'\n",
+     "syncer.to.checkpoint.type", "keeps its checkpoint in its own manifest"),
+    # a file sink's savepoint file takes no address
+    ("[syncer]\ndb-type = 'file'\n[syncer.to.checkpoint]\nport = 3310\n",
+     "syncer.to.checkpoint.port", "would be ignored"),
+])
+def test_checkpoint_settings_a_sink_cannot_use_are_refused(tmp_path, text, key, says):
+    with pytest.raises(ConfigError) as info:
+        load_drainer_config(write(tmp_path, text), env={})
+    assert info.value.key == key and says in str(info.value), str(info.value)
+
+
+def test_the_sink_table_answers_every_db_type():
+    from tidb_binlog.drainer.pipeline.settings import TaskSettings
+    from tidb_binlog.drainer.sinks.kinds import SINK_KINDS, SUPPORTED_DB_TYPES, sink_kind
+
+    assert SUPPORTED_DB_TYPES == ("mysql", "tidb", "file", "parquet")
+    assert sink_kind("pb") is sink_kind("file") and sink_kind("tidb").name == "mysql"
+    with pytest.raises(ConfigError, match="kafka.*TiDB Binlog's but not supported"):
+        sink_kind("kafka")
+    repo = Path(__file__).resolve().parents[2]
+    for kind in SINK_KINDS.values():  # each shell exists and has the one entry point
+        shell = repo.joinpath(*kind.shell.split(".")).with_suffix(".py")
+        assert "def start_sink_actors(" in shell.read_text(), shell
+        settings = TaskSettings(cluster_id=1, sink=kind.name)
+        assert settings.exactly_once is kind.exactly_once and settings.kind is kind
+    with pytest.raises(ConfigError, match="cannot be exactly-once"):
+        TaskSettings(cluster_id=1, sink="file", exactly_once=True)

@@ -3,13 +3,12 @@ name reader and rewriter, and the config keys' validation."""
 
 from __future__ import annotations
 
+import datetime
 import pickle
 from types import SimpleNamespace
 
 import pytest
 
-from tidb_binlog.codec import mysql as T
-from tidb_binlog.codec.mysql import FieldType
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema, Txn
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
@@ -21,6 +20,9 @@ from tidb_binlog.filter.router import Router, RouteRule
 from tidb_binlog.filter.rules import FilterSettings, TxnFilter
 from tidb_binlog.filter.selector import Selector
 from tidb_binlog.filter.tables import TableRule
+from tidb_binlog.model.consts import TypeCode
+from tidb_binlog.model.schema import CIStr, ColumnInfo, TableInfo
+from tidb_binlog.model.schema import FieldType as ModelFieldType  # the model's, as TiDB's JSON
 
 SCHEMA = TableSchema.build("shop", "orders", ("id", "v"), ("id",))
 
@@ -240,7 +242,7 @@ def test_settings_from_config_are_plain_data_that_pickle(tmp_path):
     path = tmp_path / "drainer.toml"
     path.write_text(CONFIG)
     cfg = load_drainer_config(path, {"syncer.db-type": "file"})
-    settings = TaskSettings.from_config(cfg, upstream_meta={}, sink="file")
+    settings = TaskSettings.from_config(cfg, upstream_meta={})
     filters = pickle.loads(pickle.dumps(settings)).filters
     assert filters.do_dbs == ("shop", "~^src")
     assert filters.do_tables == (TableRule("bank", "~^acc"),)
@@ -280,11 +282,11 @@ def test_bad_filter_config_is_a_config_error_naming_the_key(tmp_path, text, key,
 
 # -- the Parquet keeper ---------------------------------------------------------------
 def test_parquet_keeper_filters_then_routes_rows_and_ddls():
-    cols = [SimpleNamespace(name=SimpleNamespace(O=n), type=FieldType(tp=T.TYPE_LONG))
-            for n in ("id", "v")]
+    cols = [ColumnInfo(i, CIStr(n), type=ModelFieldType(tp=TypeCode.LONG))
+            for i, n in enumerate(("id", "v"), 1)]
     keeper = object.__new__(ParquetKeeper)
-    keeper.translator = SimpleNamespace(_views={1: SimpleNamespace(schema=SCHEMA,
-                                                                   writable=cols)})
+    keeper.translator = SimpleNamespace(tz=datetime.UTC, _views={1: SimpleNamespace(
+        schema=SCHEMA, writable=cols, info=TableInfo(1, CIStr("orders"), pk_is_handle=True))})
     keeper._ignored_dbs = frozenset()
     keeper.filters = TxnFilter(FilterSettings(
         event_rules=(EventRule("shop", "orders", ("delete", "drop table")),),

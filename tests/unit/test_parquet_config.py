@@ -19,7 +19,7 @@ def test_example_config_loads():
     cfg = load_drainer_config("config/drainer-parquet.toml")
     s = cfg.syncer
     assert (s.db_type, s.exactly_once, s.worker_count) == ("parquet", False, 1)
-    assert s.to.dir == "data.drainer/lake" and s.to.checkpoint.type == "file"
+    assert s.to.dir == "data.drainer/lake" and s.to.checkpoint.type == ""  # the manifest
     assert (s.to.parquet.flush_rows, s.to.parquet.flush_bytes) == (100_000, 64 << 20)
     assert TaskSettings(cluster_id=1, sink="parquet").sink == "parquet"
 

@@ -15,6 +15,7 @@ from tidb_binlog.drainer.pipeline.names import (
 )
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
+from tidb_binlog.errors import ConfigError
 
 
 def test_a_gate_refuses_every_batch_before_its_first_reset():
@@ -98,5 +99,5 @@ def test_names_and_sink_kinds():
     assert TaskSettings(cluster_id=1).routed
     assert not TaskSettings(cluster_id=1, exactly_once=False).routed
     assert not TaskSettings(cluster_id=1, sink="file").routed
-    with pytest.raises(ValueError, match="unknown sink"):
+    with pytest.raises(ConfigError, match="unknown sink"):
         TaskSettings(cluster_id=1, sink="kafka")

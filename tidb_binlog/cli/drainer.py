@@ -138,8 +138,8 @@ def run(args) -> int:
 
     cfg = load_config(args)
     Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
-    if cfg.syncer.db_type not in ("file", "parquet"):  # before Ray: a bad downstream ends it
-        settings = TaskSettings.from_config(cfg, upstream_meta={})
+    settings = TaskSettings.from_config(cfg, upstream_meta={})
+    if settings.kind.needs_downstream:  # before Ray: a bad downstream ends it
         check_downstream(settings)
         if settings.relay_dir and _recovered_from_relay_log(cfg, args.ray_address):
             return 0

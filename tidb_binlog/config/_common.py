@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidb_binlog.config._kinds import _STR, _Bad, _bad_value, _list_kind, _opt
+from tidb_binlog.drainer.sinks.kinds import SUPPORTED_DB_TYPES  # the drainer's db-types
 from tidb_binlog.errors import ConfigError
 
 __all__ = ["SecurityConfig", "split_registry", "DEFAULT_REGISTRY_NAME", "SUPPORTED_DB_TYPES"]
 
-SUPPORTED_DB_TYPES = ("mysql", "tidb", "file", "parquet")  # drainer db-types
 # Keys TiDB Binlog knows in [syncer.to] / [syncer.to.checkpoint] for sinks we do not have;
 # an unknown key among them (in either file) is rejected with a hint naming SUPPORTED_DB_TYPES.
 _TIDB_ONLY_KEYS = {"zookeeper-addrs", "kafka-addrs", "kafka-version", "kafka-max-messages",

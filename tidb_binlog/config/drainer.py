@@ -44,6 +44,7 @@ from tidb_binlog.config._kinds import (
 )
 from tidb_binlog.config._toml import _load, _to_toml
 from tidb_binlog.cpus import default_worker_count
+from tidb_binlog.drainer.sinks.kinds import SinkKind, sink_kind
 from tidb_binlog.errors import ConfigError
 from tidb_binlog.filter.rules import config_problems
 
@@ -61,7 +62,6 @@ __all__ = [
     "load_drainer_config",
 ]
 
-_TIDB_ONLY_DB_TYPES = ("kafka", "oracle")
 # TiDB Binlog's command-line flag names that are not the dotted TOML key.
 _DRAINER_FLAGS = {
     "L": "log-level", "c": "syncer.worker-count", "dest-db-type": "syncer.db-type",
@@ -256,14 +256,13 @@ def _resolve_drainer(cfg: DrainerConfig, source: str, env) -> DrainerConfig:
 
 def _resolve_syncer(cfg: DrainerConfig, source: str, env) -> SyncerConfig:
     s = cfg.syncer
-    db_type = "file" if s.db_type == "pb" else s.db_type
-    if db_type not in SUPPORTED_DB_TYPES:
-        known = "is TiDB Binlog's but not supported here" if db_type in _TIDB_ONLY_DB_TYPES \
-            else "is unknown"
-        raise _fail("syncer.db-type", source, f"{s.db_type!r} {known}; supported: "
-                    f"{', '.join(SUPPORTED_DB_TYPES)}")  # fmt: skip
-    exactly_once = db_type in ("mysql", "tidb") if s.exactly_once is None else s.exactly_once
-    if exactly_once and db_type in ("file", "parquet"):
+    try:
+        kind = sink_kind(s.db_type)
+    except ConfigError as exc:
+        raise _fail("syncer.db-type", source, exc.message.removeprefix("db-type ")) from None
+    db_type = kind.canonical_db_type if s.db_type == "pb" else s.db_type
+    exactly_once = kind.exactly_once if s.exactly_once is None else s.exactly_once
+    if exactly_once and not kind.exactly_once:
         raise _fail("syncer.exactly-once", source, "needs a mysql or tidb downstream; set it "
                     f"to false for db-type {db_type}")  # fmt: skip
     for i, name in enumerate(s.ignore_schemas):
@@ -286,22 +285,21 @@ def _resolve_syncer(cfg: DrainerConfig, source: str, env) -> SyncerConfig:
                             f"no [syncer.binlog-filter-rule.{name}] is defined")  # fmt: skip
     for key, problem in config_problems(s)[:1]:  # patterns, regexes, event types
         raise _fail(key, source, problem)
-    if s.txn_atomic and db_type not in ("mysql", "tidb"):
+    if s.txn_atomic and not kind.txn_atomic:
         raise _fail("syncer.txn-atomic", source, f"applies to a mysql or tidb downstream only "
                     f"(db-type {db_type!r} writes whole transactions already); remove it")
     if s.to.emulated_tidb_registry:
         ns, _, name = s.to.emulated_tidb_registry.partition("/")
-        if db_type not in ("mysql", "tidb") or not ns or "/" in name:
+        if not kind.needs_downstream or not ns or "/" in name:
             raise _fail("syncer.to.emulated-tidb-registry", source, "names the registry of the "
                         "cluster whose emulated TiDB is the downstream: \"<ray namespace>"
                         "[/<actor name>]\", with db-type mysql or tidb; got "
                         f"{s.to.emulated_tidb_registry!r} (db-type {db_type!r})")
-    if s.relay.log_dir and db_type not in ("mysql", "tidb"):
+    if s.relay.log_dir and not kind.relay_log:
         raise _fail("syncer.relay.log-dir", source, f"the relay log works only with a mysql or "
                     f"tidb downstream, not db-type {db_type!r}; remove [syncer.relay] log-dir")
-    to = _resolve_to(s.to, db_type, cfg.data_dir, source, env)
-    worker_count = 1 if db_type in ("file", "parquet") or not s.enable_dispatch \
-        else s.worker_count
+    to = _resolve_to(s.to, kind, db_type, cfg.data_dir, source, env)
+    worker_count = s.worker_count if kind.sql_workers and s.enable_dispatch else 1
     lower = [TableName(t.db_name.lower(), t.tbl_name.lower()) for t in s.replicate_do_table]
     return replace(s, db_type=db_type, exactly_once=exactly_once, worker_count=worker_count,
                    replicate_do_db=tuple(d.lower() for d in s.replicate_do_db),
@@ -321,31 +319,63 @@ def _decrypted(sec, key: str, source: str, env) -> str:
         raise _fail(where, source, str(exc).removeprefix(f"{where}: ")) from None
 
 
-def _resolve_to(to: ToConfig, db_type: str, data_dir: str, source: str, env) -> ToConfig:
+_CHECKPOINT_ADDRESS_KEYS = ("host", "port", "user", "password", "encrypted_password")
+
+
+def _resolve_to(to: ToConfig, kind: SinkKind, db_type: str, data_dir: str, source: str,
+                env) -> ToConfig:
     for key, sec in (("syncer.to", to), ("syncer.to.checkpoint", to.checkpoint)):
         _check_security(sec.security, f"{key}.security", source)
     to = replace(to, password=_decrypted(to, "syncer.to", source, env),
                  checkpoint=replace(to.checkpoint, password=_decrypted(
                      to.checkpoint, "syncer.to.checkpoint", source, env)))  # fmt: skip
-    if db_type in ("file", "parquet"):  # parquet: the manifest is its checkpoint
-        to = replace(to, dir=to.dir or data_dir)
-        if db_type == "parquet" and to.parquet.compression not in _PARQUET_CODECS:
-            raise _fail("syncer.to.parquet.compression", source, f"{to.parquet.compression!r} "
-                        f"is not a Parquet codec; use one of {', '.join(_PARQUET_CODECS)}")
-    else:
+    if kind.needs_downstream:
         port = to.port or int(env.get("MYSQL_PORT") or 0) or 3306
         to = replace(to, host=to.host or env.get("MYSQL_HOST") or "localhost", port=port,
                      user=to.user or env.get("MYSQL_USER") or "root",
                      password=to.password or env.get("MYSQL_PSWD", ""))  # fmt: skip
+    else:  # a directory of its own (parquet: the manifest is its checkpoint)
+        to = replace(to, dir=to.dir or data_dir)
+        if kind.name == "parquet" and to.parquet.compression not in _PARQUET_CODECS:
+            raise _fail("syncer.to.parquet.compression", source, f"{to.parquet.compression!r} "
+                        f"is not a Parquet codec; use one of {', '.join(_PARQUET_CODECS)}")
+    return replace(to, checkpoint=_resolve_checkpoint(to, kind, db_type, source))
+
+
+def _resolve_checkpoint(to: ToConfig, kind: SinkKind, db_type: str,
+                        source: str) -> CheckpointConfig:
+    """``[syncer.to.checkpoint]`` checked against what the sink kind accepts, its type
+    defaulted (TiDB Binlog's: the db-type's own), and for a MySQL/TiDB checkpoint an
+    empty host/port/user/password taken from ``[syncer.to]`` (for a mysql/tidb
+    downstream: the checkpoint table then lives in the downstream itself)."""
     cp = to.checkpoint
-    cp_type = cp.type or ("file" if db_type in ("file", "parquet") else db_type)
-    if cp_type not in ("mysql", "tidb", "file"):
+    if not kind.checkpoint_types:  # the sink keeps its checkpoint itself (the manifest)
+        given = [k for k in ("type", *_CHECKPOINT_ADDRESS_KEYS)
+                 if getattr(cp, k) != getattr(CheckpointConfig(), k)]
+        if given or cp.security != SecurityConfig():
+            named = ", ".join(given) or "security"
+            raise _fail(f"syncer.to.checkpoint.{given[0] if given else 'security'}", source,
+                        f"db-type {db_type} keeps its checkpoint in its own {kind.checkpoint} "
+                        f"(set: {named}); remove [syncer.to.checkpoint] from the config")
+        return cp
+    cp_type = cp.type or (db_type if db_type in kind.checkpoint_types
+                          else kind.checkpoint_types[0])
+    if cp_type not in kind.checkpoint_types:
         raise _fail("syncer.to.checkpoint.type", source,
-                    f"{cp.type!r} is not supported; use mysql, tidb or leave it empty")
-    if cp_type != "file":
+                    f"{cp.type!r} is not supported for db-type {db_type}; use "
+                    f"{' or '.join(kind.checkpoint_types)}, or leave it empty")
+    if cp_type in ("mysql", "tidb"):
         cp = replace(cp, host=cp.host or to.host, port=cp.port or to.port,
                      user=cp.user or to.user, password=cp.password or to.password)  # fmt: skip
         if not cp.host or not cp.port:
-            raise _fail("syncer.to.checkpoint.host", source, "a mysql/tidb checkpoint needs "
-                        "host and port when db-type is file")  # fmt: skip
-    return replace(to, checkpoint=replace(cp, type=cp_type))
+            raise _fail("syncer.to.checkpoint.host", source, f"a {cp_type} checkpoint needs "
+                        f"host and port when db-type is {db_type}")  # fmt: skip
+    else:
+        given = [k for k in _CHECKPOINT_ADDRESS_KEYS
+                 if getattr(cp, k) != getattr(CheckpointConfig(), k)]
+        if given:
+            raise _fail(f"syncer.to.checkpoint.{given[0]}", source,
+                        f"a {cp_type} checkpoint is the savepoint file in data-dir: "
+                        f"{', '.join(given)} would be ignored; remove them, or set "
+                        "[syncer.to.checkpoint] type = \"mysql\" to keep it in a database")
+    return replace(cp, type=cp_type)

@@ -357,6 +357,11 @@ class Advancer:
             return False
         return self._ddl_ts > self._saved_ts or now_s - self._saved_at_s >= self.save_interval_s
 
+    @property
+    def saved_ts(self) -> int:
+        """The highest commit_ts saved (or loaded at the start): the durable checkpoint."""
+        return self._saved_ts
+
     def saved(self, cp: Checkpoint, now_s: float) -> None:
         """``cp`` (from checkpoint()) is durably saved at ``now_s``."""
         self._saved_ts = max(self._saved_ts, cp.commit_ts)

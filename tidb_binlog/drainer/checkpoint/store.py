@@ -81,6 +81,7 @@ __all__ = [
     "MySQLCheckpointStore",
     "FileCheckpointStore",
     "open_checkpoint_store",
+    "task_checkpoint_store",
     "SAVE_ATTEMPTS",
     "SAVE_RETRY_INTERVAL_S",
     "WORKER_LAYOUT_TABLE",
@@ -146,30 +147,54 @@ class CheckpointStore(Protocol):
 
 
 class MySQLCheckpointStore:
-    """The ``tidb_binlog.checkpoint`` row of one cluster in a MySQL/TiDB database."""
+    """The ``tidb_binlog.checkpoint`` row of one cluster in a MySQL/TiDB database.
+
+    ``config`` is the downstream; ``checkpoint_config``, when given, another server (or
+    user) for the checkpoint row itself (``[syncer.to.checkpoint]`` host/port/user/
+    password, as TiDB Binlog's drainer takes them). The worker progress rows and the
+    worker layout (:meth:`check_workers`) always stay in the downstream: they are
+    committed in the same transactions as the data, which is what exactly-once rests on;
+    the checkpoint row is never ahead of them, wherever it lives."""
 
     def __init__(self, config: DownstreamConfig, cluster_id: int, *,
                  schema: str = CHECKPOINT_SCHEMA, table: str = CHECKPOINT_TABLE,
                  attempts: int = SAVE_ATTEMPTS, retry_interval_s: float = SAVE_RETRY_INTERVAL_S,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep,
+                 checkpoint_config: DownstreamConfig | None = None):
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
         self.cluster_id = cluster_id
         self.schema = schema
         self.table = table
-        self._ds = Downstream(config)
+        self._data_ds = Downstream(config)
+        self._ds = Downstream(checkpoint_config) if checkpoint_config is not None \
+            else self._data_ds
         self._attempts = attempts
         self._retry_interval_s = retry_interval_s
         self._sleep = sleep
         self._created = False
         self.saves = 0          # saves that succeeded (binlog_drainer_event{type="savepoint"})
 
-    def _retrying(self, fn):
+    @property
+    def address(self) -> str:
+        """host:port of the server holding the checkpoint row."""
+        return self._ds.config.address
+
+    def ping_downstream(self) -> None:
+        """``SELECT 1`` on the downstream (the data side), for the start checks when the
+        checkpoint row lives on another server."""
+        def run():
+            self._data_ds.query(Statement("SELECT 1", None))
+            self._data_ds.commit()
+
+        self._retrying(run, self._data_ds)
+
+    def _retrying(self, fn, ds: Downstream | None = None):
         for attempt in range(1, self._attempts + 1):
             try:
                 return fn()
             except TransientDownstreamError:
-                self._ds.rollback()
+                (ds or self._ds).rollback()
                 if attempt == self._attempts:
                     raise
                 self._sleep(self._retry_interval_s)
@@ -223,37 +248,40 @@ class MySQLCheckpointStore:
         layout = quote_table(schema, WORKER_LAYOUT_TABLE)
         progress = quote_table(schema, progress_table)
         checkpoint = self.load()
+        ds = self._data_ds  # the progress rows and the layout live with the data
 
         def run() -> WorkerLayout:
             for stmt in progress_create_statements(schema, progress_table):
-                self._ds.execute(stmt)
-            self._ds.execute(Statement(
+                ds.execute(stmt)
+            ds.execute(Statement(
                 f"CREATE TABLE IF NOT EXISTS {layout} (clusterID BIGINT UNSIGNED NOT NULL "
                 "PRIMARY KEY, workerCount INT NOT NULL, safeModeUntilTS BIGINT NOT NULL)", None))
-            rows = self._ds.query(Statement(
+            rows = ds.query(Statement(
                 f"SELECT workerCount, safeModeUntilTS FROM {layout} WHERE clusterID = %s "
                 "FOR UPDATE", (self.cluster_id,)))
             recorded, safe_until = (int(rows[0][0]), int(rows[0][1])) if rows else (None, 0)
-            done = {int(w): int(ts) for w, ts in self._ds.query(Statement(
+            done = {int(w): int(ts) for w, ts in ds.query(Statement(
                 f"SELECT worker, commitTS FROM {progress} WHERE clusterID = %s",
                 (self.cluster_id,)))}
             decision = decide_worker_layout(worker_count, recorded, safe_until, done, checkpoint)
             if decision.reset_progress:
-                self._ds.execute(Statement(f"DELETE FROM {progress} WHERE clusterID = %s",
-                                           (self.cluster_id,)))
-            self._ds.execute(Statement(
+                ds.execute(Statement(f"DELETE FROM {progress} WHERE clusterID = %s",
+                                     (self.cluster_id,)))
+            ds.execute(Statement(
                 f"REPLACE INTO {layout} (clusterID, workerCount, safeModeUntilTS) "
                 "VALUES (%s,%s,%s)", (self.cluster_id, worker_count,
                                       decision.safe_mode_until_ts)))
-            self._ds.commit()
+            ds.commit()
             if decision.reset_progress:
                 _log_reset(decision, checkpoint, done)
             return decision
 
-        return self._retrying(run)
+        return self._retrying(run, ds)
 
     def close(self) -> None:
         self._ds.close()
+        if self._data_ds is not self._ds:
+            self._data_ds.close()
 
 
 def _log_reset(d: WorkerLayout, checkpoint: Checkpoint | None, progress: Mapping[int, int]):
@@ -320,6 +348,18 @@ class FileCheckpointStore:
 
     def close(self) -> None:
         pass
+
+
+def task_checkpoint_store(settings, *, attempts: int = SAVE_ATTEMPTS) -> MySQLCheckpointStore:
+    """The MySQL/TiDB sink's store for a task's
+    :class:`~tidb_binlog.drainer.pipeline.settings.TaskSettings`: the checkpoint row in
+    ``checkpoint_db`` when set, else in the downstream; the progress rows in the
+    downstream. The one place the MySQL sink's actors, the driver and the start checks
+    build it."""
+    return MySQLCheckpointStore(settings.downstream, settings.cluster_id,
+                                schema=settings.checkpoint_schema,
+                                table=settings.checkpoint_table, attempts=attempts,
+                                checkpoint_config=settings.checkpoint_db)
 
 
 def open_checkpoint_store(cfg) -> CheckpointStore:

@@ -36,7 +36,6 @@ import threading
 import time
 from typing import Any, Protocol
 
-from tidb_binlog.drainer.checkpoint.store import MySQLCheckpointStore
 from tidb_binlog.drainer.pipeline import failures
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.merge_loop import MergeLoop, PipelineCalls
@@ -109,7 +108,7 @@ class TaskDriver:
         self.loop = MergeLoop(settings, calls,
                               on_disorder=self.metrics.disorder_binlog_count.inc)
         self._start_ts = 0
-        self._store: MySQLCheckpointStore | None = None
+        self._saved_ts = 0  # the sink's durable checkpoint, as last reported
         self._applied_rows = -1
         self._last_sync_s = time.time()
         self._collector_retry_at = 0.0
@@ -350,25 +349,17 @@ class TaskDriver:
 
     # -- status and metrics (HTTP threads) -------------------------------------------
     def _saved_checkpoint_ts(self) -> int:
-        """The durable checkpoint (what a restarted drainer would start from); called by
-        each heartbeat, which also samples the apply counter for ``Synced``."""
-        st = None
+        """The durable checkpoint (what a restarted drainer would start from), as the
+        sink reports it (``SinkStatus.saved_commit_ts``); called by each heartbeat, which
+        also samples the apply counter for ``Synced``. Never moves back: a sink that is
+        restarting (no status, or none loaded yet) leaves the last one standing."""
         try:
             st = self._sink_status()
         except Exception as exc:  # restarting: Synced is sampled at the next beat
-            log.debug("coordinator status unavailable: %s", exc)
-        saved = 0
-        if self.settings.sink in ("file", "parquet"):  # its savepoint / manifest, from its status
-            saved = st.get("saved_commit_ts", 0) if st is not None else 0
+            log.debug("sink status unavailable: %s", exc)
         else:
-            if self._store is None:
-                s = self.settings
-                self._store = MySQLCheckpointStore(s.downstream, s.cluster_id,
-                                                   schema=s.checkpoint_schema,
-                                                   table=s.checkpoint_table, attempts=1)
-            cp = self._store.load()
-            saved = cp.commit_ts if cp is not None else 0
-        return max(saved, self._start_ts)
+            self._saved_ts = max(self._saved_ts, st.get("saved_commit_ts", 0))
+        return max(self._saved_ts, self._start_ts)
 
     def _sink_status(self) -> dict:
         st = self.calls.sink_status()

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from tidb_binlog.drainer.sinks.kinds import sink_kind
+
 __all__ = ["DEFAULT_NAMESPACE", "UPSTREAM_META_KEY", "pump_actor_name", "task_actor_name",
            "worker_actor_name", "sink_role", "check_task_name", "TASK_ROLES"]
 
@@ -60,9 +62,10 @@ def task_actor_name(task: str, role: str) -> str:
 
 
 def sink_role(sink: str) -> str:
-    """The role of the sink actor of a ``TaskSettings.sink`` kind: ``coordinator`` for
-    MySQL (it coordinates the SQL workers), ``<kind>-sink`` for the others."""
-    return "coordinator" if sink == "mysql" else f"{sink}-sink"
+    """The role of the sink actor of a ``TaskSettings.sink`` kind (the sink table's
+    ``role``): ``coordinator`` for MySQL (it coordinates the SQL workers),
+    ``<kind>-sink`` for the others."""
+    return sink_kind(sink).role
 
 
 def worker_actor_name(task: str, worker: int) -> str:

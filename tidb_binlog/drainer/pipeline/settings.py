@@ -4,10 +4,12 @@ Each actor takes the settings (they pickle) and nothing else the driver held, so
 actor Ray restarts, or a detached one started by a task API, rebuilds itself from them
 (peers are looked up by name: :mod:`tidb_binlog.drainer.pipeline.names`).
 
-``sink`` picks the pipeline's mode: ``"mysql"`` (schema keeper → coordinator → SQL
-workers; routed in the keeper when ``exactly_once``) or ``"file"`` (pb keeper → file
-sink) or ``"parquet"`` (parquet keeper → Parquet lake). A new sink kind adds its name
-here and a :class:`~.sink.Sink` class.
+``sink`` picks the pipeline's mode, a row of the sink table
+(:mod:`tidb_binlog.drainer.sinks.kinds`): ``"mysql"`` (schema keeper → coordinator → SQL
+workers; routed in the keeper when ``exactly_once``), ``"file"`` (pb keeper → file
+sink) or ``"parquet"`` (parquet keeper → Parquet lake). :meth:`TaskSettings.from_config`
+sets it from ``[syncer] db-type``, with what the kind implies (no downstream, one
+writer and no exactly-once for the file and Parquet sinks).
 """
 
 from __future__ import annotations
@@ -20,19 +22,17 @@ from zoneinfo import ZoneInfo
 from tidb_binlog.binlog_ref import DEFAULT_REF_ABOVE_BYTES
 from tidb_binlog.cpus import default_worker_count
 from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
+from tidb_binlog.drainer.sinks.kinds import SINK_KINDS, SinkKind, sink_kind, sink_of_db_type
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 from tidb_binlog.errors import ConfigError
 from tidb_binlog.filter.rules import FilterSettings
+from tidb_binlog.security import mysql_ssl
 
-__all__ = ["TaskSettings", "SINKS", "sink_of_db_type", "check_worker_count_update"]
+__all__ = ["TaskSettings", "SINKS", "sink_of_db_type", "check_worker_count_update",
+           "checkpoint_db_of"]
 
-SINKS = ("mysql", "file", "parquet")
+SINKS = tuple(SINK_KINDS)
 """The sink kinds a task can write to (``[syncer] db-type`` tidb is ``mysql`` here)."""
-
-
-def sink_of_db_type(db_type: str) -> str:
-    """``TaskSettings.sink`` of a ``[syncer] db-type`` (tidb writes through mysql)."""
-    return db_type if db_type in ("file", "parquet") else "mysql"
 
 
 def check_worker_count_update(task: str, db_type: str, worker_count) -> None:
@@ -42,7 +42,7 @@ def check_worker_count_update(task: str, db_type: str, worker_count) -> None:
     if isinstance(worker_count, bool) or not isinstance(worker_count, int) or worker_count < 1:
         raise ConfigError(f"task {task!r}: worker_count must be a whole number of at least 1, "
                           f"got {worker_count!r}", key="syncer.worker-count")
-    if sink_of_db_type(db_type) != "mysql":
+    if not sink_kind(db_type).sql_workers:
         raise ConfigError(
             f"task {task!r} writes to a {db_type} sink, which has one writer and no SQL "
             "workers: update(worker_count=...) applies to db-type mysql/tidb tasks only "
@@ -56,7 +56,7 @@ class TaskSettings:
     cluster_id: int
     worker_count: int = field(default_factory=default_worker_count)  # drainer.toml's
     txn_batch: int = 20
-    exactly_once: bool = True
+    exactly_once: bool = None  # type: ignore[assignment]  # None: the sink kind's default
     txn_atomic: bool = False  # [syncer] txn-atomic: each upstream txn one downstream txn
     safe_mode: bool = False
     merge: bool = True
@@ -65,6 +65,11 @@ class TaskSettings:
     ignore_txn_commit_ts: tuple[int, ...] = ()
     time_zone: str = "+00:00"
     downstream: DownstreamConfig | None = None  # None for a file sink
+    # [syncer.to.checkpoint] host/port/user/password of a MySQL sink when they name
+    # another server or user than [syncer.to] (TiDB Binlog's separate checkpoint
+    # database): the checkpoint row lives there, the worker progress rows stay with the
+    # data; None: everything in the downstream
+    checkpoint_db: DownstreamConfig | None = None
     checkpoint_schema: str = "tidb_binlog"
     checkpoint_table: str = "checkpoint"
     upstream_meta: dict = field(default_factory=dict)  # UpstreamMeta params
@@ -103,15 +108,34 @@ class TaskSettings:
 
     def __post_init__(self) -> None:
         if self.sink not in SINKS:
-            raise ValueError(f"unknown sink {self.sink!r}; expected one of {SINKS}")
+            raise ConfigError(f"unknown sink {self.sink!r}; expected one of "
+                              f"{', '.join(SINKS)}", key="syncer.db-type")
+        if self.exactly_once is None:
+            object.__setattr__(self, "exactly_once", self.kind.exactly_once)
+        if self.exactly_once and not self.kind.exactly_once:
+            raise ConfigError(f"a {self.sink} sink cannot be exactly-once (only a mysql or "
+                              "tidb downstream commits the checkpoint with the data)",
+                              key="syncer.exactly-once")
+
+    @property
+    def kind(self) -> SinkKind:
+        """The sink's row in :data:`~tidb_binlog.drainer.sinks.kinds.SINK_KINDS`."""
+        return SINK_KINDS[self.sink]
 
     @classmethod
     def from_config(cls, cfg, *, upstream_meta: dict, **overrides) -> TaskSettings:
-        """From a resolved :class:`~tidb_binlog.config.DrainerConfig`."""
+        """From a resolved :class:`~tidb_binlog.config.DrainerConfig`; ``sink`` and what
+        it implies (downstream, exactly-once, worker count) come from ``[syncer]
+        db-type`` through the sink table, never from ``overrides``."""
+        if "sink" in overrides:
+            raise ConfigError("TaskSettings.from_config sets the sink from [syncer] db-type; "
+                              f"do not pass sink={overrides['sink']!r}", key="syncer.db-type")
         s = cfg.syncer
-        exactly_once = s.exactly_once if s.exactly_once is not None else True
+        kind = sink_kind(s.db_type)
+        exactly_once = kind.exactly_once if s.exactly_once is None else s.exactly_once
         values = dict(
-            cluster_id=cfg.cluster_id, worker_count=s.worker_count, txn_batch=s.txn_batch,
+            sink=kind.name, cluster_id=cfg.cluster_id,
+            worker_count=s.worker_count if kind.sql_workers else 1, txn_batch=s.txn_batch,
             exactly_once=exactly_once, txn_atomic=s.txn_atomic, safe_mode=s.safe_mode,
             txn_chunk_rows=s.txn_chunk_rows, large_binlog_bytes=s.large_binlog_bytes,
             merge=s.to.merge,
@@ -120,7 +144,9 @@ class TaskSettings:
             ignore_txn_commit_ts=tuple(s.ignore_txn_commit_ts),
             filters=FilterSettings.from_syncer(s),
             time_zone=str(s.to.params.get("time_zone", "+00:00")),
-            downstream=DownstreamConfig.from_drainer_config(cfg),
+            downstream=DownstreamConfig.from_drainer_config(cfg)
+            if kind.needs_downstream else None,
+            checkpoint_db=checkpoint_db_of(cfg) if kind.checkpoint == "downstream" else None,
             checkpoint_schema=s.to.checkpoint.schema or "tidb_binlog",
             checkpoint_table=s.to.checkpoint.table or "checkpoint",
             upstream_meta=dict(upstream_meta),
@@ -132,12 +158,18 @@ class TaskSettings:
         return cls(**values)
 
     @property
+    def checkpoint_address(self) -> str:
+        """Where the checkpoint row lives (host:port), for messages."""
+        db = self.checkpoint_db or self.downstream
+        return db.address if db is not None else ""
+
+    @property
     def routed(self) -> bool:
         """Whether the keeper routes rows to workers and the coordinator gets only the
         plan (exactly-once into MySQL); otherwise ``translate`` → ``apply``. A relay log
         needs the transactions in the coordinator, so it is never routed (exactly-once
         still holds: the coordinator's dispatcher routes the same way)."""
-        return self.exactly_once and self.sink == "mysql" and not self.relay_dir
+        return self.exactly_once and self.kind.sql_workers and not self.relay_dir
 
     @property
     def ref_above(self) -> int:
@@ -165,3 +197,23 @@ class TaskSettings:
             return datetime.timezone(sign * datetime.timedelta(hours=int(hours),
                                                                minutes=int(minutes)))
         return ZoneInfo(text)
+
+
+def checkpoint_db_of(cfg) -> DownstreamConfig | None:
+    """The connection of ``[syncer.to.checkpoint]`` (a resolved config, mysql/tidb
+    checkpoint type) when it names another server or user than ``[syncer.to]``, else
+    None (the checkpoint lives in the downstream, under its connection and TLS)."""
+    to, cp = cfg.syncer.to, cfg.syncer.to.checkpoint
+    if cp.type not in ("mysql", "tidb"):
+        return None
+    if (cp.host, cp.port, cp.user, cp.password) == (to.host, to.port, to.user, to.password) \
+            and not mysql_ssl(cp.security, "syncer.to.checkpoint.security"):
+        return None
+    section, security = "syncer.to.checkpoint.security", cp.security
+    if not mysql_ssl(security, section) and (cp.host, cp.port) == (to.host, to.port):
+        # the downstream's own server with another user: the same server wants the same
+        # TLS (TiDB Binlog uses [syncer.to]'s for a checkpoint that follows the downstream)
+        section, security = "syncer.to.security", to.security
+    return DownstreamConfig(host=cp.host, port=cp.port, user=cp.user, password=cp.password,
+                            read_timeout_s=to.read_timeout_s,
+                            ssl=mysql_ssl(security, section), tls_section=section)

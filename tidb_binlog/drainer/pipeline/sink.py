@@ -3,9 +3,11 @@
 TiDB Binlog's drainer has ``drainer/sync/syncer.go``'s ``Syncer`` interface (one per
 ``db-type``) and a checkpoint factory. Here a :class:`Sink` is the object behind the
 pipeline's last actor: the MySQL :class:`~tidb_binlog.drainer.sinks.mysql.coordinator.Coordinator` (SQL workers,
-exactly-once) and :class:`~tidb_binlog.drainer.sinks.file.sink.BinlogFileSink` (pb records in
-binlog files) today; a relay log or Parquet sink adds one class (and its name in
-:data:`~.settings.SINKS`).
+exactly-once, an optional relay log in front),
+:class:`~tidb_binlog.drainer.sinks.file.sink.BinlogFileSink` (pb records in binlog files)
+and :class:`~tidb_binlog.drainer.sinks.parquet.sink.ParquetSink` (a Parquet lake); the
+last two are :class:`~.gated.GatedSink` around their writer. A new sink adds one class
+and its row in the sink table (:mod:`tidb_binlog.drainer.sinks.kinds`).
 
 The merger drives every sink with the same calls, in this order:
 
@@ -22,7 +24,10 @@ The merger drives every sink with the same calls, in this order:
 - ``close()`` once: wait for everything handed out, save the final checkpoint
   (``consistent`` when nothing is pending) and return it. A sink never reset since it
   started saves nothing and returns the saved checkpoint.
-- ``status()`` at any time (from another thread): a :class:`SinkStatus`.
+- ``status()`` at any time (from another thread): a :class:`SinkStatus`; its
+  ``saved_commit_ts`` is the durable checkpoint the drainer node reports in its
+  heartbeats (the pumps' GC keeps everything above it).
+- ``apply_samples()`` at any time: the apply-time samples since the last call.
 
 The durable checkpoint is the sink's: the downstream's ``tidb_binlog.checkpoint`` row,
 the file sink's ``savepoint``; whatever the sink writes at or below it is never
@@ -43,16 +48,19 @@ __all__ = ["Sink", "SinkStatus"]
 class SinkStatus:
     """What every sink reports (``Drainer.status`` and ``/metrics`` read it).
 
-    ``commit_ts``: the checkpoint (everything at or below it applied); ``pending``:
+    ``commit_ts``: the checkpoint (everything at or below it applied);
+    ``saved_commit_ts``: the *durable* checkpoint, what a restarted task would start
+    after (0: none saved or loaded in this process yet); ``pending``:
     items handed out, not yet acknowledged; ``outstanding``: calls in flight to the
     sink's own workers; ``applied_rows``, ``ddl_jobs``, ``flushes``: what was applied;
     ``resets``: replays counted in the checkpoint (None: the sink does not count them,
     the merger's count stands); ``savepoints``: checkpoint saves in
     this process; ``last_apply_s``: wall time of the last batch. ``extra``: the sink's
-    own keys (``saved_commit_ts``, ``records``, ``routed_batches``, ...).
+    own keys (``records``, ``routed_batches``, ...).
     """
 
     commit_ts: int
+    saved_commit_ts: int = 0
     schema_version: int = 0
     pending: int = 0
     applied_rows: int = 0
@@ -90,3 +98,8 @@ class Sink(Protocol):
     def close(self) -> Checkpoint: ...
 
     def status(self) -> SinkStatus: ...
+
+    def apply_samples(self) -> list[tuple[int, float]]:
+        """``(commit_ts, applied_at_s)`` of what was applied since the last call (the
+        lag histogram; a sink that does not sample returns [])."""
+        ...

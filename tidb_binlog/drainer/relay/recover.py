@@ -54,7 +54,7 @@ from typing import Protocol
 from tidb_binlog.binlogfile.reader import WalkStats
 from tidb_binlog.drainer.apply.dml import Txn
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
-from tidb_binlog.drainer.checkpoint.store import CheckpointStore, MySQLCheckpointStore
+from tidb_binlog.drainer.checkpoint.store import CheckpointStore, task_checkpoint_store
 from tidb_binlog.drainer.relay.log import relay_records
 from tidb_binlog.drainer.relay.record import record_chunk, record_schema_version
 from tidb_binlog.errors import ConfigError, ProtocolError
@@ -232,8 +232,7 @@ def recover_if_needed(settings, upstream_error: Callable[[], str | None]
         return None
     # cluster id 0: the table's only row. Without the registry the cluster id is unknown
     # (drainer.toml's cluster-id is a default, the registry's is the real one).
-    store = MySQLCheckpointStore(settings.downstream, 0, schema=settings.checkpoint_schema,
-                                 table=settings.checkpoint_table)
+    store = task_checkpoint_store(dataclasses.replace(settings, cluster_id=0))
     try:
         cp = store.load()
         if not needs_recovery(cp):

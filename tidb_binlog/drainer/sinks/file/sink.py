@@ -39,9 +39,10 @@ directory holding records) nothing is dropped and an initial savepoint is
 written at once, so the window is bounded from the first record on.
 
 **As the pipeline's sink**: :class:`BinlogFileSink` is the
-:class:`~tidb_binlog.drainer.pipeline.sink.Sink` around a :class:`FileSink`: batches
-through the pipeline's :class:`~tidb_binlog.drainer.pipeline.gate.SequenceGate`
-(refused before the first reset, out of sequence, or after a failed one), a
+:class:`~tidb_binlog.drainer.pipeline.sink.Sink` around a :class:`FileSink`, the
+pipeline's :class:`~tidb_binlog.drainer.pipeline.gated.GatedSink`: batches through the
+:class:`~tidb_binlog.drainer.pipeline.gate.SequenceGate` (refused before the first
+reset, out of sequence, or after a failed one), a
 :class:`~tidb_binlog.drainer.pipeline.sink.SinkStatus` with the sink's own keys
 (``saved_commit_ts``, ``records``, ...) in ``extra``. It does not count replays
 (``resets`` is left to the merger's count).
@@ -73,7 +74,7 @@ from tidb_binlog.binlog_ref import DEFAULT_REF_ABOVE_BYTES
 from tidb_binlog.binlogfile import SEGMENT_SIZE_BYTES, Binlogger, Pos
 from tidb_binlog.binlogfile.reader import segments, walk
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint, start_commit_ts
-from tidb_binlog.drainer.pipeline.gate import SequenceGate
+from tidb_binlog.drainer.pipeline.gated import GatedSink
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
 from tidb_binlog.drainer.translate.pb import (
     RecordPart,
@@ -82,7 +83,6 @@ from tidb_binlog.drainer.translate.pb import (
     record_head,
 )
 from tidb_binlog.errors import ProtocolError, StorageError
-from tidb_binlog.packed import unpack
 
 __all__ = ["FileSink", "BinlogFileSink", "SAVE_INTERVAL_S", "GC_INTERVAL_S"]
 
@@ -246,6 +246,28 @@ class FileSink:
         """What would be saved now (``written_ts``; not necessarily durable yet)."""
         return Checkpoint(self.written_ts, schema_version=self.schema_version)
 
+    # -- what the pipeline's gate asks (tidb_binlog.drainer.pipeline.gated.SinkWriter) ----
+    @property
+    def is_open(self) -> bool:
+        return self.binlogger is not None
+
+    @property
+    def applied_ts(self) -> int:
+        return self.written_ts
+
+    def saved_checkpoint(self) -> Checkpoint:
+        return start_commit_ts(self.store.load(), self.initial_commit_ts)
+
+    def sink_status(self, last_apply_s: float) -> SinkStatus:
+        st = self.status()
+        return SinkStatus(commit_ts=st["commit_ts"], saved_commit_ts=st["saved_commit_ts"],
+                          schema_version=st["schema_version"], applied_rows=st["records"],
+                          last_apply_s=last_apply_s, ddl_jobs=st["ddl_records"],
+                          savepoints=st["savepoints"],
+                          extra={k: v for k, v in st.items()
+                                 if k not in ("commit_ts", "saved_commit_ts", "schema_version",
+                                              "savepoints")})
+
     def status(self) -> dict:
         b = self.binlogger
         return {"commit_ts": self.written_ts, "saved_commit_ts": self.saved.commit_ts,
@@ -361,57 +383,13 @@ class FileSink:
         return dropped
 
 
-class BinlogFileSink:
-    """The file sink as the pipeline's :class:`~tidb_binlog.drainer.pipeline.sink.Sink`."""
+class BinlogFileSink(GatedSink):
+    """The file sink as the pipeline's :class:`~tidb_binlog.drainer.pipeline.sink.Sink`:
+    a :class:`FileSink` behind the pipeline's gate
+    (:class:`~tidb_binlog.drainer.pipeline.gated.GatedSink`)."""
 
-    def __init__(self, files: FileSink, *, wall_clock: Callable[[], float] = time.time):
-        self.files = files
-        self.gate = SequenceGate("file sink")
-        self.last_apply_s = 0.0
-        self.start_checkpoint: Checkpoint | None = None
-        self._wall_clock = wall_clock
+    who = "file sink"
 
-    def reset(self, replay: bool = False) -> Checkpoint:
-        """Forget everything in flight; the files end at the durable checkpoint."""
-        cp = self.files.reset()
-        self.gate.open()
-        self.start_checkpoint = cp
-        log.info("file sink %s starts after commit_ts %d", self.files.directory, cp.commit_ts)
-        return cp
-
-    def start_point(self) -> Checkpoint | None:
-        return self.start_checkpoint
-
-    def apply(self, seq: int, batch) -> int:
-        """Append one merged batch (``seq`` must follow the previous one)."""
-        self.gate.check(seq)
-        try:
-            commit_ts = self.files.apply(unpack(batch))
-        except BaseException:
-            self.gate.failed()
-            raise
-        self.gate.passed()
-        self.last_apply_s = self._wall_clock()
-        return commit_ts
-
-    def idle(self) -> int:
-        if not self.gate.is_open:
-            return self.files.written_ts
-        return self.files.idle()
-
-    def close(self) -> Checkpoint:
-        """Sync and save the final (consistent) checkpoint; never reset: the saved one."""
-        if self.files.binlogger is None:  # nothing written here: the saved one stands
-            return start_commit_ts(self.files.store.load(), self.files.initial_commit_ts)
-        return self.files.close()
-
-    def status(self) -> SinkStatus:
-        st = self.files.status()
-        return SinkStatus(commit_ts=st["commit_ts"], schema_version=st["schema_version"],
-                          applied_rows=st["records"], last_apply_s=self.last_apply_s,
-                          ddl_jobs=st["ddl_records"], savepoints=st["savepoints"],
-                          extra={k: v for k, v in st.items()
-                                 if k not in ("commit_ts", "schema_version", "savepoints")})
-
-    def apply_samples(self) -> list:
-        return []
+    @property
+    def files(self) -> FileSink:
+        return self.writer

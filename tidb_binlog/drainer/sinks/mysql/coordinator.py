@@ -360,8 +360,8 @@ class Coordinator:
     def status(self) -> SinkStatus:
         cp = self.advancer.checkpoint()
         return SinkStatus(
-            commit_ts=cp.commit_ts, schema_version=cp.schema_version,
-            pending=self.advancer.pending, applied_rows=cp.applied_rows,
+            commit_ts=cp.commit_ts, saved_commit_ts=self.advancer.saved_ts,
+            schema_version=cp.schema_version, pending=self.advancer.pending, applied_rows=cp.applied_rows,
             flushes=self.dispatcher.flushes, outstanding=len(self._outstanding),
             last_apply_s=self.last_apply_s, ddl_jobs=cp.ddl_jobs, resets=cp.resets,
             savepoints=getattr(self.store, "saves", 0),

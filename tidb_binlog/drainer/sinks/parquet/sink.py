@@ -62,7 +62,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tidb_binlog.drainer.checkpoint.checkpoint import Checkpoint
-from tidb_binlog.drainer.pipeline.gate import SequenceGate
+from tidb_binlog.drainer.pipeline.gated import GatedSink
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
 from tidb_binlog.drainer.sinks.parquet.arrow import BatchBuilder, TableSpec, schema_fields
 from tidb_binlog.drainer.sinks.parquet.compact import LakeLock
@@ -74,7 +74,6 @@ from tidb_binlog.drainer.sinks.parquet.manifest import (
     write_manifest,
 )
 from tidb_binlog.errors import StorageError
-from tidb_binlog.packed import unpack
 
 __all__ = ["ParquetLake", "ParquetSink", "FLUSH_ROWS", "FLUSH_BYTES", "FLUSH_INTERVAL_S",
            "commit_date"]
@@ -245,6 +244,29 @@ class ParquetLake:
     @property
     def committed_ts(self) -> int:
         return self.manifest.commit_ts if self.manifest is not None else 0
+
+    # -- what the pipeline's gate asks (tidb_binlog.drainer.pipeline.gated.SinkWriter) ----
+    @property
+    def is_open(self) -> bool:
+        return self.manifest is not None
+
+    def saved_checkpoint(self) -> Checkpoint:
+        """The manifest's checkpoint as it is on disk (``initial_commit_ts`` without one)."""
+        manifest = read_manifest(self.directory)
+        ts = manifest.commit_ts if manifest is not None else self.initial_commit_ts
+        return Checkpoint(ts, schema_version=manifest.schema_version if manifest else 0)
+
+    def sink_status(self, last_apply_s: float) -> SinkStatus:
+        st = self.status()
+        return SinkStatus(commit_ts=st["commit_ts"], saved_commit_ts=st["saved_commit_ts"],
+                          schema_version=st["schema_version"], pending=st["pending_rows"],
+                          applied_rows=st["rows"], flushes=st["flushes"],
+                          last_apply_s=last_apply_s, ddl_jobs=st["ddl_records"],
+                          savepoints=st["flushes"],
+                          extra={k: v for k, v in st.items()
+                                 if k not in ("commit_ts", "saved_commit_ts", "schema_version",
+                                              "rows", "flushes", "ddl_records",
+                                              "pending_rows")})
 
     def status(self) -> dict:
         return {"commit_ts": self.applied_ts, "saved_commit_ts": self.committed_ts,
@@ -441,59 +463,13 @@ def _completes(entry: dict, fields: dict) -> bool:
             and _layout(entry["columns"]) == _layout(fields["columns"]))
 
 
-class ParquetSink:
-    """The lake as the pipeline's :class:`~tidb_binlog.drainer.pipeline.sink.Sink`."""
+class ParquetSink(GatedSink):
+    """The lake as the pipeline's :class:`~tidb_binlog.drainer.pipeline.sink.Sink`: a
+    :class:`ParquetLake` behind the pipeline's gate
+    (:class:`~tidb_binlog.drainer.pipeline.gated.GatedSink`)."""
 
-    def __init__(self, lake: ParquetLake, *, wall_clock: Callable[[], float] = time.time):
-        self.lake = lake
-        self.gate = SequenceGate("parquet sink")
-        self.last_apply_s = 0.0
-        self.start_checkpoint: Checkpoint | None = None
-        self._wall_clock = wall_clock
+    who = "parquet sink"
 
-    def reset(self, replay: bool = False) -> Checkpoint:
-        cp = self.lake.reset()
-        self.gate.open()
-        self.start_checkpoint = cp
-        log.info("parquet sink %s starts after commit_ts %d", self.lake.directory, cp.commit_ts)
-        return cp
-
-    def start_point(self) -> Checkpoint | None:
-        return self.start_checkpoint
-
-    def apply(self, seq: int, batch) -> int:
-        self.gate.check(seq)
-        try:
-            commit_ts = self.lake.apply(unpack(batch))
-        except BaseException:
-            self.gate.failed()
-            raise
-        self.gate.passed()
-        self.last_apply_s = self._wall_clock()
-        return commit_ts
-
-    def idle(self) -> int:
-        if not self.gate.is_open:
-            return self.lake.applied_ts
-        return self.lake.idle()
-
-    def close(self) -> Checkpoint:
-        """Flush and return the manifest's checkpoint; never reset: the saved one."""
-        if self.lake.manifest is None:
-            manifest = read_manifest(self.lake.directory)
-            ts = manifest.commit_ts if manifest is not None else self.lake.initial_commit_ts
-            return Checkpoint(ts, schema_version=manifest.schema_version if manifest else 0)
-        return self.lake.close()
-
-    def status(self) -> SinkStatus:
-        st = self.lake.status()
-        return SinkStatus(commit_ts=st["commit_ts"], schema_version=st["schema_version"],
-                          pending=st["pending_rows"], applied_rows=st["rows"],
-                          flushes=st["flushes"], last_apply_s=self.last_apply_s,
-                          ddl_jobs=st["ddl_records"], savepoints=st["flushes"],
-                          extra={k: v for k, v in st.items()
-                                 if k not in ("commit_ts", "schema_version", "rows",
-                                              "flushes", "ddl_records", "pending_rows")})
-
-    def apply_samples(self) -> list:
-        return []
+    @property
+    def lake(self) -> ParquetLake:
+        return self.writer
