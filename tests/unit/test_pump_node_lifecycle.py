@@ -15,24 +15,18 @@ from tidb_binlog.testing.memory_storage import MemoryStorage
 from tidb_binlog.testing.registry import InMemoryRegistry
 
 
-class ClosingStorage(MemoryStorage):
-    """Refuses pulls once closed, as the real storage does."""
-
-    def pull_commit_binlogs(self, since_commit_ts, max_bytes=4 << 20, max_count=10_000):
-        if self._closed:
-            raise StorageError("storage is closed")
-        return super().pull_commit_binlogs(since_commit_ts, max_bytes, max_count)
-
-
 def test_a_stopped_pump_is_unavailable_not_a_storage_fault(tmp_path):
     reg = InMemoryRegistry()
-    node = PumpNode(PumpNodeOptions(data_dir=str(tmp_path), node_id="pump-0"), ClosingStorage(),
+    storage = MemoryStorage()  # refuses pulls once closed, as the real storage does
+    node = PumpNode(PumpNodeOptions(data_dir=str(tmp_path), node_id="pump-0"), storage,
                     registry=reg, notifier=lambda addr: None)
     node.start(background=False)
     ts = node.write_fake_binlog()
     assert node.pull(0)[1] >= ts
     node.stop()
     assert reg.node(PUMP, "pump-0").state == PAUSED
+    with pytest.raises(StorageError, match="closed"):
+        storage.pull_commits(0)
     # A drainer retries an UnavailableError (the pump comes back); a StorageError
     # would fail its replication task.
     with pytest.raises(UnavailableError, match="pump pump-0 is stopped .state paused"):
@@ -41,7 +35,7 @@ def test_a_stopped_pump_is_unavailable_not_a_storage_fault(tmp_path):
 
 def test_a_damaged_binlog_on_a_serving_pump_is_still_raised(tmp_path):
     class Damaged(MemoryStorage):
-        def pull_commit_binlogs(self, *a, **kw):
+        def pull_commits(self, *a, **kw):
             raise StorageError("damaged")
 
     node = PumpNode(PumpNodeOptions(data_dir=str(tmp_path), node_id="pump-0"), Damaged(),

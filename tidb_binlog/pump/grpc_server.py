@@ -49,8 +49,7 @@ then nothing until durable: the group-commit writer settles every request of
 one fdatasync group with ONE ``loop.call_soon_threadsafe``. No thread pool and
 no per-request thread hand-off (the threaded server paid three: poller →
 handler thread → writer → handler thread), which is what the CPU per call went
-to. A storage without ``write_binlog_async`` (the in-memory test storage) is
-written on the loop's default executor.
+to. (The in-memory test storage's async write is done at once, on the loop's thread.)
 
 Transport: TLS when ``[security]`` names a certificate and key (with ``ssl-ca``
 clients must present a certificate signed by it, and with ``cert-allowed-cn`` one of
@@ -145,7 +144,7 @@ class PumpServicer:
         # Streamed binlogs are received into files here: <data-dir>/spill for a storage
         # with a directory (cleared of a crash's leftovers now), else a temporary dir.
         if spill_dir is None:
-            data_dir = getattr(node.storage, "dir", None)
+            data_dir = node.storage.dir
             spill_dir = Path(data_dir) / SPILL_DIR_NAME if data_dir is not None else \
                 Path(tempfile.gettempdir())
             if data_dir is not None:

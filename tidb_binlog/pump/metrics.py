@@ -21,10 +21,15 @@ prometheus-client appends ``_total`` to counters in the text format (so
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from tidb_binlog.tso import extract_physical
+
+if TYPE_CHECKING:
+    from tidb_binlog.pump.storage.protocol import PumpStorage
 
 __all__ = ["PumpMetrics", "CONTENT_TYPE_LATEST"]
 
@@ -55,7 +60,7 @@ class PumpMetrics:
         self.storage_size_bytes = Gauge("binlog_pump_storage_storage_size_bytes",
                                         "Storage size of the data dir", ["type"], registry=r)
 
-    def observe_storage(self, storage) -> None:
+    def observe_storage(self, storage: PumpStorage) -> None:
         """Refresh the storage gauges from ``storage`` (called before each scrape)."""
         self.gc_ts.set(extract_physical(storage.gc_ts))
         self.max_commit_ts.set(extract_physical(storage.max_commit_ts))

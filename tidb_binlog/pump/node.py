@@ -1,7 +1,9 @@
 """The pump node: storage owner, state machine, heartbeats, fake binlogs, GC.
 
-A :class:`PumpNode` wraps one ``Storage`` and is what the gRPC server, the HTTP
-status server, the standalone CLI and the Ray actor drive. It never imports ray.
+A :class:`PumpNode` wraps one storage (a
+:class:`~tidb_binlog.pump.storage.protocol.PumpStorage`: the durable ``Storage``, or
+the in-memory one of unit tests) and is what the gRPC server, the HTTP status server,
+the standalone CLI and the Ray actor drive. It never imports ray.
 
 State machine (TiDB Binlog's, ``tidb_binlog.node``)::
 
@@ -48,7 +50,6 @@ is not above the current ``gc_ts`` or not below ``max_commit_ts``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -76,6 +77,7 @@ from tidb_binlog.pump.node_rules import (
     next_state,
     resolve_node_id,
 )
+from tidb_binlog.pump.storage.protocol import PumpStorage
 from tidb_binlog.pump.transport import notify_drainer
 from tidb_binlog.pump.wire import LARGE_PAYLOAD_BYTES, binlog_header
 from tidb_binlog.tso import TimestampOracle
@@ -132,8 +134,9 @@ class PumpNodeOptions:
 class PumpNode:
     """One pump: storage + registry record + periodic duties. Thread-safe."""
 
-    def __init__(self, options: PumpNodeOptions, storage, *, registry=None, tso=None,
-                 notifier=None, metrics: PumpMetrics | None = None, clock=time.monotonic):
+    def __init__(self, options: PumpNodeOptions, storage: PumpStorage, *, registry=None,
+                 tso=None, notifier=None, metrics: PumpMetrics | None = None,
+                 clock=time.monotonic):
         self.options = options
         self.storage = storage
         self.registry = registry
@@ -270,21 +273,13 @@ class PumpNode:
         if b is None:
             return None
         self._last_write_s = self._clock()
-        write_async = getattr(self.storage, "write_binlog_async", None)
-        if write_async is not None:
-            return write_async(b, payload)
-        return asyncio.get_running_loop().run_in_executor(None, self.storage.write_binlog, b,
-                                                          payload)
+        return self.storage.write_binlog_async(b, payload)
 
     def submit_binlog_file(self, cluster_id: int, spill):
         """:meth:`submit_binlog` of a binlog received into a spill file (the streaming
         write, :mod:`tidb_binlog.pump.stream_write`): the same rules, the header fields
         read from a map of the file, the record appended from the file by the storage
-        (``write_binlog_file_async``), so the binlog is never in memory whole. A storage
-        that cannot append from a file (the in-memory test storage) gets the bytes."""
-        write_file = getattr(self.storage, "write_binlog_file_async", None)
-        if write_file is None:
-            return self.submit_binlog(cluster_id, spill.read_all())
+        (``write_binlog_file_async``), so the binlog is never in memory whole."""
         self.check_cluster(cluster_id)
         mapped = spill.mapped() if spill.size else None
         try:
@@ -302,7 +297,7 @@ class PumpNode:
         if b is None:
             return None
         self._last_write_s = self._clock()
-        return write_file(b, spill.source(), spill.crc)
+        return self.storage.write_binlog_file_async(b, spill.source(), spill.crc)
 
     def check_cluster(self, cluster_id: int) -> None:
         """Raise ClusterIDMismatch (TiDB's message) unless ``cluster_id`` is this pump's."""
@@ -320,7 +315,7 @@ class PumpNode:
     def _admit(self, cluster_id: int, payload: bytes) -> bl.Binlog | None:
         """Cluster id, decoding (once), probe (None), Prewrite only when accepting."""
         self.check_cluster(cluster_id)
-        if len(payload) >= LARGE_PAYLOAD_BYTES and getattr(self.storage, "STORES_PAYLOAD", False):
+        if len(payload) >= LARGE_PAYLOAD_BYTES and self.storage.stores_payload:
             b = binlog_header(payload)  # a storage that stores the payload needs no more
         else:
             b = bl.decode(bytes(payload) if isinstance(payload, memoryview) else payload)
@@ -355,8 +350,7 @@ class PumpNode:
         more comes as a :class:`~tidb_binlog.binlog_ref.BinlogRef` (this node's id,
         commit_ts, start_ts, size) instead of its bytes, the pump never building that
         payload; at most one per batch, last, counted as a small item against
-        ``max_bytes``. Read it with :meth:`read_payload`. A storage that cannot serve
-        references (the in-memory test storage) serves every payload whole.
+        ``max_bytes``. Read it with :meth:`read_payload`.
         """
         self._check_serving()
         try:
@@ -386,11 +380,8 @@ class PumpNode:
         outside the payload), CorruptRecord (a damaged record), UnavailableError
         (stopped)."""
         self._check_serving()
-        read = getattr(self.storage, "read_payload", None)
         try:
-            if read is None:
-                raise StorageError("its storage serves no references")
-            return read(commit_ts, offset, size)
+            return self.storage.read_payload(commit_ts, offset, size)
         except (StorageError, ProtocolError) as exc:
             self._check_serving()  # closed by a stop() while this read ran
             fields = {name: getattr(exc, name) for name in exc._fields}
@@ -400,18 +391,9 @@ class PumpNode:
 
     def _pull(self, since_commit_ts: int, max_bytes: int, ref_above: int = 0
               ) -> tuple[list[tuple[int, bytes | BinlogRef]], int]:
-        """``(batch, position)`` from the storage; a storage without ``pull_commits``
-        (the in-memory test storage) gives the position from its max_commit_ts read
-        before the pull."""
-        pull_commits = getattr(self.storage, "pull_commits", None)
-        if pull_commits is not None:
-            if ref_above > 0:
-                return pull_commits(since_commit_ts, max_bytes, ref_above=ref_above,
-                                    node_id=self.node_id)
-            return pull_commits(since_commit_ts, max_bytes)
-        upto = self.storage.max_commit_ts
-        batch = self.storage.pull_commit_binlogs(since_commit_ts, max_bytes)
-        return batch, (batch[-1][0] if batch else upto)
+        """``(batch, position)`` from the storage, references naming this node."""
+        return self.storage.pull_commits(since_commit_ts, max_bytes, ref_above=ref_above,
+                                         node_id=self.node_id)
 
     # -- periodic duties -----------------------------------------------------------------
     def tick(self) -> float:
@@ -483,8 +465,7 @@ class PumpNode:
         """What the storage refuses now (the disk guard's message), else "": ``/status``
         shows it as ``ErrMsg``, the registry record as ``errMsg`` (refreshed by each
         heartbeat, which logs when it starts and ends)."""
-        message = getattr(self.storage, "disk_guard_message", None)
-        return message() if message is not None else ""
+        return self.storage.disk_guard_message()
 
     def pumps(self) -> list[NodeStatus]:
         if self.registry is None:

@@ -167,7 +167,7 @@ class SpillFile:
         return os.pread(self._require().fd, nbytes, 0)
 
     def read_all(self) -> bytes:
-        """The whole file (for a storage that cannot append from a file: tests' in-memory one)."""
+        """The whole file in memory (tests: the pump hands the storage :meth:`source`)."""
         return os.pread(self._require().fd, self.size, 0)
 
     def mapped(self) -> mmap.mmap:

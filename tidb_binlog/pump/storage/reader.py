@@ -65,6 +65,7 @@ from tidb_binlog.pump.storage.payload_ref import (
     read_range,
     served_layout,
 )
+from tidb_binlog.pump.storage.protocol import REF_ITEM_BYTES
 from tidb_binlog.pump.storage.protowire import BINLOG_WIRE_TYPES, fields, varint
 
 __all__ = ["CommitReader"]
@@ -86,8 +87,6 @@ _START_TS_TAG = 0x10  # field 2 (start_ts), varint: follows tp in every stored p
 # A filled Commit is at most its record + its Prewrite's record + this much (the
 # "prewrite_value absent" field and ddl_job_id / ddl_schema_state the fill always writes)
 _FILL_SLACK_BYTES = 32
-# What a reference counts against a pull's max_bytes (about its pickled size)
-REF_ITEM_BYTES = 64
 _SKIP = object()  # _ref(): the binlog is skipped (its damaged prewrite was given up)
 _MAX_LAYOUTS = 8  # served layouts kept for read_payload (a reader walks one at a time)
 
@@ -350,9 +349,9 @@ class CommitReader:
             log.warning("skipping the damaged binlog at ts %d as configured (storage."
                         "skip-damaged-ts): %s", ts, exc)
 
-    def _damaged(self, ts: int, ptr, exc: Exception) -> DamagedBinlog:
-        path = getattr(exc, "path", None) or str(self._vlog.dir / f"{ptr.fid:06d}.vlog")
-        offset = getattr(exc, "offset", None)
+    def _damaged(self, ts: int, ptr, exc: CorruptRecord) -> DamagedBinlog:
+        path = exc.path or str(self._vlog.dir / f"{ptr.fid:06d}.vlog")
+        offset = exc.offset
         if ptr == LOST:
             path, offset = str(self._vlog.dir), None
         msg = (f"pump storage cannot serve the binlog at ts {ts} ({exc}); pulls stop before "
@@ -415,15 +414,16 @@ class CommitReader:
         c.ddl_schema_state = p.ddl_schema_state
         return c.SerializeToString()
 
-    def _damaged_prewrite(self, c: bl.Binlog, ts: int, exc: Exception) -> None:
+    def _damaged_prewrite(self, c: bl.Binlog, ts: int, exc: CorruptRecord | DecodeError
+                          ) -> None:
         """None (skipped) when the Prewrite of Commit ``c`` was given up by the operator;
         else raise CorruptRecord naming it."""
         if c.start_ts in self._skip_damaged:  # given up with its prewrite's ts
             self._skip_once(ts, exc)
             return None
+        where = (exc.path, exc.offset) if isinstance(exc, CorruptRecord) else (None, None)
         raise CorruptRecord(f"its prewrite (start_ts {c.start_ts}) is damaged: {exc}",
-                            path=getattr(exc, "path", None),
-                            offset=getattr(exc, "offset", None)) from exc
+                            path=where[0], offset=where[1]) from exc
 
     def _lost(self, what: str) -> CorruptRecord:
         return CorruptRecord(f"{what} was cut from the value log when the pump recovered "

@@ -1,5 +1,8 @@
 """The pump's durable, ordered binlog storage (TiDB Binlog's ``Append``).
 
+:class:`Storage` implements :class:`~tidb_binlog.pump.storage.protocol.PumpStorage`,
+what the pump process asks of a storage (the in-memory test storage implements it too).
+
 Directory layout under ``data_dir``: ``value/NNNNNN.vlog`` (:mod:`.vlog`), ``kv/``
 (LevelDB index, :mod:`.index`), ``.lock`` (``flock``: one process per data dir).
 
@@ -146,7 +149,7 @@ class Storage:
 
     # write_binlog stores ``payload`` as given and reads only tp/start_ts/commit_ts of
     # ``binlog``: the node may pass a header-only Binlog for a large payload
-    STORES_PAYLOAD = True
+    stores_payload = True
 
     def __init__(self, data_dir, options: StorageOptions = StorageOptions(), *, resolver=None,
                  current_ts=None, clock=time.monotonic, metrics: StorageMetrics | None = None):
@@ -159,17 +162,20 @@ class Storage:
         self._cond = threading.Condition()
         self._closed = False
         self.disk_guard = DiskGuard(self.dir, options.stop_write_at_available_space_bytes, m)
+        vlog = index = None
         try:
-            self.vlog = ValueLog(self.dir / "value", file_size_bytes=options.value_log_file_size_bytes,
-                                 sync=options.sync_log, ts_of=_ts_of, on_skip=self._on_skip)
-            self.index = ix.Index(str(self.dir / "kv"), options.kv)
+            self.vlog = vlog = ValueLog(self.dir / "value",
+                                        file_size_bytes=options.value_log_file_size_bytes,
+                                        sync=options.sync_log, ts_of=_ts_of,
+                                        on_skip=self._on_skip)
+            self.index = index = ix.Index(str(self.dir / "kv"), options.kv)
             self._gc = GarbageCollector(self.index, self.vlog, m, gc_margin_s=options.gc_margin_s,
                                         gc_ts=self.index.get_int(ix.GC_TS_KEY))
             self._reader = CommitReader(self.index, self.vlog, m,
                                         skip_damaged_ts=options.skip_damaged_ts)
             head = self._recover()
         except BaseException:
-            self._release()
+            self._release(index, vlog)
             raise
         m.gc_ts.set(extract_physical(self._gc.gc_ts))
         m.max_commit_ts.set(extract_physical(self._max_commit_ts))
@@ -205,11 +211,12 @@ class Storage:
                                "another data-dir") from exc
         return fd
 
-    def _release(self) -> None:
-        if getattr(self, "index", None) is not None:
-            self.index.close()
-        if getattr(self, "vlog", None) is not None:
-            self.vlog.close(seal_min_bytes=1 << 62)  # a no-op after close() sealed it
+    def _release(self, index: ix.Index | None, vlog: ValueLog | None) -> None:
+        """Close what was opened (None: not opened yet) and release the data dir."""
+        if index is not None:
+            index.close()
+        if vlog is not None:
+            vlog.close(seal_min_bytes=1 << 62)  # a no-op after close() sealed it
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = -1
@@ -291,7 +298,7 @@ class Storage:
         if drain_index:
             self._flush_meta()
         self.vlog.close(seal_min_bytes=_SEAL_ON_CLOSE_BYTES if drain_index else 1 << 62)
-        self._release()
+        self._release(self.index, self.vlog)
 
     def __enter__(self):
         return self
@@ -300,14 +307,15 @@ class Storage:
         self.close()
 
     # -- writing ---------------------------------------------------------------------------
-    def write_binlog(self, binlog: bl.Binlog, payload: bytes | None = None) -> None:
+    def write_binlog(self, binlog: bl.Binlog, payload: bytes | memoryview | None = None
+                     ) -> None:
         """Store one binlog durably (see the module docstring). Thread-safe.
 
         ``payload`` (any bytes-like; a memoryview is not copied) is ``binlog``
         serialized, when the caller has it."""
         self._committer.wait(self._enqueue(*self._framed(binlog, payload)))
 
-    def write_binlog_async(self, binlog: bl.Binlog, payload: bytes | None = None):
+    def write_binlog_async(self, binlog: bl.Binlog, payload: bytes | memoryview | None = None):
         """:meth:`write_binlog` for an event loop: checks and frames the binlog now
         (raising the same errors), then returns an ``asyncio.Future`` of the running
         loop that completes once the record is durable. Call it on the loop's thread."""
@@ -333,7 +341,7 @@ class Storage:
                 return self._committer.enqueue(item, ts)
             seen = self._prewrites.get(start_ts)
             if seen is not None and seen[0] == size and seen[1] == crc \
-                    and getattr(seen[2], "error", None) is None:
+                    and seen[2].error is None:
                 self.metrics.duplicate_prewrite_count.inc()
                 log.info("prewrite start_ts=%d (%d bytes) is already %s: acknowledged without "
                          "writing it again (a client retried after its deadline)", start_ts,
