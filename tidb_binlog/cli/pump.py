@@ -132,19 +132,21 @@ def run(args) -> int:
     setup_logging(cfg, getattr(args, "log_level", None))
     node = {"id": cfg.node_id or ""}  # the chosen id (data-dir/.node, ...) once open
     stamp_node(lambda: node["id"])
-    proc = open_pump(cfg, registry=_registry(cfg), status_addr=args.status_addr or "")
-    node["id"] = proc.node.node_id
-    log.info("pump %s serving gRPC on %s, HTTP status on %s%s", proc.node.node_id, proc.addr,
-             proc.status_addr, f", unix socket {proc.grpc_server.socket_path}"
-             if proc.grpc_server.socket_path else "")
     stop = threading.Event()
 
     def on_signal(signum, frame):
         log.info("received %s, stopping", signal.Signals(signum).name)
         stop.set()
 
+    # before the pump opens: it is online (and may be told to stop) the moment it serves,
+    # and a SIGTERM then must be a clean stop, never Python's default exit
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    proc = open_pump(cfg, registry=_registry(cfg), status_addr=args.status_addr or "")
+    node["id"] = proc.node.node_id
+    log.info("pump %s serving gRPC on %s, HTTP status on %s%s", proc.node.node_id, proc.addr,
+             proc.status_addr, f", unix socket {proc.grpc_server.socket_path}"
+             if proc.grpc_server.socket_path else "")
     while not stop.is_set() and not proc.node.done.is_set():
         stop.wait(0.5)
     proc.stop()
