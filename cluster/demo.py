@@ -67,12 +67,14 @@ def _percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-class WorkloadFailed(Exception):
-    """A workload thread died; carries the errors collected so far."""
+class WorkloadFailed(BinlogError):
+    """A workload thread died; ``errors`` are the errors collected so far."""
 
-    def __init__(self, errors: list[str]):
-        super().__init__("; ".join(errors))
-        self.errors = list(errors)
+    _fields = ("errors",)
+
+
+def _workload_failed(errors: list[str]) -> WorkloadFailed:
+    return WorkloadFailed("; ".join(errors), errors=list(errors))
 
 
 def run_demo(duration_s: float = 60.0, *, workers: int = 4, work_dir: str | None = None,
@@ -286,7 +288,7 @@ def _follow(drainer, console, threads, stats, errors, extract_physical):
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         while any(th.is_alive() for th in threads):
             if errors:
-                raise WorkloadFailed(errors)
+                raise _workload_failed(errors)
             time.sleep(0.5)
             st = drainer.status()
             if st["state"] == "failed":
@@ -310,5 +312,5 @@ def _follow(drainer, console, threads, stats, errors, extract_physical):
     for th in threads:
         th.join()
     if errors:
-        raise WorkloadFailed(errors)
+        raise _workload_failed(errors)
     return lags_ms, peak

@@ -37,6 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from spark_on_ray.errors import SparkJobError
 from tidb_binlog.drainer.apply.dml import DML, DMLType, Txn
 from tidb_binlog.drainer.sinks.parquet.manifest import Manifest, column_default
 from tidb_binlog.tso import extract_physical
@@ -94,12 +95,10 @@ def minute_of(commit_ts: int) -> int:
     return extract_physical(commit_ts) // 60_000
 
 
-class EventTypeError(ValueError):
+class EventTypeError(SparkJobError):
     """A column's values have no one Arrow type (``column`` names it)."""
 
-    def __init__(self, column: str, why: str):
-        super().__init__(f"column {column!r}: {why}")
-        self.column = column
+    _fields = ("where", "column")
 
 
 def events_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
@@ -118,7 +117,8 @@ def events_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
             if not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
                        for v in values):
-                raise EventTypeError(name, f"values of mixed kinds ({exc})") from exc
+                raise EventTypeError(f"column {name!r}: values of mixed kinds ({exc})",
+                                     column=name) from exc
             arr = pa.array([None if v is None else Decimal(v) for v in values],
                            pa.decimal128(20, 0))
         if pa.types.is_null(arr.type):

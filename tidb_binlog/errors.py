@@ -8,17 +8,22 @@ the foreign library, with the original kept as ``__cause__``.
 
     BinlogError
     ├── ConfigError                  bad or unknown option in a TOML file or flag
+    ├── InvalidArgument              a caller broke the function's contract (also a ValueError)
     ├── CodecError                   malformed datum / row bytes (names offset and flag)
     ├── ProtocolError                malformed binlog or gRPC payload
     │   └── ClusterIDMismatch        "cluster ID are mismatch"
-    ├── StorageError                 pump storage (vlog, index), binlog files
+    ├── StorageError                 pump storage (vlog, index), binlog files, the Parquet lake
+    │   ├── BadBinlogName            not a binlog file's name (also a ValueError) [binlogfile.files]
     │   ├── CorruptRecord            a vlog / binlog-file record failed magic/length/CRC
     │   │   ├── DamagedBinlog        a pull met an acknowledged binlog it cannot serve (names ts)
     │   │   └── TornTail             a binlog file ends in a record cut short, no writer at it
     │   ├── DiskSpaceError           "no available space" guard
     │   └── PurgedError              a request below gc_ts
     ├── StateError                   an action the node state forbids ("no online: paused")
+    ├── PipelineReset                a pipeline actor restarted: replay [drainer.pipeline.gate]
     ├── UnavailableError             no pump / downstream reachable (retryable)
+    │   ├── Unimplemented            the peer does not serve this RPC (gRPC UNIMPLEMENTED)
+    │   └── PumpClientTimeout        a flush/close wait ran out (also a TimeoutError) [pump_client.inflight]
     ├── SchemaError                  unknown table / schema version, bad DDL job
     │   └── UnsupportedDDL           a DDL we cannot apply (skip with ignore-txn-commit-ts)
     ├── UpstreamError                the upstream (emulated TiDB) refused or failed a statement
@@ -29,17 +34,35 @@ the foreign library, with the original kept as ``__cause__``.
     │   ├── PumpUnavailable          no pump took the Prewrite binlog: rolled back (retryable)
     │   ├── UpstreamUnreachable      the connection to MariaDB was lost or refused
     │   ├── DDLNotRecorded           a DDL ran in MariaDB but its job/binlogs could not be recorded
-    │   └── FinishTimeout            flush()/close() gave up waiting for Commit binlogs in flight
+    │   ├── FinishTimeout            flush()/close() gave up waiting for Commit binlogs in flight
+    │   └── SimulatedCrash           the crash_after_prewrite fault knob fired [upstream.faults]
     ├── DownstreamError              the downstream database refused a statement
     │   └── TransientDownstreamError a retryable downstream failure (lost connection, deadlock)
     ├── TSOError                     the timestamp oracle cannot hand out a timestamp
-    └── LocalServerError             a throwaway local server (MariaDB for tests, demo) failed
+    ├── LocalServerError             a throwaway local server (MariaDB for tests, demo) failed
+    ├── SparkSetupError              no Java, no JDBC jar, too many CPUs [spark_on_ray.errors]
+    ├── SparkJobError                a Spark job's input or query failed [spark_on_ray.errors]
+    │   └── EventTypeError           a column of mixed kinds [spark_on_ray.lake_plan]
+    └── WorkloadFailed               a demo workload thread died [cluster.demo]
+
+A class defined in another module than this one names that module in brackets
+(relative to ``tidb_binlog`` for the core); the rest are defined here.
+
+Module-private control-flow exceptions never escape their module (``_Stopped``,
+``_RoundFailed``, ``_ZeroDate``: each is caught where it is raised), and the
+package-private ones never escape their package: the byte readers' ``Malformed``
+(``codec.primitives``, the drainer's ``translate.wire_fields``) become a
+:class:`CodecError` or :class:`ProtocolError` naming the offset, the config readers'
+``_Bad`` (``config._kinds``) a :class:`ConfigError` naming the key.
+``tests/unit/test_errors.py`` holds the source to all of this: no bare
+``raise ValueError(...)`` (or TypeError, RuntimeError, ...), no exception class outside
+the tree, no private one imported from outside its module or package.
 
 ``retryable`` (a class attribute, False unless said) tells a caller whether running
 the same operation again may succeed: the transaction or DDL it names was rolled back
 completely, so a retry cannot apply anything twice. A class drawn under one parent
-may have a second base, named in its line ("also a SchemaError"), so callers that
-catch the older class keep working.
+may have a second base, named in its line ("also a SchemaError", "also a ValueError"),
+so callers that catch the older class keep working.
 
 All classes pickle round trip with their message and extra fields, because Ray
 re-raises errors in other processes. Subclasses that add fields must keep the
@@ -52,6 +75,7 @@ from __future__ import annotations
 __all__ = [
     "BinlogError",
     "ConfigError",
+    "InvalidArgument",
     "CodecError",
     "ProtocolError",
     "ClusterIDMismatch",
@@ -63,6 +87,7 @@ __all__ = [
     "PurgedError",
     "StateError",
     "UnavailableError",
+    "Unimplemented",
     "SchemaError",
     "UnsupportedDDL",
     "UpstreamError",
@@ -93,7 +118,7 @@ class BinlogError(Exception):
         for name in self._fields:
             setattr(self, name, fields.pop(name, None))
         if fields:
-            raise TypeError(f"{type(self).__name__} got unknown fields {sorted(fields)}")
+            raise InvalidArgument(f"{type(self).__name__} got unknown fields {sorted(fields)}")
 
     def __reduce__(self):
         kwargs = {name: getattr(self, name) for name in self._fields}
@@ -111,6 +136,13 @@ class ConfigError(BinlogError):
     """A configuration file or flag is wrong: names the key and the file."""
 
     _fields = ("key", "path")
+
+
+class InvalidArgument(BinlogError, ValueError):
+    """A caller passed a value outside the function's contract (a count below 1, an
+    action no caller emits, a reference where bytes were expected): a bug in the caller,
+    not something a user typed; a user's option is a :class:`ConfigError`. Also a
+    ``ValueError``, so callers written against the builtin keep working."""
 
 
 class CodecError(BinlogError):
@@ -180,6 +212,13 @@ class UnavailableError(BinlogError):
     """A peer (pump, registry, downstream) cannot be reached; retrying may help."""
 
     retryable = True
+
+
+class Unimplemented(UnavailableError):
+    """The peer does not serve this RPC (gRPC ``UNIMPLEMENTED``: another build, TiDB's
+    pump without our streaming write). Another peer, or another method, may serve it:
+    the pump client fails a plain write over to the next pump and sends a streamed one
+    with ``WriteBinlog`` instead."""
 
 
 class SchemaError(BinlogError):

@@ -39,8 +39,9 @@ DATETIME_FORMAT = "%Y%m%d%H%M%S"  # Go's "20060102150405"
 _DIGITS = re.compile(r"^\d{1,20}$")
 
 
-class BadBinlogName(ValueError):
-    """A file name that is not a binlog segment name (not an error of ours: callers skip it)."""
+class BadBinlogName(StorageError, ValueError):
+    """A file name that is not a binlog segment name: listings skip it (also a
+    ``ValueError``, for callers that parse a name they were handed)."""
 
 
 class Pos(NamedTuple):

@@ -23,7 +23,8 @@ short-lived daemon thread closes the old one; its in-flight calls end ``CANCELLE
 Large binlogs (:meth:`PumpChannel.write_stream`) go through our own client-streaming
 ``binlog_stream.PumpStream/WriteBinlogChunks`` (pump_stream.proto) in chunks of 4 MiB
 sliced from the caller's buffer, so gRPC never copies the binlog whole; a pump that
-answers ``UNIMPLEMENTED`` (another build, TiDB's) raises :class:`StreamUnsupported` and
+answers ``UNIMPLEMENTED`` (another build, TiDB's) raises
+:class:`~tidb_binlog.errors.Unimplemented` (an ``UnavailableError``) and
 the channel remembers it until it is reset (the client then uses ``WriteBinlog``).
 
 Addresses are ``host:port`` or a unix socket (``unix:/path`` or a bare absolute
@@ -40,13 +41,13 @@ from pathlib import Path
 
 import grpc
 
-from tidb_binlog.errors import ConfigError, ProtocolError, UnavailableError
+from tidb_binlog.errors import ConfigError, ProtocolError, UnavailableError, Unimplemented
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 from tidb_binlog.security import client_tls_paths, tls_hint
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE_BYTES", "PumpTLS", "PumpChannel", "grpc_target",
            "channel_options", "translate_error", "close_in_background", "write_request_bytes",
-           "write_request_head", "StreamUnsupported", "chunk_messages", "STREAM_CHUNK_BYTES"]
+           "write_request_head", "chunk_messages", "STREAM_CHUNK_BYTES"]
 
 # gRPC's largest message (a signed 32-bit length); TiDB's own limit is the same order.
 DEFAULT_MAX_MESSAGE_SIZE_BYTES = (1 << 31) - 1
@@ -100,10 +101,6 @@ def chunk_messages(cluster_id: int, payload: memoryview, crc32c: int,
         piece = payload[off:off + chunk_bytes]
         yield b"".join((head, b"\x22", _varint(len(piece)), piece))
         head = b""
-
-
-class StreamUnsupported(Exception):
-    """The pump does not serve ``WriteBinlogChunks`` (UNIMPLEMENTED): use WriteBinlog."""
 
 
 @dataclass(frozen=True)
@@ -244,7 +241,7 @@ class PumpChannel:
     def write_stream(self, cluster_id: int, payload: memoryview, crc32c: int,
                      timeout_s: float) -> str:
         """Send one binlog through ``WriteBinlogChunks`` in chunks sliced from
-        ``payload``; the pump's errmsg ("" = stored). Raises :class:`StreamUnsupported`
+        ``payload``; the pump's errmsg ("" = stored). Raises :class:`~tidb_binlog.errors.Unimplemented`
         when the pump lacks the service (and remembers it: :attr:`streams`)."""
         call = self._stream_call
         if call is None:
@@ -259,7 +256,8 @@ class PumpChannel:
                 self.streams = False
                 log.info("pump %s at %s does not serve WriteBinlogChunks (%s); large binlogs "
                          "go through WriteBinlog", self.node_id, self.addr, exc.details())
-                raise StreamUnsupported(exc.details()) from exc
+                raise Unimplemented(f"pump {self.node_id} at {self.addr} does not serve "
+                                    f"WriteBinlogChunks: {exc.details()}") from exc
             raise self.translate(exc) from exc
         except ValueError as exc:  # grpc: "Cannot invoke RPC on closed channel!"
             raise self._reset_race(exc) from exc

@@ -42,7 +42,13 @@ import time
 import google_crc32c
 
 from tidb_binlog.binlog import Binlog, encode
-from tidb_binlog.errors import BinlogError, ClusterIDMismatch, ProtocolError, UnavailableError
+from tidb_binlog.errors import (
+    BinlogError,
+    ClusterIDMismatch,
+    ProtocolError,
+    UnavailableError,
+    Unimplemented,
+)
 from tidb_binlog.pump_client import metrics
 from tidb_binlog.pump_client.book import PumpEntry
 from tidb_binlog.pump_client.payload import (
@@ -50,7 +56,7 @@ from tidb_binlog.pump_client.payload import (
     SerializedRequest,
     scaled_timeout_s,
 )
-from tidb_binlog.pump_client.transport import PumpChannel, StreamUnsupported, write_request_bytes
+from tidb_binlog.pump_client.transport import PumpChannel, write_request_bytes
 
 __all__ = ["WritePath"]
 
@@ -156,7 +162,7 @@ class WritePath:
             if 0 < self.stream_above_bytes <= len(payload) and channel.streams:
                 try:
                     errmsg = self._stream(channel, payload, timeout_s)
-                except StreamUnsupported:
+                except Unimplemented:
                     errmsg = None   # another build of pump: WriteBinlog, in this attempt
             if errmsg is not None:
                 pass
