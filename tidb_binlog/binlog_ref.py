@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from tidb_binlog.errors import InvalidArgument
+
 __all__ = ["BinlogRef", "ByteSource", "BytesSource", "DEFAULT_REF_ABOVE_BYTES",
            "is_ref"]
 
@@ -73,6 +75,6 @@ class BytesSource:
 
     def read(self, offset: int, n: int) -> memoryview:
         if offset < 0 or n < 0 or offset > self.size:
-            raise ValueError(f"read of {n} bytes at {offset} outside a payload of "
+            raise InvalidArgument(f"read of {n} bytes at {offset} outside a payload of "
                              f"{self.size} bytes")
         return self._buf[offset:offset + n]

@@ -34,6 +34,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from tidb_binlog.errors import ConfigError
+
 __all__ = ["setup_logging", "stamp_node", "NodeFilter", "JsonFormatter", "TextFormatter", "redact", "txn",
            "LOG_FORMATS", "FORMAT_ENV", "LEVEL_ENV"]
 
@@ -142,7 +144,8 @@ def setup_logging(node_id: str | Callable[[], str] = "", *, fmt: str | None = No
     """
     fmt = (fmt or os.environ.get(FORMAT_ENV) or "text").lower()
     if fmt not in LOG_FORMATS:
-        raise ValueError(f"log format {fmt!r} is not one of {', '.join(LOG_FORMATS)}")
+        raise ConfigError(f"log format {fmt!r} is not one of {', '.join(LOG_FORMATS)} (--log-format "
+                          f"or ${FORMAT_ENV})", key=FORMAT_ENV)
     root = logging.getLogger()
     if any(not isinstance(h, _OurHandler) for h in root.handlers):
         return None

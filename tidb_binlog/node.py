@@ -16,6 +16,8 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from tidb_binlog.errors import InvalidArgument
+
 __all__ = [
     "ONLINE",
     "PAUSING",
@@ -64,7 +66,7 @@ class NodeStatus:
 
     def __post_init__(self):
         if self.state not in STATES:
-            raise ValueError(f"unknown node state {self.state!r}; expected one of {STATES}")
+            raise InvalidArgument(f"unknown node state {self.state!r}; expected one of {STATES}")
 
     def to_json(self) -> str:
         d = {

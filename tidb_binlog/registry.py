@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tidb_binlog.errors import StateError, StorageError
+from tidb_binlog.errors import InvalidArgument, StateError, StorageError
 from tidb_binlog.node import (
     CLOSING,
     DRAINER,
@@ -109,7 +109,7 @@ def node_key(kind: str, node_id: str) -> str:
     """The etcd key of a node record: ``/tidb-binlog/v1/pumps/<nodeID>``."""
     _check_kind(kind)
     if not node_id:
-        raise ValueError("node_id must not be empty")
+        raise InvalidArgument("node_id must not be empty")
     return f"{ROOT_PATH}/{kind}/{node_id}"
 
 
@@ -121,12 +121,12 @@ def analyze_node_id(key: str) -> str:
             node_id = "/".join(parts[parts.index(kind) + 1:])
             if node_id:
                 return node_id
-    raise ValueError(f"{key!r} is not a registry node key (expected {ROOT_PATH}/<pumps|drainers>/<nodeID>)")
+    raise InvalidArgument(f"{key!r} is not a registry node key (expected {ROOT_PATH}/<pumps|drainers>/<nodeID>)")
 
 
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
-        raise ValueError(f"unknown node kind {kind!r}; expected one of {KINDS}")
+        raise InvalidArgument(f"unknown node kind {kind!r}; expected one of {KINDS}")
 
 
 def _now_ms() -> int:
@@ -140,7 +140,7 @@ class RegistryState:
                  alive_timeout_s: float = DEFAULT_ALIVE_TIMEOUT_S,
                  tso_window_ms: int = 3000, clock_ms: Callable[[], int] = _now_ms):
         if alive_timeout_s <= 0:
-            raise ValueError("alive_timeout_s must be positive")
+            raise InvalidArgument("alive_timeout_s must be positive")
         self._dir = Path(data_dir) if data_dir is not None else None
         self._alive_timeout_ms = int(alive_timeout_s * 1000)
         self._clock_ms = clock_ms
@@ -239,7 +239,7 @@ class RegistryState:
     def kv_put(self, key: str, value: str) -> int:
         """Store a string value; return the new revision."""
         if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError("registry KV keys and values are str")
+            raise InvalidArgument("registry KV keys and values are str")
         old = self._kv.get(key)
         self._apply(lambda: self._kv.__setitem__(key, value),
                     lambda: self._kv.__setitem__(key, old) if old is not None
@@ -266,7 +266,10 @@ class RegistryState:
         try:
             doc = json.loads(path.read_text())
             if doc.get("version") != _SNAPSHOT_VERSION:
-                raise ValueError(f"unsupported snapshot version {doc.get('version')!r}")
+                raise StorageError(f"registry snapshot {path} has version "
+                                   f"{doc.get('version')!r}, not {_SNAPSHOT_VERSION}: written by "
+                                   "another build; run that build, or remove the directory to "
+                                   "start a new cluster (new cluster id)")
             self._cluster_id = int(doc["clusterID"])
             self._revision = int(doc["revision"])
             self._kv = {str(k): str(v) for k, v in doc.get("kv", {}).items()}

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from tidb_binlog.errors import TSOError
+from tidb_binlog.errors import InvalidArgument, TSOError
 
 __all__ = [
     "LOGICAL_BITS",
@@ -39,9 +39,9 @@ MAX_LOGICAL = 1 << LOGICAL_BITS
 def compose(physical_ms: int, logical: int) -> int:
     """Pack physical milliseconds and a logical counter into one TSO."""
     if not 0 <= logical < MAX_LOGICAL:
-        raise ValueError(f"logical part {logical} out of range [0, {MAX_LOGICAL})")
+        raise InvalidArgument(f"logical part {logical} out of range [0, {MAX_LOGICAL})")
     if physical_ms < 0:
-        raise ValueError(f"physical part {physical_ms} is negative")
+        raise InvalidArgument(f"physical part {physical_ms} is negative")
     return (physical_ms << LOGICAL_BITS) | logical
 
 
@@ -80,7 +80,7 @@ class TimestampOracle:
     def __init__(self, path: str | os.PathLike | None = None, window_ms: int = 3000,
                  clock_ms=_now_ms):
         if window_ms <= 0:
-            raise ValueError("window_ms must be positive")
+            raise InvalidArgument("window_ms must be positive")
         self._path = Path(path) if path is not None else None
         self._window_ms = window_ms
         self._clock_ms = clock_ms

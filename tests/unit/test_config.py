@@ -265,7 +265,7 @@ def test_gc_parsing(value, seconds):
 
 @pytest.mark.parametrize("text", ["", "h", "8", "8d", "1h30", "1.h.", "-", ".s", "8 h"])
 def test_go_duration_rejects(text):
-    with pytest.raises(Exception, match="Go duration"):
+    with pytest.raises(ConfigError, match="Go duration"):
         parse_go_duration(text)
 
 
@@ -291,7 +291,7 @@ def test_humanized_sizes(value, size):
 
 @pytest.mark.parametrize("value", ["10 zb", "gib", "", "-1", -1, True, 1.5, "1 2 mb"])
 def test_humanized_sizes_reject(value):
-    with pytest.raises(Exception, match="size in bytes"):
+    with pytest.raises(ConfigError, match="size in bytes"):
         parse_bytes(value)
 
 

@@ -9,6 +9,7 @@ import logging
 
 import pytest
 
+from tidb_binlog.errors import ConfigError
 from tidb_binlog.logs import redact, setup_logging, stamp_node, txn
 
 
@@ -98,8 +99,9 @@ def test_redact_leaves_other_text_alone():
 
 def test_a_bad_format_is_refused(restore_root):
     restore_root()
-    with pytest.raises(ValueError, match="log format 'xml' is not one of text, json"):
+    with pytest.raises(ConfigError, match="log format 'xml' is not one of text, json") as info:
         setup_logging("x", fmt="xml")
+    assert info.value.key == "TIDB_BINLOG_LOG_FORMAT"
 
 
 def test_a_root_logger_configured_by_someone_else_is_left_alone():

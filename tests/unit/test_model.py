@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tidb_binlog.errors import SchemaError
 from tidb_binlog.model import (
     ActionType,
     CIStr,
@@ -96,9 +97,9 @@ def test_unknown_keys_are_kept_and_bare_string_cistr_accepted():
 
 
 def test_from_json_rejects_non_object():
-    with pytest.raises(ValueError, match="TableInfo: expected a JSON object"):
+    with pytest.raises(SchemaError, match="TableInfo: expected a JSON object"):
         TableInfo.from_json("[1]")
-    with pytest.raises(ValueError, match="cols: expected a JSON array"):
+    with pytest.raises(SchemaError, match="cols: expected a JSON array"):
         TableInfo.from_json('{"id": 1, "name": "t", "cols": 3}')
 
 

@@ -28,7 +28,7 @@ import binascii
 import os
 from collections.abc import Mapping
 
-from tidb_binlog.errors import ConfigError
+from tidb_binlog.errors import ConfigError, InvalidArgument
 
 __all__ = ["SECRET_KEY_ENV", "DEFAULT_SECRET_KEY_HEX", "secret_key", "encrypt", "decrypt"]
 
@@ -77,7 +77,7 @@ def encrypt(plaintext: str, *, key: bytes | None = None, iv: bytes | None = None
     key = secret_key() if key is None else key
     iv = os.urandom(_BLOCK) if iv is None else iv
     if len(iv) != _BLOCK:
-        raise ValueError(f"the IV has {_BLOCK} bytes, got {len(iv)}")
+        raise InvalidArgument(f"the IV has {_BLOCK} bytes, got {len(iv)}")
     enc = _cipher(key, iv).encryptor()
     body = enc.update(plaintext.encode()) + enc.finalize()
     return base64.b64encode(iv + _SEPARATOR + body).decode("ascii")

@@ -58,7 +58,7 @@ from tidb_binlog.binlogfile.framing import (
     scan,
 )
 from tidb_binlog.binlogfile.reader import WalkStats, segments, walk
-from tidb_binlog.errors import StorageError
+from tidb_binlog.errors import InvalidArgument, StorageError
 
 __all__ = ["Binlogger", "SEGMENT_SIZE_BYTES", "LOCK_FILE", "LOCK_WAIT_S", "writer_holds_lock"]
 
@@ -107,7 +107,7 @@ class Binlogger:
     def __init__(self, directory: str | os.PathLike,
                  max_file_size_bytes: int = SEGMENT_SIZE_BYTES):
         if max_file_size_bytes <= 0:
-            raise ValueError(f"max_file_size_bytes must be > 0, got {max_file_size_bytes}")
+            raise InvalidArgument(f"max_file_size_bytes must be > 0, got {max_file_size_bytes}")
         self.dir = Path(directory)
         self.max_file_size_bytes = max_file_size_bytes
         self.truncated_bytes = 0  # torn tail dropped at open

@@ -29,7 +29,7 @@ import os
 import re
 from typing import NamedTuple
 
-from tidb_binlog.errors import StorageError
+from tidb_binlog.errors import InvalidArgument, StorageError
 
 __all__ = ["Pos", "PREFIX", "DATETIME_FORMAT", "binlog_name", "parse_binlog_name",
            "binlog_names", "is_contiguous", "BadBinlogName"]
@@ -54,7 +54,7 @@ class Pos(NamedTuple):
 def binlog_name(index: int, when: datetime.datetime | None = None) -> str:
     """``binlog-%016d-<yyyymmddhhmmss>`` in local time (``when`` defaults to now)."""
     if index < 0:
-        raise ValueError(f"binlog file index must be >= 0, got {index}")
+        raise InvalidArgument(f"binlog file index must be >= 0, got {index}")
     when = when or datetime.datetime.now()
     return f"{PREFIX}{index:016d}-{when.strftime(DATETIME_FORMAT)}"
 

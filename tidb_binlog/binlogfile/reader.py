@@ -47,7 +47,7 @@ from pathlib import Path
 
 from tidb_binlog.binlogfile.files import Pos, binlog_names, is_contiguous, parse_binlog_name
 from tidb_binlog.binlogfile.framing import Damage, Record, RecordSpan, scan
-from tidb_binlog.errors import CorruptRecord, StorageError
+from tidb_binlog.errors import CorruptRecord, InvalidArgument, StorageError
 
 __all__ = ["walk", "WalkStats", "segments", "RecordSource"]
 
@@ -87,7 +87,7 @@ class RecordSource:
     def read(self, offset: int, n: int) -> bytes:
         """Exactly ``min(n, size - offset)`` bytes from ``offset`` of the payload."""
         if offset < 0 or n < 0 or offset > self.size:
-            raise ValueError(f"read of {n} bytes at {offset} outside a payload of "
+            raise InvalidArgument(f"read of {n} bytes at {offset} outside a payload of "
                              f"{self.size} bytes")
         if self._fd is None:
             raise StorageError(f"the record at offset {self.record_offset} of {self.path} was "

@@ -4,7 +4,8 @@ A *kind* (:class:`_Kind`) turns the value read from TOML (or, for a flag, the
 command-line text) into the Python value stored on the config dataclass, and
 renders it back for ``to_toml()``. A wrong value raises :class:`_Bad`, whose
 message says what was expected; the loader (``_toml.py``) adds the dotted key
-and the file.
+and the file. ``_Bad`` never leaves the config package: the public parsers below
+raise :class:`~tidb_binlog.errors.ConfigError`.
 
 Durations are stored in seconds and sizes in bytes whatever unit the file
 uses: :func:`parse_gc` is TiDB Binlog's ``util.Duration`` (an int number of
@@ -111,8 +112,7 @@ _GO_UNITS_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s"
 _GO_PART = re.compile(r"(\d*\.?\d*)(ns|us|µs|μs|ms|s|m|h)")
 
 
-def parse_go_duration(text: str) -> float:
-    """Go's ``time.ParseDuration`` in seconds: ``"8h"``, ``"1h30m"``, ``"1.5s"``, ``"0"``."""
+def _parse_go_duration(text: str) -> float:
     body = text[1:] if text[:1] in "+-" else text
     if body == "0":
         return 0.0
@@ -128,15 +128,40 @@ def parse_go_duration(text: str) -> float:
     return -total if text.startswith("-") else total
 
 
-def parse_gc(value: int | str) -> float:
-    """TiDB Binlog's ``util.Duration`` in seconds: an int number of days or a Go duration."""
+def _parse_gc(value: int | str) -> float:
     if isinstance(value, int) and not isinstance(value, bool):
         _check(value >= 0, "a number of days >= 0 or a duration string like \"8h\"")
         return float(value * _DAY_S)
     _check(isinstance(value, str), 'an int number of days or a duration string like "8h"')
     if value.isdigit():
         return float(int(value) * _DAY_S)
-    return parse_go_duration(value)
+    return _parse_go_duration(value)
+
+
+def parse_go_duration(text: str) -> float:
+    """Go's ``time.ParseDuration`` in seconds: ``"8h"``, ``"1h30m"``, ``"1.5s"``, ``"0"``;
+    ConfigError for anything else."""
+    return _public(_parse_go_duration, text)
+
+
+def parse_gc(value: int | str) -> float:
+    """TiDB Binlog's ``util.Duration`` in seconds: an int number of days or a Go duration;
+    ConfigError for anything else."""
+    return _public(_parse_gc, value)
+
+
+def parse_bytes(value: int | str) -> int:
+    """go-humanize ParseBytes: ``"10 gib"``, ``"512 MiB"``, ``"1GB"`` (SI), or an int;
+    ConfigError for anything else."""
+    return _public(_parse_bytes, value)
+
+
+def _public(parse, value):
+    """``parse(value)`` for a caller outside this package, which never sees :class:`_Bad`."""
+    try:
+        return parse(value)
+    except _Bad as exc:
+        raise ConfigError(f"{value!r}: expected {exc}") from None
 
 
 def _render_duration(seconds: float) -> int | str:
@@ -153,7 +178,7 @@ def _duration_kind(allow_zero: bool = False) -> _Kind:
     what += "" if allow_zero else " (must be > 0)"
 
     def parse(v):
-        seconds = parse_gc(v)
+        seconds = _parse_gc(v)
         _check(seconds > 0 or (allow_zero and seconds == 0), what)
         return seconds
 
@@ -187,7 +212,7 @@ def _go_duration_kind() -> _Kind:
             raise _Bad(what)
         if not isinstance(v, str) or re.fullmatch(r"\s*[+-]?[0-9.]+\s*", v):
             raise _Bad(bare)
-        seconds = parse_go_duration(v)
+        seconds = _parse_go_duration(v)
         _check(seconds > 0, what)
         return seconds
 
@@ -201,8 +226,7 @@ for _i, _p in enumerate("kmgtpe", start=1):
 _SIZE = re.compile(r"([0-9.,]+)\s*([A-Za-z]*)\s*$")
 
 
-def parse_bytes(value: int | str) -> int:
-    """go-humanize ParseBytes: ``"10 gib"``, ``"512 MiB"``, ``"1GB"`` (SI), or an int."""
+def _parse_bytes(value: int | str) -> int:
     expected = 'a size in bytes: an integer or a string like "10 gib", "512 MiB", "1GB"'
     if isinstance(value, int) and not isinstance(value, bool):
         _check(value >= 0, expected)
@@ -218,7 +242,7 @@ def parse_bytes(value: int | str) -> int:
 
 
 def _bytes_kind() -> _Kind:
-    return _Kind('an integer or a size like "10 gib"', parse_bytes, from_text=lambda t: t)
+    return _Kind('an integer or a size like "10 gib"', _parse_bytes, from_text=lambda t: t)
 
 
 def _list_kind(item: _Kind, what: str) -> _Kind:

@@ -27,7 +27,7 @@ from dataclasses import MISSING, fields, is_dataclass
 
 from tidb_binlog.config._common import _TIDB_ONLY_KEYS, SUPPORTED_DB_TYPES
 from tidb_binlog.config._kinds import _Bad, _bad_value, _Kind
-from tidb_binlog.errors import ConfigError
+from tidb_binlog.errors import ConfigError, InvalidArgument
 
 __all__: list[str] = []
 
@@ -188,7 +188,7 @@ def _toml_value(value) -> str:
         return "{ " + inner + " }" if inner else "{}"
     if is_dataclass(value):
         return _toml_value(dict(_scalar_items(value, inline=True)))
-    raise TypeError(f"cannot render {value!r} as TOML")
+    raise InvalidArgument(f"cannot render {value!r} as TOML")
 
 
 def _scalar_items(obj, *, inline: bool):

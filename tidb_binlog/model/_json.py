@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidb_binlog.errors import SchemaError
+
 __all__ = ["GoStruct"]
 
 
@@ -38,7 +40,7 @@ class GoStruct:
         if obj is None:
             return None
         if not isinstance(obj, dict):
-            raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(obj).__name__}")
+            raise SchemaError(f"{cls.__name__}: expected a JSON object, got {type(obj).__name__}")
         kwargs: dict[str, Any] = {}
         known = set()
         for key, attr, kind in cls._JSON:
@@ -67,6 +69,6 @@ def _load(value, kind, owner: str, key: str):
         return value
     if isinstance(kind, list):
         if not isinstance(value, list):
-            raise ValueError(f"{owner}.{key}: expected a JSON array, got {type(value).__name__}")
+            raise SchemaError(f"{owner}.{key}: expected a JSON array, got {type(value).__name__}")
         return [kind[0].from_obj(v) for v in value]
     return kind.from_obj(value)
