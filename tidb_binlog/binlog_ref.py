@@ -76,5 +76,5 @@ class BytesSource:
     def read(self, offset: int, n: int) -> memoryview:
         if offset < 0 or n < 0 or offset > self.size:
             raise InvalidArgument(f"read of {n} bytes at {offset} outside a payload of "
-                             f"{self.size} bytes")
+                                  f"{self.size} bytes")
         return self._buf[offset:offset + n]

@@ -47,7 +47,7 @@ def test_event_names_are_tidbs_and_unknown_ones_are_refused():
     assert normalize_event("Create  Schema") == "create database"
     assert normalize_event("all dml") == "all dml"
     assert normalize_event("add column") == "add column"  # accepted, never produced
-    with pytest.raises(ValueError, match="'upsert' is not an event type"):
+    with pytest.raises(ConfigError, match="'upsert' is not an event type"):
         normalize_event("upsert")
 
 
@@ -86,7 +86,7 @@ def test_ignore_sql_patterns_are_compiled_one_by_one():
 
 
 def test_bad_ignore_sql_names_the_pattern():
-    with pytest.raises(ValueError, match="ignore-sql '\\(' is not a valid regular"):
+    with pytest.raises(ConfigError, match="ignore-sql '\\(' is not a valid regular"):
         EventFilter([EventRule("a", "", (), ("(",))])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, Txn
+from tidb_binlog.errors import ConfigError
 from tidb_binlog.reparo.filter import TableFilter, TableRule, compile_pattern
 
 
@@ -21,7 +22,7 @@ def test_patterns_exact_or_regex_case_insensitive():
     assert not compile_pattern("shop")("shop2")
     assert compile_pattern("~^log_")("LOG_2024") and not compile_pattern("~^log_")("blog_x")
     assert compile_pattern("~o")("shop")                  # a search, unanchored
-    with pytest.raises(ValueError, match=r"'~\(' is not a valid regular expression"):
+    with pytest.raises(ConfigError, match=r"'~\(' is not a valid regular expression"):
         compile_pattern("~(")
 
 

@@ -88,7 +88,7 @@ class RecordSource:
         """Exactly ``min(n, size - offset)`` bytes from ``offset`` of the payload."""
         if offset < 0 or n < 0 or offset > self.size:
             raise InvalidArgument(f"read of {n} bytes at {offset} outside a payload of "
-                             f"{self.size} bytes")
+                                  f"{self.size} bytes")
         if self._fd is None:
             raise StorageError(f"the record at offset {self.record_offset} of {self.path} was "
                                "read after the walk moved on; read a large record before "

@@ -23,7 +23,7 @@ Event names are TiDB's, lower-cased on reading; ``create schema`` / ``drop schem
 DDL kinds (``add column``, ``drop column``, ...) and ``incompatible ddl changes``; its
 drainer never produces those for a statement, and neither do we: they are accepted and
 never match (``alter table`` covers every ALTER TABLE). An unknown name, or an
-``ignore-sql`` that is not a regular expression, raises :class:`ValueError` naming it.
+``ignore-sql`` that is not a regular expression, raises :class:`~tidb_binlog.errors.ConfigError` naming it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tidb_binlog.errors import ConfigError
 from tidb_binlog.filter.ddl_names import parse_ddl
 from tidb_binlog.filter.selector import Selector
 
@@ -66,13 +67,13 @@ EVENT_NAMES = DML_EVENTS | DDL_EVENTS | _GROUPS | frozenset(_ALIASES) | _NEVER_P
 
 
 def normalize_event(name: str) -> str:
-    """The canonical name of an ``ignore-event`` entry; ValueError for an unknown one."""
+    """The canonical name of an ``ignore-event`` entry; ConfigError for an unknown one."""
     key = " ".join(name.lower().split())
     if key not in EVENT_NAMES:
-        raise ValueError(f"{name!r} is not an event type; use one of: insert, update, "
-                         "delete, all dml, create database, drop database, create table, "
-                         "drop table, alter table, truncate table, rename table, create "
-                         "index, drop index, all ddl, all (or another TiDB event name)")
+        raise ConfigError(f"{name!r} is not an event type; use one of: insert, update, "
+                          "delete, all dml, create database, drop database, create table, "
+                          "drop table, alter table, truncate table, rename table, create "
+                          "index, drop index, all ddl, all (or another TiDB event name)")
     return _ALIASES.get(key, key)
 
 
@@ -97,8 +98,8 @@ class _Compiled:
             try:
                 self.sql.append(re.compile(pattern, re.IGNORECASE))
             except re.error as exc:
-                raise ValueError(f"ignore-sql {pattern!r} is not a valid regular "
-                                 f"expression: {exc}") from None
+                raise ConfigError(f"ignore-sql {pattern!r} is not a valid regular "
+                                  f"expression: {exc}") from None
 
     def ignores_event(self, event: str) -> bool:
         dml = event in DML_EVENTS

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from tidb_binlog import binlog as bl
 from tidb_binlog.drainer.apply.dml import DMLType, Txn
+from tidb_binlog.errors import ConfigError
 from tidb_binlog.filter.events import EventFilter, EventRule, normalize_event
 from tidb_binlog.filter.router import Router, RouteRule
 from tidb_binlog.filter.selector import compile_glob
@@ -58,15 +59,15 @@ class FilterSettings:
     def from_syncer(cls, s) -> FilterSettings:
         """From a :class:`~tidb_binlog.config.drainer.SyncerConfig`. A table-migrate-rule
         binds each binlog-filter-rule it names to its source; a rule with a ``target``
-        routes. A rule naming an undefined binlog-filter-rule raises ValueError."""
+        routes. A rule naming an undefined binlog-filter-rule raises ConfigError."""
         events, routes = [], []
         for i, rule in enumerate(s.table_migrate_rule):
             source = rule.source
             for name in rule.binlog_filter_rule:
                 if name not in s.binlog_filter_rule:
-                    raise ValueError(f"table-migrate-rule[{i}] names binlog-filter-rule "
-                                     f"{name!r}, which no [syncer.binlog-filter-rule.{name}] "
-                                     "defines")
+                    raise ConfigError(f"table-migrate-rule[{i}] names binlog-filter-rule "
+                                      f"{name!r}, which no [syncer.binlog-filter-rule.{name}] "
+                                      "defines", key=f"syncer.table-migrate-rule[{i}]")
                 f = s.binlog_filter_rule[name]
                 events.append(EventRule(source.schema, source.table, tuple(f.ignore_event),
                                         tuple(f.ignore_sql), name, i))
@@ -93,7 +94,7 @@ class FilterSettings:
         def check(key: str, fn, value: str) -> None:
             try:
                 fn(value)
-            except ValueError as exc:
+            except ConfigError as exc:
                 out.append((key, str(exc)))
 
         for i, p in enumerate(self.do_dbs):
@@ -129,16 +130,16 @@ def config_problems(syncer) -> list[tuple[str, str]]:
         for e in rule.ignore_event:
             try:
                 normalize_event(e)
-            except ValueError as exc:
+            except ConfigError as exc:
                 out.append((f"{key}.ignore-event", str(exc)))
         for p in rule.ignore_sql:
             try:
                 EventFilter([EventRule("", "", (), (p,))])
-            except ValueError as exc:
+            except ConfigError as exc:
                 out.append((f"{key}.ignore-sql", str(exc)))
     try:
         settings = FilterSettings.from_syncer(syncer)
-    except ValueError as exc:
+    except ConfigError as exc:
         return out + [("syncer.table-migrate-rule", str(exc))]
     return out + [p for p in settings.problems() if p not in out]
 

@@ -23,6 +23,8 @@ import re
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
+from tidb_binlog.errors import ConfigError
+
 __all__ = ["Selector", "compile_glob"]
 
 V = TypeVar("V")
@@ -31,7 +33,7 @@ V = TypeVar("V")
 def compile_glob(pattern: str, case_sensitive: bool = False) -> re.Pattern:
     """The regular expression of one wildcard pattern (the whole name)."""
     if pattern.count("[") != pattern.count("]"):
-        raise ValueError(f"{pattern!r} has an unclosed [ ] character set")
+        raise ConfigError(f"{pattern!r} has an unclosed [ ] character set")
     flags = re.DOTALL if case_sensitive else re.IGNORECASE | re.DOTALL
     return re.compile(fnmatch.translate(pattern), flags)
 

@@ -22,8 +22,8 @@ do-db rule can; TiDB behaves the same). :meth:`TableFilter.ddl_object` says whic
 that is: the drainer's DDL carries it from the DDL job; reparo reads it from the SQL
 (:class:`tidb_binlog.reparo.filter.TableFilter`).
 
-A bad regular expression raises :class:`ValueError` naming the pattern (the config
-loaders turn it into a ConfigError naming the key).
+A bad regular expression raises :class:`~tidb_binlog.errors.ConfigError` naming the
+pattern (the config loaders add the key).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tidb_binlog.drainer.apply.dml import DDL, Txn
+from tidb_binlog.errors import ConfigError
 
 __all__ = ["TableFilter", "TableRule", "compile_pattern"]
 
@@ -51,7 +52,7 @@ def compile_pattern(pattern: str) -> Callable[[str], bool]:
         try:
             regex = re.compile(pattern[1:], re.IGNORECASE)
         except re.error as exc:
-            raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+            raise ConfigError(f"{pattern!r} is not a valid regular expression: {exc}") from None
         return lambda name: regex.search(name) is not None
     folded = pattern.casefold()
     return lambda name: name.casefold() == folded
