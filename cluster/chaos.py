@@ -12,8 +12,10 @@ What runs (all on this machine, all cleaned up at the end):
   move an amount, append the ledger row, in one transaction. Every write stamps a
   fresh token;
 - the fault schedule of :mod:`tidb_binlog.chaos.schedule`, one fault at a time;
-  after each fault the runner measures the recovery (until the drainer's lag is
-  under ``recovered_lag_s``) and checks the bank invariant upstream.
+  after each fault the runner measures the recovery (from the fault's end until the
+  drainer's checkpoint passed a timestamp taken after it and its lag is under
+  ``recovered_lag_s``; the outage, from the injection, beside it) and checks the
+  bank invariant upstream.
 
 At the end: stop the workloads, wait for the checkpoint to pass the upstream's
 last commit, compare every table (:func:`tidb_binlog.compare.compare_databases`),
@@ -265,21 +267,27 @@ def _sql(db, statements, database=None) -> list:
 
 
 # -- faults -------------------------------------------------------------------------------
-def inject(stack: _Stack, fault: Fault, note) -> None:
-    """Inject ``fault``, hold it, end it. ``note(text)`` logs an event line."""
+def inject(stack: _Stack, fault: Fault, note) -> float:
+    """Inject ``fault``, hold it, end it. ``note(text)`` logs an event line. Returns when
+    (``time.monotonic()``) the fault ended: the kill or restart of an instantaneous
+    kind; for a held kind the moment its end began (SIGCONT sent, threshold restored,
+    the database's or the pump's restart begun: that restart counts as recovery)."""
     kind, target = fault.kind, fault.target
     if kind.startswith("kill9-") and not kind.endswith("-db"):
         pid = actor_pid(stack.actor(target))
         note(f"SIGKILL {target} pid {pid}")
+        ended = time.monotonic()
         os.kill(pid, signal.SIGKILL)
     elif kind == "restart-actor":
         note(f"ray.kill({target}, no_restart=False)")
+        ended = time.monotonic()
         RayCalls.restart(stack.actor(target))
     elif kind.endswith("-db"):
         db = stack.up_db if target == "upstream" else stack.down_db
         note(f"SIGKILL {target} MariaDB")
         db.kill()
         time.sleep(fault.hold_s)
+        ended = time.monotonic()
         db.start()
         note(f"{target} MariaDB restarted on the same data dir and port {db.port}")
         if target == "upstream":
@@ -292,6 +300,7 @@ def inject(stack: _Stack, fault: Fault, note) -> None:
         try:
             time.sleep(fault.hold_s)
         finally:
+            ended = time.monotonic()
             os.kill(pid, signal.SIGCONT)
             stack.stopped_pids.discard(pid)
         note(f"SIGCONT {target}")
@@ -303,6 +312,7 @@ def inject(stack: _Stack, fault: Fault, note) -> None:
         try:
             time.sleep(fault.hold_s)
         finally:
+            ended = time.monotonic()
             RayCalls.call_within(actor, "__ray_call__", _set_disk_limit, old, timeout_s=60)
         note(f"{target}: space 'freed' (threshold back to {old} bytes)")
     elif kind == "pause-pump":
@@ -315,10 +325,12 @@ def inject(stack: _Stack, fault: Fault, note) -> None:
         time.sleep(fault.hold_s)
         # A paused pump comes back the way TiDB Binlog brings one back: started again
         # (the restarted actor registers online from paused).
+        ended = time.monotonic()
         RayCalls.restart(actor)
         note(f"{target} restarted to resume it")
     else:  # pragma: no cover - parse_kinds refuses unknown kinds
         raise ValueError(kind)
+    return ended
 
 
 def _set_disk_limit(pump_actor, limit: int) -> int:
@@ -347,23 +359,34 @@ def _lag_s(stack: _Stack, after_ts: int) -> tuple[float | None, str]:
     return max(0.0, time.time() - extract_physical(cp) / 1000), st["state"]
 
 
+POLL_S = 0.25  # how often the recovery wait reads the drainer's status
+SLOW_POLL_S = 1.0  # a status read longer than this is logged (it delays the verdict)
+
+
 def wait_recovered(stack: _Stack, since: float, threshold_s: float, timeout_s: float):
-    """Seconds from ``since`` (monotonic) until the lag is under ``threshold_s``; None on
-    timeout. Raises RuntimeError when the task failed.
+    """Seconds from ``since`` (monotonic: when the fault ended, see :func:`inject`) until
+    the lag is under ``threshold_s``; None on timeout. Raises RuntimeError when the task
+    failed.
 
     Recovered means the checkpoint passed a timestamp taken *after* the fault ended
     and the lag is under the threshold: a lag read right after a kill -9 is still the
     one from before it (the task has not noticed yet), which would say "recovered in
-    0.01 s" and measure nothing."""
-    deadline = time.monotonic() + timeout_s
+    0.01 s" and measure nothing. The time stops when the status read that saw it
+    returned; the status is read every :data:`POLL_S`, and a read slower than
+    :data:`SLOW_POLL_S` is logged (it would add its own time to the figure)."""
+    deadline = since + timeout_s
     after_ts = stack.cluster.get_ts()
     while time.monotonic() < deadline:
+        asked = time.monotonic()
         lag, state = _lag_s(stack, after_ts)
+        took = time.monotonic() - asked
+        if took > SLOW_POLL_S:
+            log.info("chaos: a drainer status read took %.2f s (%s)", took, state)
         if state.startswith("failed"):
             raise RuntimeError(f"replication task {state}")
         if lag is not None and lag < threshold_s:
             return time.monotonic() - since
-        time.sleep(0.25)
+        time.sleep(POLL_S)
     return None
 
 
@@ -443,8 +466,8 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
             note(f"inject {fault.describe()}")
             started = time.monotonic()
             try:
-                inject(stack, fault, note)
-                took = wait_recovered(stack, started, recovered_lag_s, fault_timeout_s)
+                ended = inject(stack, fault, note)
+                took = wait_recovered(stack, ended, recovered_lag_s, fault_timeout_s)
             except Exception as exc:
                 note(f"fault {fault.describe()} broke the run: {type(exc).__name__}: {exc}")
                 verdict.problems.append(f"{fault.describe()}: {type(exc).__name__}: {exc}")
@@ -452,17 +475,21 @@ def run_chaos(duration_s: float, seed: int, *, workers: int = 4, kinds: tuple[st
                                               str(exc)))
                 verdict.faults += 1
                 break
-            records.append(RecoveryRecord(fault.kind, fault.target, started - t0, took))
+            outage = None if took is None else ended + took - started
+            records.append(RecoveryRecord(fault.kind, fault.target, started - t0, took,
+                                          outage_s=outage))
             verdict.faults += 1
             if took is None:
                 verdict.unrecovered += 1
                 note(f"NOT recovered within {fault_timeout_s:g} s: {fault.describe()}")
                 break
             verdict.recoveries.append(took)
-            note(f"recovered after {took:.2f} s (lag < {recovered_lag_s:g} s)")
+            note(f"recovered {took:.2f} s after the fault ended, {outage:.2f} s after it "
+                 f"began (lag < {recovered_lag_s:g} s)")
             _check_bank_upstream(up_db, verdict, note)
             console.print(f"{time.monotonic() - t0:6.1f}s {fault.describe()}: recovered in "
-                          f"{took:.2f} s")
+                          f"{took:.2f} s" + (f" after it ended ({outage:.2f} s after it began)"
+                                             if fault.hold_s else ""))
         remaining = end - time.monotonic()
         if remaining > 0 and not verdict.problems and not verdict.unrecovered:
             time.sleep(remaining)
@@ -560,10 +587,11 @@ def _final_checks(stack: _Stack, verdict: Verdict, note) -> None:
 def _report(console, verdict: Verdict, records, loads, run_dir: Path, seed: int,
             duration_s: float, replay: str, note) -> None:
     table = Table(title=f"faults (seed {seed})")
-    for col in ("kind", "count", "not recovered", "recovery p50 s", "recovery p99 s"):
+    for col in ("kind", "count", "not recovered", "recovery p50 s", "recovery p99 s",
+                "outage p99 s"):
         table.add_column(col, justify="left" if col == "kind" else "right")
-    for kind, count, bad, p50, p99 in recovery_table(records):
-        table.add_row(kind, str(count), str(bad), f"{p50:.2f}", f"{p99:.2f}")
+    for kind, count, bad, p50, p99, outage in recovery_table(records):
+        table.add_row(kind, str(count), str(bad), f"{p50:.2f}", f"{p99:.2f}", f"{outage:.2f}")
     console.print(table)
     if loads is not None:
         console.print(f"bank transfers {loads.transfers}; workload slices ended by a failure: "

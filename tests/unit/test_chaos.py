@@ -102,11 +102,14 @@ def test_percentile_and_recovery_table():
     assert percentile([3.0], 50) == 3.0
     assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
-    records = [RecoveryRecord("kill9-pump", "pump-0", 1.0, 2.0),
-               RecoveryRecord("kill9-pump", "pump-1", 9.0, 4.0),
+    records = [RecoveryRecord("kill9-pump", "pump-0", 1.0, 2.0, outage_s=2.0),
+               RecoveryRecord("kill9-pump", "pump-1", 9.0, 4.0, outage_s=4.0),
+               RecoveryRecord("sigstop-pump", "pump-1", 15.0, 1.5, outage_s=14.5),
                RecoveryRecord("pause-pump", "pump-0", 20.0, None)]
-    assert recovery_table(records) == [("kill9-pump", 2, 0, 2.0, 4.0),
-                                       ("pause-pump", 1, 1, 0.0, 0.0)]
+    # recovery from the fault's end; the outage (the hold included) beside it
+    assert recovery_table(records) == [("kill9-pump", 2, 0, 2.0, 4.0, 4.0),
+                                       ("pause-pump", 1, 1, 0.0, 0.0, 0.0),
+                                       ("sigstop-pump", 1, 0, 1.5, 1.5, 14.5)]
 
 
 def test_verdict_and_result_line():
@@ -166,3 +169,46 @@ def test_a_restarting_pipeline_is_recovering_not_failed():
     assert _lag_s(Stack(running), 1 << 41) == (None, "running")  # not past the fault yet
     lag, state = _lag_s(Stack(running), 0)
     assert lag is not None and lag >= 0 and state == "running"
+
+
+def test_recovery_is_timed_from_the_end_of_a_held_fault():
+    """The recovery clock started at the injection, so a held fault's hold counted as
+    recovery: a pump SIGSTOPped for 12-15 s (past the registry's alive timeout, by
+    design) could never recover "within 10 s". It now starts when the fault is lifted;
+    the restart that lifts it (the database's here) counts as recovery."""
+    import time
+
+    from cluster.chaos import inject, wait_recovered
+    from tidb_binlog.chaos import Fault
+
+    calls: list[tuple[str, float]] = []
+
+    class DB:
+        port = 1
+
+        def kill(self):
+            calls.append(("kill", time.monotonic()))
+
+        def start(self):
+            calls.append(("start", time.monotonic()))
+
+    class Cluster:
+        def get_ts(self):
+            return 0
+
+    class Drainer:
+        def status(self):
+            return {"state": "running", "error": "", "checkpoint_commit_ts": 1 << 18}
+
+    class Stack:
+        up_db, down_db = DB(), DB()
+        cluster, drainer = Cluster(), Drainer()
+
+    started = time.monotonic()
+    ended = inject(Stack(), Fault(1, "kill9-downstream-db", "downstream", 0.0, 0.05),
+                   lambda text: None)
+    (_, killed), (_, restarted) = calls
+    assert started <= killed < ended <= restarted  # the hold is not part of the recovery
+    assert ended - killed >= 0.05
+    took = wait_recovered(Stack(), ended, threshold_s=1e12, timeout_s=5)
+    assert took is not None and took >= 0

@@ -11,8 +11,14 @@
   twice (the same ``(tbl, op, k, token)`` logged twice) is a row change applied
   twice — what exactly-once forbids. (A REPLACE on a table with DELETE triggers
   logs a D of the old image and an I of the new one: distinct images.)
-- **Recovery**: time from a fault's injection until the drainer's lag (now minus
-  the checkpoint's physical time) is back under a threshold; p50/p99 per kind.
+- **Recovery**: time from the end of a fault (at once for a kill or a restart; for
+  a held fault, once it is lifted: SIGCONT sent, disk space back, the database or
+  the paused pump being restarted) until the drainer's checkpoint passed a
+  timestamp taken after it and its lag (now minus the checkpoint's physical time)
+  is back under a threshold; p50/p99 per kind. The *outage* (from the injection,
+  the hold included) is reported beside it: a held fault stalls the drainer for
+  as long as it lasts by design (a stopped pump may hold binlogs nobody else has,
+  so the merge must wait for it), which says nothing about how fast it recovers.
 - **The RESULT line**: ``RESULT chaos faults=<n> diff=<n> lost=<n> dup=<n>
   recovery_p99_s=<s>``, the one line scripts grep.
 """
@@ -74,20 +80,24 @@ class RecoveryRecord:
     kind: str
     target: str
     injected_at: float          # seconds since the run started
-    recovery_s: float | None    # None: not recovered within the fault timeout
+    recovery_s: float | None    # from the fault's end; None: not recovered within the timeout
     note: str = ""
+    outage_s: float | None = None  # from the injection (the hold included)
 
 
-def recovery_table(records: list[RecoveryRecord]) -> list[tuple[str, int, int, float, float]]:
-    """Per kind: ``(kind, count, not recovered, p50 s, p99 s)``, sorted by kind."""
+def recovery_table(records: list[RecoveryRecord]
+                   ) -> list[tuple[str, int, int, float, float, float]]:
+    """Per kind: ``(kind, count, not recovered, recovery p50 s, recovery p99 s, outage
+    p99 s)``, sorted by kind."""
     by_kind: dict[str, list[RecoveryRecord]] = {}
     for r in records:
         by_kind.setdefault(r.kind, []).append(r)
     out = []
     for kind in sorted(by_kind):
         times = [r.recovery_s for r in by_kind[kind] if r.recovery_s is not None]
+        outages = [r.outage_s for r in by_kind[kind] if r.outage_s is not None]
         out.append((kind, len(by_kind[kind]), len(by_kind[kind]) - len(times),
-                    percentile(times, 50), percentile(times, 99)))
+                    percentile(times, 50), percentile(times, 99), percentile(outages, 99)))
     return out
 
 
