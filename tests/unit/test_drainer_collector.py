@@ -229,6 +229,23 @@ def test_pause_and_resume_stop_and_restart_pulling():
     assert list(target.pullable()) == ["a", "b"]
 
 
+def test_while_a_source_is_paused_the_pump_list_is_read_every_second():
+    """A pump back online from paused sends no Notify; the merge waited for it until the
+    next detect interval (up to 5 s after its restart, the chaos soak's pause-pump)."""
+    reg, merger, target, collector, clock, opened = make(rec(ONLINE, node="a"),
+                                                         rec(PAUSED, node="b"))
+    assert collector.step() == [AddSource("a", HOST, 0), AddSource("b", HOST, 0),
+                                PauseSource("b")]
+    assert collector.due_in_s() == pytest.approx(1.0)  # not the 5 s detect interval
+    reg.set("b", ONLINE)  # restarted: online again, no Notify
+    clock.now_s += 1.0
+    assert collector.step() == [ResumeSource("b")]
+    assert list(target.pullable()) == ["a", "b"]
+    assert collector.due_in_s() == pytest.approx(5.0)  # nothing paused: the detect interval
+    clock.now_s += 1.0
+    assert collector.step() == []
+
+
 def test_offline_pump_is_drained_then_removed():
     reg, merger, target, collector, clock, opened = make(rec(ONLINE, node="a"),
                                                          rec(ONLINE, node="b"))

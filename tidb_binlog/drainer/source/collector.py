@@ -54,7 +54,12 @@ Notify is pending, when a draining source reached its ``until_ts`` (so it is
 retired at once, not a detect interval later: the merge waits for it until
 then), or ``detect_interval_s`` passed since the last refresh (and
 immediately on the first step: the shell keeps the merge paused until
-:attr:`Collector.started`).  :meth:`Collector.notify` (any thread) returns a
+:attr:`Collector.started`). While a source is paused the merge waits for it,
+and a pump coming back from ``paused`` sends no Notify (TiDB's pump notifies
+only when it was new or ``offline``): the refresh is then due every
+``paused_refresh_s`` (:data:`PAUSED_REFRESH_S`, 1 s) instead, so the pump is
+pulled again within a second of its record saying ``online``, not up to a
+detect interval later (TiDB waits the detect interval).  :meth:`Collector.notify` (any thread) returns a
 ticket; :meth:`Collector.wait` blocks until a refresh that *started after* that
 notify has applied its actions: the Cistern ``Notify`` handshake.  The actions
 are applied through a :class:`SourceTarget`; :class:`MergerSources` is the one
@@ -85,9 +90,13 @@ __all__ = [
     "SourceTarget",
     "MergerSources",
     "Collector",
+    "PAUSED_REFRESH_S",
 ]
 
 log = logging.getLogger(__name__)
+
+PAUSED_REFRESH_S = 1.0
+"""How often the pump list is read while a source is paused (the merge waits for it)."""
 
 
 class AddSource(NamedTuple):
@@ -295,10 +304,13 @@ class Collector:
     """Refreshes the merge sources from the registry on Notify and every detect interval."""
 
     def __init__(self, list_pumps: Callable[[], list[NodeStatus]], target: SourceTarget, *,
-                 detect_interval_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
+                 detect_interval_s: float = 5.0, paused_refresh_s: float = PAUSED_REFRESH_S,
+                 clock: Callable[[], float] = time.monotonic):
         self._list_pumps = list_pumps
         self.target = target
         self.detect_interval_s = detect_interval_s
+        self.paused_refresh_s = paused_refresh_s
+        self._paused_after_refresh = False  # the last refresh left a source paused
         self._clock = clock
         self._cond = threading.Condition()
         self._requested = 0          # tickets handed out by notify()
@@ -336,7 +348,10 @@ class Collector:
         if (self.target is not None and not self._retire_due_after_refresh
                 and self.target.retire_due()):
             return 0.0
-        return max(0.0, self._last_refresh_s + self.detect_interval_s - self._clock())
+        interval = self.detect_interval_s
+        if self._paused_after_refresh:  # the merge waits for it: look for it coming back
+            interval = min(interval, self.paused_refresh_s)
+        return max(0.0, self._last_refresh_s + interval - self._clock())
 
     def step(self) -> list[Action]:
         """Refresh if due; returns the actions applied (empty when not due)."""
@@ -362,6 +377,7 @@ class Collector:
         # Still due after a refresh means the plan could not retire it (its record
         # vanished): do not refresh on every step for it.
         self._retire_due_after_refresh = target.retire_due()
+        self._paused_after_refresh = any(v.paused for v in target.views().values())
         self.refreshes += 1
         with self._cond:
             self._completed = max(self._completed, covering)
