@@ -12,6 +12,7 @@ import pymysql
 import pytest
 
 from tidb_binlog.errors import UpstreamError, UpstreamUnreachable
+from tidb_binlog.node import TxnStatus
 from tidb_binlog.testing.collector import BinlogCollector
 from tidb_binlog.tso import TimestampOracle
 from tidb_binlog.upstream import Upstream
@@ -81,6 +82,22 @@ def test_txn_status_is_not_retried_the_resolver_asks_again_next_round(server):
     with pytest.raises(UpstreamUnreachable):
         UpstreamMeta(server.params(), retry_s=0.3, sleep=sleeps.append).cluster_id()
     assert sleeps  # the other lookups back off and ask again
+
+
+def test_txn_status_after_a_restart_answers_on_a_new_connection(server):
+    """The pump's resolver kept its connection across an upstream restart: its first
+    txn_status after the restart raised "Lost connection" and the prewrites it was
+    asking about waited another round (1 s more of drainer stall per restart, chaos
+    soak kill9-upstream-db). The lost kept connection is now replaced at once."""
+    _job_id(server)  # the catalog exists
+    sleeps: list[float] = []
+    meta = UpstreamMeta(server.params(), retry_s=60, sleep=sleeps.append)
+    assert meta.txn_status(1).state == TxnStatus.ROLLED_BACK  # connected; no status row
+    server.kill()
+    server.start()
+    status = meta.txn_status(1)  # one attempt, as before, but on a new connection
+    assert status.state == TxnStatus.ROLLED_BACK and sleeps == []
+    meta.close()
 
 
 def test_lost_connection_codes_translate_to_unreachable():

@@ -13,7 +13,11 @@
   drainer that starts from an initial commit ts.
 
 It holds only connection parameters, so it pickles and a pump or drainer actor can
-build its own; the connection is opened lazily and reopened after an error.
+build its own; the connection is opened lazily and reopened after an error. A lookup
+that finds its *kept* connection lost (the server restarted since the last lookup:
+MariaDB error 2006/2013) is made once more at once, on a new connection, before it
+counts as a failure: every lookup is a read, safe to repeat, and the pump's resolver
+would otherwise wait a whole round after every upstream restart.
 
 A lookup that finds the upstream MariaDB unreachable (restarting, connection lost:
 :class:`~tidb_binlog.errors.UpstreamUnreachable`) is asked again with backoff for up
@@ -71,15 +75,27 @@ class UpstreamMeta:
 
     def _call_once(self, fn):
         with self._lock:
+            kept = self._conn is not None
             try:
-                with self._cursor() as cur:
-                    return fn(cur)
-            except pymysql.err.MySQLError as exc:
-                self.close()
-                raise translate(exc, "upstream meta query") from exc
-            except UpstreamUnreachable:  # connect() failed
-                self.close()
-                raise
+                return self._query(fn)
+            except UpstreamUnreachable as exc:
+                if not kept:  # a new connection failed: the server is down
+                    raise
+                # the kept connection died with the server's restart: a new one may answer
+                log.info("upstream MariaDB at %s: the kept connection was lost (%s); asking "
+                         "again on a new one", self._where(), exc)
+                return self._query(fn)
+
+    def _query(self, fn):
+        try:
+            with self._cursor() as cur:
+                return fn(cur)
+        except pymysql.err.MySQLError as exc:
+            self.close()
+            raise translate(exc, "upstream meta query") from exc
+        except UpstreamUnreachable:  # connect() failed
+            self.close()
+            raise
 
     def _call(self, fn, *, retry: bool = True):
         """``fn(cursor)``; an unreachable upstream is asked again for up to ``retry_s``."""
