@@ -56,7 +56,14 @@ class PumpOptions:
 
     gen_binlog_interval_s: float = 0.2   # sub-second so an idle pump never stalls the merge
     heartbeat_interval_s: float = 1.0
-    max_txn_timeout_s: float = 10.0
+    # A prewrite unmatched this long is asked about upstream (UpstreamMeta.txn_status,
+    # a NOWAIT read whose answer holds at any age: a running transaction still holds
+    # its status row's lock). Until then the pump's watermark, and every drainer's
+    # merge, waits for it: after an upstream crash the prewrites in flight are never
+    # finished, so this is how long the drainer stalls (10 s made a killed upstream
+    # MariaDB cost 10 s and more of recovery). 3 s is far above a Commit's normal
+    # delay, so the query stays off the normal path.
+    max_txn_timeout_s: float = 3.0
     sync_log: bool = True
     stop_write_at_available_space: str = "1 GiB"
     extra: dict = field(default_factory=dict)
