@@ -116,6 +116,14 @@ def test_backoff_doubles_to_the_cap():
         RetryPolicy(initial_backoff_s=1.0, max_backoff_s=0.5)
 
 
+def test_default_backoff_retries_at_least_every_second():
+    """A 2 s cap left a restarted downstream idle for up to 2 s before the workers came
+    back to it (chaos soak, kill9-downstream-db); TiDB's loader retries every 1 s."""
+    delays = backoff_delays(RetryPolicy())
+    assert [round(next(delays), 2) for _ in range(8)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0,
+                                                          1.0, 1.0]
+
+
 # -- replay guard and progress statements ---------------------------------------------------
 
 def test_replay_guard_exactly_once():
