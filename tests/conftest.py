@@ -34,6 +34,16 @@ import pytest
 from tidb_binlog.testing.mariadb import MariaDBServer
 
 TESTS_DIR = Path(__file__).resolve().parent
+
+# Under pytest-xdist (scripts/test.sh runs two workers) each worker is a Ray world of its
+# own: its local Ray, the heads its tests start and the CLIs they run keep their session
+# files and `ray start`'s recorded address under /tmp/ray-<worker> (Ray reads
+# $RAY_TMPDIR), so no process of one worker joins a cluster of the other.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _XDIST_WORKER:
+    _ray_tmp = os.path.join(os.environ.get("RAY_TMPDIR") or "/tmp", f"ray-{_XDIST_WORKER}")
+    os.makedirs(_ray_tmp, exist_ok=True)
+    os.environ["RAY_TMPDIR"] = _ray_tmp
 _MARKER_BY_DIR = {"integration": "integration", "ray": "ray", "spark": "spark"}
 _RAY_OBJECT_STORE_BYTES = 300 * 1024 * 1024
 
@@ -150,7 +160,8 @@ def ray_local():
         os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
         for attempt in (1, 2):
             try:
-                ray.init(num_cpus=4, include_dashboard=False,
+                # "local": a Ray of our own, never one `ray start` recorded on this host
+                ray.init(address="local", num_cpus=4, include_dashboard=False,
                          object_store_memory=_RAY_OBJECT_STORE_BYTES,
                          namespace="tidb-binlog-test", log_to_driver=False)
                 break

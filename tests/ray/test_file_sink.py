@@ -21,7 +21,7 @@ from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.checkpoint.store import FileCheckpointStore
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.translate.pb import decode_columns
-from tidb_binlog.errors import UnavailableError
+from tidb_binlog.errors import UnavailableError, UpstreamError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 from tidb_binlog.upstream import Upstream, workload
 
@@ -72,12 +72,22 @@ class Writer:
                 i = 0
                 while not self._stop.is_set():
                     txn = s.begin()
-                    txn.insert("t", [{"id": i, "name": f"n{i}", "amount": f"{i % 1000}.25"}])
-                    if i % 3 == 2:
-                        txn.update("t", {"name": f"u{i}", "amount": "0.50"}, "id = %s", (i - 1,))
-                    if i % 5 == 4:
-                        txn.delete("t", "id = %s", (i - 3,))
-                    ts = txn.commit()
+                    try:
+                        txn.insert("t", [{"id": i, "name": f"n{i}",
+                                          "amount": f"{i % 1000}.25"}])
+                        if i % 3 == 2:
+                            txn.update("t", {"name": f"u{i}", "amount": "0.50"}, "id = %s",
+                                       (i - 1,))
+                        if i % 5 == 4:
+                            txn.delete("t", "id = %s", (i - 3,))
+                        ts = txn.commit()
+                    except UpstreamError as exc:
+                        # a DDL of another table ran meanwhile (SchemaChanged), a lock
+                        # conflict: rolled back whole, so the same transaction runs again
+                        txn.rollback()
+                        if not exc.retryable:
+                            raise
+                        continue
                     if ts:
                         self.commit_tss.append(ts)
                     i += 1
