@@ -205,10 +205,7 @@ class Cluster:
         ConfigError when a task of that name exists or the config is wrong;
         DownstreamError / UnavailableError when the downstream cannot be used.
         """
-        try:
-            check_task_name(name)
-        except ValueError as exc:
-            raise ConfigError(str(exc), key="name") from None
+        check_task_name(name)
         if RayCalls.find_actor(record_actor_name(name), self.namespace) is not None:
             raise ConfigError(f"a replication task named {name!r} exists in namespace "
                               f"{self.namespace!r}; remove it first or pick another name",

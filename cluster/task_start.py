@@ -47,10 +47,7 @@ def start_task_actors(cfg, *, registry=None, upstream_meta: dict | None = None,
         raise ConfigError("a detached replication task needs a name (it is found again "
                           "by it)", key="name")
     if name is not None:
-        try:
-            check_task_name(name)
-        except ValueError as exc:
-            raise ConfigError(str(exc), key="name") from None
+        check_task_name(name)
     if registry is None and pumps is None:
         raise ConfigError("no registry and no pumps given: the drainer cannot find its "
                           "pumps", key="registry")

@@ -62,6 +62,7 @@ from spark_on_ray.sql_task import run_query
 from tidb_binlog.binlogfile import WalkStats
 from tidb_binlog.config.spark import SparkJobConfig
 from tidb_binlog.drainer.sinks.parquet.manifest import read_manifest
+from tidb_binlog.errors import StorageError
 from tidb_binlog.reparo.decode import binlog_to_txn
 from tidb_binlog.reparo.source import read_records, select_segments
 
@@ -144,7 +145,7 @@ def _events(cfg, data_dir, start, stop, keys, result):
                             "[syncer.to] dir, Parquet or file sink) or pass --data-dir")
     try:
         manifest = read_manifest(data_dir)
-    except ValueError as exc:  # names the file and what to do
+    except StorageError as exc:  # names the file and what to do
         raise SparkJobError(str(exc), where=data_dir) from exc
     if manifest is not None:
         return _lake_events(data_dir, manifest, start, stop, keys, result)

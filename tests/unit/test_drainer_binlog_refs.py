@@ -18,7 +18,7 @@ from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.source.merge import Merger
 from tidb_binlog.drainer.source.pump_source import ActorPumpSource
 from tidb_binlog.drainer.translate.keeper import RowKeeper, translate_or_chunk
-from tidb_binlog.errors import UnavailableError
+from tidb_binlog.errors import InvalidArgument, UnavailableError
 
 BIG_TS = 60
 
@@ -215,7 +215,7 @@ def test_translate_or_chunk_over_a_source_matches_the_bytes():
     small = bl.encode(commit_with([inserts(0, 2)], commit_ts=BIG_TS))
     txn, none = translate_or_chunk(translator(), _Source(small), 1000)  # small: whole
     assert none is None and txn == translator().translate(bl.decode(small))
-    with pytest.raises(TypeError, match="unopened"):
+    with pytest.raises(InvalidArgument, match="unopened"):
         translate_or_chunk(translator(), BinlogRef("p", 1, 0, 10), 3)
 
 
@@ -223,7 +223,7 @@ def test_a_keeper_without_open_ref_refuses_a_reference_clearly():
     keeper = RowKeeper(TaskSettings(cluster_id=1, worker_count=3), _Meta(_history()), 3)
     keeper.reset(3)
     items, _ = _items(as_ref=True)
-    with pytest.raises(TypeError, match="large-binlog-bytes = 0"):
+    with pytest.raises(InvalidArgument, match="large-binlog-bytes = 0"):
         _run(keeper, items)
 
 

@@ -25,6 +25,7 @@ from tidb_binlog.drainer.sinks.mysql.emulated import EmulatedTidbDownstream, _sc
 from tidb_binlog.drainer.sinks.mysql.loader import Loader, LoaderConfig
 from tidb_binlog.errors import (
     DownstreamError,
+    ProtocolError,
     TransientDownstreamError,
     TxnConflict,
     UpstreamError,
@@ -70,7 +71,7 @@ def test_carries_mark_compares_the_channel_and_ignores_name_case():
     assert carries_mark(Txn(5, (mark(7, database="RETL", table="_DRAINER_REPL_MARK"),)), 7)
     # a channel id stored as text (a decimal-formatted column) still compares as an integer
     assert carries_mark(Txn(5, (mark("7"),)), 7)
-    with pytest.raises(ValueError, match="channel_id that is not an integer"):
+    with pytest.raises(ProtocolError, match="channel_id that is not an integer"):
         carries_mark(Txn(5, (mark("x"),)), 7)
 
 

@@ -34,6 +34,7 @@ from tidb_binlog.drainer.sinks.parquet.manifest import (
     read_manifest,
 )
 from tidb_binlog.drainer.sinks.parquet.sink import ParquetLake
+from tidb_binlog.errors import DownstreamError
 from tidb_binlog.model import (
     ActionType,
     CIStr,
@@ -312,7 +313,7 @@ def test_numeric_text_in_an_int_column_is_stored_as_the_number():
     assert [r["after"] for r in b.build().to_pylist()] == [
         {"id": 1, "qty": 7, "f": 1.5}, {"id": 2, "qty": 8, "f": 2.0}]
     b.add(3, "insert", None, {"id": 3, "qty": "many"})
-    with pytest.raises(ValueError, match="column 'qty' of db.t .* does not fit"):
+    with pytest.raises(DownstreamError, match="column 'qty' of db.t .* does not fit"):
         b.build()
 
 

@@ -22,6 +22,7 @@ from tidb_binlog.drainer.sinks.parquet.manifest import (
     write_manifest,
 )
 from tidb_binlog.drainer.sinks.parquet.sink import ParquetLake, ParquetSink, commit_date
+from tidb_binlog.errors import DownstreamError, StorageError
 from tidb_binlog.model.consts import Flag, TypeCode
 from tidb_binlog.model.schema import CIStr, ColumnInfo, FieldType, TableInfo
 
@@ -119,7 +120,7 @@ def test_zero_date_is_null_and_counted_non_utf8_text_refused(tmp_path):
     assert rows_of(tmp_path / "lake")[0]["after"]["dtm"] is None
     assert lk.status()["zero_dates"] == 1
     lk.apply([(TS0 + 2, Changes(rows=((SPEC, "insert", None, {"id": 2, "s": b"\xff"}),)), 1)])
-    with pytest.raises(ValueError, match="'s' is a text column"):
+    with pytest.raises(DownstreamError, match="'s' is a text column"):
         lk.flush()
 
 
@@ -134,7 +135,7 @@ def test_manifest_replace_is_atomic(tmp_path, monkeypatch):
         write_manifest(tmp_path, Manifest(commit_ts=20))
     assert read_manifest(tmp_path).commit_ts == 10  # the old one, whole
     monkeypatch.undo()
-    with pytest.raises(ValueError, match="format"):
+    with pytest.raises(StorageError, match="format"):
         (tmp_path / MANIFEST_NAME).write_text(json.dumps({"commit_ts": 1}))
         read_manifest(tmp_path)
 
@@ -212,7 +213,7 @@ def test_direct_path_for_plain_columns_and_its_fallback_names_the_column(tmp_pat
     assert got[0]["after"] == row and got[1]["before"] == {"id": 2, "f": None, "y": None,
                                                            "s": None, "vb": None}
     lk.apply([(TS0 + 2, Changes(rows=((spec, "insert", None, {"id": 3, "s": b"\xfe"}),)), 1)])
-    with pytest.raises(ValueError, match="'s' is a text column"):
+    with pytest.raises(DownstreamError, match="'s' is a text column"):
         lk.flush()
 
 

@@ -94,8 +94,9 @@ def test_names_and_sink_kinds():
         task_actor_name("t1", "nope")
     assert check_task_name("orders-to-dw.2") == "orders-to-dw.2"
     for bad in ("", "Upper", "-lead", "sp ace", "x" * 64, "a/b"):
-        with pytest.raises(ValueError, match="invalid replication task name"):
+        with pytest.raises(ConfigError, match="invalid replication task name") as info:
             check_task_name(bad)
+        assert info.value.key == "name"
     assert TaskSettings(cluster_id=1).routed
     assert not TaskSettings(cluster_id=1, exactly_once=False).routed
     assert not TaskSettings(cluster_id=1, sink="file").routed

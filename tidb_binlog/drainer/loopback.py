@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 from tidb_binlog.drainer.apply.dml import DML, Txn
 from tidb_binlog.drainer.apply.sql import Statement, quote_name, quote_table
+from tidb_binlog.errors import ProtocolError
 
 __all__ = [
     "MARK_DATABASE",
@@ -112,8 +113,8 @@ def _channel_of(dml: DML) -> int | None:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"the mark table {MARK_TABLE_NAME} holds a channel_id that is not an "
-                         f"integer ({value!r}); the table was changed by hand") from None
+        raise ProtocolError(f"the mark table {MARK_TABLE_NAME} holds a channel_id that is not an "
+                            f"integer ({value!r}); the table was changed by hand") from None
 
 
 def carries_mark(txn: Txn, channel_id: int) -> bool:

@@ -49,7 +49,7 @@ from typing import Any, Final
 
 from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema
 from tidb_binlog.drainer.apply.sql import quote_table
-from tidb_binlog.errors import SchemaError
+from tidb_binlog.errors import InvalidArgument, SchemaError
 
 __all__ = [
     "CONFLICT",
@@ -149,14 +149,14 @@ class Causality:
 
     def __init__(self, worker_count: int):
         if worker_count < 1:
-            raise ValueError(f"worker_count must be >= 1, got {worker_count}")
+            raise InvalidArgument(f"worker_count must be >= 1, got {worker_count}")
         self.worker_count = worker_count
         self._group_of: dict[str, str] = {}
 
     def add(self, keys: Sequence[str]) -> str | Conflict:
         """Record the row's keys and return its group, or CONFLICT (nothing recorded)."""
         if not keys:
-            raise ValueError("a row has at least one key (see row_keys)")
+            raise InvalidArgument("a row has at least one key (see row_keys)")
         group = None
         for key in keys:
             found = self._group_of.get(key)
@@ -205,7 +205,7 @@ class TxnCausality:
 
     def __init__(self, worker_count: int):
         if worker_count < 1:
-            raise ValueError(f"worker_count must be >= 1, got {worker_count}")
+            raise InvalidArgument(f"worker_count must be >= 1, got {worker_count}")
         self.worker_count = worker_count
         self._worker_of: dict[str, int] = {}
         self.conflicts = 0
@@ -214,7 +214,7 @@ class TxnCausality:
         """The worker of a transaction whose rows have ``keys`` (all rows' keys, first
         row's first), recorded until :meth:`reset`; or CONFLICT (nothing recorded)."""
         if not keys:
-            raise ValueError("a transaction has at least one key (see row_keys)")
+            raise InvalidArgument("a transaction has at least one key (see row_keys)")
         window = self._worker_of
         worker = None
         for key in keys:

@@ -70,6 +70,7 @@ from tidb_binlog.drainer.apply.causality import (
 from tidb_binlog.drainer.apply.dml import DDL, DML, Txn
 from tidb_binlog.drainer.apply.routing import Router, route_txn
 from tidb_binlog.drainer.checkpoint.checkpoint import Advancer
+from tidb_binlog.errors import InvalidArgument
 
 __all__ = ["Part", "Send", "Flush", "RunDDL", "Dispatcher"]
 
@@ -121,7 +122,7 @@ class Dispatcher:
     def __init__(self, worker_count: int, advancer: Advancer, *, batch_dmls: int = 20,
                  exactly_once: bool = True, txn_atomic: bool = False):
         if batch_dmls < 1:
-            raise ValueError(f"batch_dmls must be >= 1, got {batch_dmls}")
+            raise InvalidArgument(f"batch_dmls must be >= 1, got {batch_dmls}")
         self.worker_count = worker_count
         self.advancer = advancer
         self.batch_dmls = batch_dmls
@@ -202,8 +203,8 @@ class Dispatcher:
 
     def _add_atomic_chunk(self, commit_ts: int, dmls: tuple[DML, ...], chunk: int) -> list:
         if chunk < 1:
-            raise ValueError(f"chunk {chunk} of the transaction at commit_ts {commit_ts}: "
-                             "atomic chunks are numbered from 1")
+            raise InvalidArgument(f"chunk {chunk} of the transaction at commit_ts {commit_ts}: "
+                                  "atomic chunks are numbered from 1")
         actions: list = []
         if self._chunk_worker < 0:  # the first chunk: a barrier, then its worker
             actions += self._emit_all()
@@ -219,8 +220,8 @@ class Dispatcher:
         Send (it commits the transaction), registered as the transaction's one part,
         then a Flush; the window starts empty."""
         if self._chunk_worker < 0:
-            raise ValueError(f"the last chunk of the transaction at commit_ts {commit_ts} "
-                             "came without its earlier chunks")
+            raise InvalidArgument(f"the last chunk of the transaction at commit_ts {commit_ts} "
+                                  "came without its earlier chunks")
         dmls = txn.dmls if txn is not None else ()
         send = Send(self._chunk_worker, ((commit_ts, tuple(dmls)),))
         self._chunk_worker = -1

@@ -52,7 +52,7 @@ from typing import Any
 
 from tidb_binlog.drainer.apply.dml import DML, DMLType, TableSchema
 from tidb_binlog.drainer.apply.sql import Statement, image_columns, quote_name, quote_table
-from tidb_binlog.errors import SchemaError
+from tidb_binlog.errors import InvalidArgument, SchemaError
 
 __all__ = ["MergedBatch", "split_key_changes", "merge_by_key", "render_merged",
            "merge_statements", "DEFAULT_BATCH_SIZE"]
@@ -213,7 +213,7 @@ def render_merged(batch: MergedBatch, *, batch_size: int = DEFAULT_BATCH_SIZE
     The SQL text of each (table, columns, row count) is built once and cached.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
     schema = batch.schema
     pk = schema.primary_key.columns
     table = quote_table(batch.database, batch.table)

@@ -68,6 +68,7 @@ from typing import NamedTuple
 
 from tidb_binlog.drainer.apply.causality import CONFLICT, Conflict, row_keys, stable_hash
 from tidb_binlog.drainer.apply.dml import DDL, DML, Txn
+from tidb_binlog.errors import InvalidArgument
 
 __all__ = ["Router", "CONFLICT", "route_txn", "BatchPlanner", "PlanStep", "StepKind",
            "RowsStep", "FlushStep", "DdlStep", "ROWS", "FLUSH", "RUN_DDL"]
@@ -145,7 +146,7 @@ class BatchPlanner:
 
     def __init__(self, worker_count: int, *, txn_atomic: bool = False):
         if worker_count < 1:
-            raise ValueError(f"worker_count must be >= 1, got {worker_count}")
+            raise InvalidArgument(f"worker_count must be >= 1, got {worker_count}")
         self.worker_count = worker_count
         self.txn_atomic = txn_atomic
         self._window = Router(worker_count)
@@ -226,7 +227,7 @@ class Router:
 
     def __init__(self, worker_count: int):
         if worker_count < 1:
-            raise ValueError(f"worker_count must be >= 1, got {worker_count}")
+            raise InvalidArgument(f"worker_count must be >= 1, got {worker_count}")
         self.worker_count = worker_count
         self._worker_of: dict[str, int] = {}
         self.conflicts = 0
@@ -238,7 +239,7 @@ class Router:
     def route_keys(self, keys: Sequence[str]) -> int | Conflict:
         """Route a row given its keys (``keys[0]`` is its routing key)."""
         if not keys:
-            raise ValueError("a row has at least one key (see row_keys)")
+            raise InvalidArgument("a row has at least one key (see row_keys)")
         worker = self.worker_for_key(keys[0])
         window = self._worker_of
         for key in keys:

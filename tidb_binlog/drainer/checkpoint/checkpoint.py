@@ -54,7 +54,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from tidb_binlog.drainer.apply.sql import Statement, quote_table
-from tidb_binlog.errors import ConfigError, ProtocolError
+from tidb_binlog.errors import ConfigError, InvalidArgument, ProtocolError
 
 __all__ = [
     "Checkpoint",
@@ -279,7 +279,7 @@ class Advancer:
             raise ProtocolError(f"checkpoint items must be registered in ascending commit_ts: "
                                 f"{commit_ts} after {self._last_registered}")
         if parts < 0:
-            raise ValueError(f"parts must be >= 0, got {parts}")
+            raise InvalidArgument(f"parts must be >= 0, got {parts}")
         item = _Item(commit_ts, parts, ddl, schema_version, rows)
         self._last_registered = commit_ts
         self._pending.append(item)

@@ -73,7 +73,12 @@ from tidb_binlog.drainer.checkpoint.checkpoint import (
 )
 from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
 from tidb_binlog.drainer.sinks.mysql.progress import PROGRESS_TABLE, progress_create_statements
-from tidb_binlog.errors import ProtocolError, StorageError, TransientDownstreamError
+from tidb_binlog.errors import (
+    InvalidArgument,
+    ProtocolError,
+    StorageError,
+    TransientDownstreamError,
+)
 from tidb_binlog.security import mysql_ssl
 
 __all__ = [
@@ -162,7 +167,7 @@ class MySQLCheckpointStore:
                  sleep: Callable[[float], None] = time.sleep,
                  checkpoint_config: DownstreamConfig | None = None):
         if attempts < 1:
-            raise ValueError(f"attempts must be >= 1, got {attempts}")
+            raise InvalidArgument(f"attempts must be >= 1, got {attempts}")
         self.cluster_id = cluster_id
         self.schema = schema
         self.table = table

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import secrets
 
-from tidb_binlog.errors import BinlogError
+from tidb_binlog.errors import BinlogError, InvalidArgument
 
 __all__ = ["EpochFence", "PipelineReset", "SequenceGate", "new_epoch"]
 
@@ -102,7 +102,7 @@ class EpochFence:
 
     def open(self, epoch: int) -> None:
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch <= 0:
-            raise ValueError(f"{self.who}: a pipeline epoch is a positive int, not {epoch!r}")
+            raise InvalidArgument(f"{self.who}: a pipeline epoch is a positive int, not {epoch!r}")
         self.epoch = epoch
 
     def check(self, epoch: int) -> None:

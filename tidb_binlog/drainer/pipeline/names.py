@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from tidb_binlog.drainer.sinks.kinds import sink_kind
+from tidb_binlog.errors import ConfigError, InvalidArgument
 
 __all__ = ["DEFAULT_NAMESPACE", "UPSTREAM_META_KEY", "pump_actor_name", "task_actor_name",
            "worker_actor_name", "sink_role", "check_task_name", "TASK_ROLES"]
@@ -40,15 +41,15 @@ def pump_actor_name(node_id: str) -> str:
 
 
 def check_task_name(task: str) -> str:
-    """``task`` if it can name a task's actors, else ValueError saying what is allowed.
+    """``task`` if it can name a task's actors, else ConfigError saying what is allowed.
 
     Lower-case letters, digits, ``_ . -``, starting with a letter or digit, at most 63
     characters: it prefixes Ray actor names and shows on the dashboard.
     """
     if not isinstance(task, str) or not _TASK_NAME.match(task):
-        raise ValueError(f"invalid replication task name {task!r}: use 1-63 lower-case "
-                         "letters, digits, '_', '.' or '-', starting with a letter or digit "
-                         "(e.g. 'orders-to-dw')")
+        raise ConfigError(f"invalid replication task name {task!r}: use 1-63 lower-case "
+                          "letters, digits, '_', '.' or '-', starting with a letter or digit "
+                          "(e.g. 'orders-to-dw')", key="name")
     return task
 
 
@@ -56,8 +57,8 @@ def task_actor_name(task: str, role: str) -> str:
     """The name of one of task ``task``'s actors (``role`` in :data:`TASK_ROLES`, or
     ``worker-<i>``): ``<task>-<role>``."""
     if role not in TASK_ROLES and not re.fullmatch(r"worker-\d+|[a-z]+-sink", role):
-        raise ValueError(f"unknown task actor role {role!r}; expected one of {TASK_ROLES} "
-                         ", worker-<i> or <kind>-sink")
+        raise InvalidArgument(f"unknown task actor role {role!r}; expected one of {TASK_ROLES} "
+                              ", worker-<i> or <kind>-sink")
     return f"{task}-{role}"
 
 

@@ -53,6 +53,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from tidb_binlog.errors import InvalidArgument
 from tidb_binlog.tso import extract_physical
 
 __all__ = ["DrainerMetrics", "BatchHistogram", "build_drainer_metrics", "CONTENT_TYPE_LATEST",
@@ -93,7 +94,7 @@ class BatchHistogram:
     def labels(self, *values: str) -> _BatchChild:
         key = tuple(str(v) for v in values)
         if len(key) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+            raise InvalidArgument(f"{self.name} takes labels {self.labelnames}, got {values}")
         with self._lock:
             child = self._children.get(key)
             if child is None:

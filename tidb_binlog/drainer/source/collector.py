@@ -74,6 +74,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple, Protocol
 
+from tidb_binlog.errors import InvalidArgument
 from tidb_binlog.node import CLOSING, OFFLINE, ONLINE, PAUSED, NodeStatus
 
 __all__ = [
@@ -288,7 +289,7 @@ class MergerSources:
             self._hosts.pop(node, None)
             self._until.pop(node, None)
         else:
-            raise TypeError(f"unknown collector action {action!r}")
+            raise InvalidArgument(f"unknown collector action {action!r}")
 
     def _close(self, node: str) -> None:
         source = self.sources.pop(node, None)

@@ -17,7 +17,7 @@ from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.translate import wire as _wire
 from tidb_binlog.drainer.translate.txn import Translator
 from tidb_binlog.drainer.translate.wire import WirePrewrite
-from tidb_binlog.errors import UnavailableError
+from tidb_binlog.errors import InvalidArgument, UnavailableError
 
 __all__ = ["REF_WINDOW_BYTES", "RefSource", "translate_or_chunk", "whole_payload"]
 
@@ -48,8 +48,8 @@ def translate_or_chunk(translator: Translator, payload, max_rows: int, *,
     (loop control's verdict, ``RowKeeper._open``); True: ``(None, None)``, none of
     its rows decoded. The chunks then reuse that walk."""
     if is_ref(payload):
-        raise TypeError(f"a BinlogRef ({payload}) reached translate_or_chunk unopened: "
-                        "the keeper opens it first (SchemaAt.open_payload)")
+        raise InvalidArgument(f"a BinlogRef ({payload}) reached translate_or_chunk unopened: "
+                              "the keeper opens it first (SchemaAt.open_payload)")
     # None from the reader: small, or not a well-formed binlog, which the protobuf parse
     # of the whole payload reports as it always did
     wire = _wire.read_large(payload, 4 * max_rows, REF_WINDOW_BYTES)

@@ -31,6 +31,7 @@ from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.translate.payload_read import RefSource, translate_or_chunk
 from tidb_binlog.drainer.translate.schema import SchemaKeeper
 from tidb_binlog.drainer.translate.txn import Translator
+from tidb_binlog.errors import InvalidArgument
 from tidb_binlog.filter.rules import TxnFilter
 from tidb_binlog.logs import txn as txn_fields
 
@@ -140,9 +141,9 @@ class SchemaAt:
         """The source to read a referenced binlog from (see ``open_ref``); nothing is
         read yet."""
         if self._open_ref is None:
-            raise TypeError(f"this keeper was handed a reference ({ref}) but has no way to "
-                            "read it (no open_ref): a bug in the pipeline's wiring; set "
-                            "[syncer] large-binlog-bytes = 0 to pull every binlog whole")
+            raise InvalidArgument(f"this keeper was handed a reference ({ref}) but has no way to "
+                                  "read it (no open_ref): a bug in the pipeline's wiring; set "
+                                  "[syncer] large-binlog-bytes = 0 to pull every binlog whole")
         self.ref_stats["refs"] += 1
         return RefSource(self._open_ref(ref), ref, self.ref_stats)
 

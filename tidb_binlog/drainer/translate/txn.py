@@ -65,7 +65,7 @@ from tidb_binlog.drainer.apply.dml import (
 )
 from tidb_binlog.drainer.translate.schema import SchemaKeeper
 from tidb_binlog.drainer.translate.wire import WireBinlog, WirePrewrite
-from tidb_binlog.errors import CodecError, SchemaError
+from tidb_binlog.errors import CodecError, InvalidArgument, SchemaError
 from tidb_binlog.model import ActionType, ColumnInfo, Job, SchemaState, TableInfo
 
 __all__ = ["Translator", "TableView", "default_value"]
@@ -222,7 +222,7 @@ class Translator:
         (:class:`~tidb_binlog.drainer.translate.wire.WirePrewrite`; loop control's verdict
         read the mark rows from it first), so it is not walked (or read) a second time."""
         if max_rows < 1:
-            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+            raise InvalidArgument(f"max_rows must be >= 1, got {max_rows}")
         commit_ts, start_ts = binlog.commit_ts, binlog.start_ts
         if prewrite is not None:
             mutations = prewrite

@@ -53,7 +53,7 @@ from tidb_binlog.drainer.translate.wire_fields import (
     signed,
 )
 from tidb_binlog.drainer.translate.wire_rows import RowReader, Rows, SourceRows
-from tidb_binlog.errors import ProtocolError
+from tidb_binlog.errors import InvalidArgument, ProtocolError
 
 __all__ = ["WireBinlog", "WirePrewrite", "WireMutation", "SourceSlice", "read_binlog",
            "read_binlog_from", "read_large", "DEFAULT_WINDOW"]
@@ -77,8 +77,8 @@ class SourceSlice:
     def __init__(self, source, start: int, stop: int, window: int = DEFAULT_WINDOW,
                  head=None):
         if not 0 <= start <= stop <= source.size:
-            raise ValueError(f"[{start}, {stop}) is not within the source's {source.size} "
-                             "bytes")
+            raise InvalidArgument(f"[{start}, {stop}) is not within the source's {source.size} "
+                                  "bytes")
         self.source = source
         self.start = start
         self.stop = stop

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from array import array
 
-from tidb_binlog.errors import ProtocolError
+from tidb_binlog.errors import InvalidArgument, ProtocolError
 
 __all__ = ["Malformed", "Cursor", "fields_of", "signed", "varint", "read_exact",
            "HEADER_BYTES"]
@@ -116,7 +116,7 @@ class Cursor:
 
     def __init__(self, source, window: int, limit: int, head=None):
         if window < 1:
-            raise ValueError(f"window must be >= 1 byte, got {window}")
+            raise InvalidArgument(f"window must be >= 1 byte, got {window}")
         self.source = source
         self.window = window
         self.limit = limit

@@ -86,7 +86,7 @@ from tidb_binlog.drainer.pipeline.gate import PipelineReset, SequenceGate, new_e
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.pipeline.sink import SinkStatus
 from tidb_binlog.drainer.relay.log import RelayLog
-from tidb_binlog.errors import ConfigError, ProtocolError, TransientDownstreamError
+from tidb_binlog.errors import ConfigError, InvalidArgument, ProtocolError, TransientDownstreamError
 from tidb_binlog.logs import txn
 from tidb_binlog.packed import unpack
 
@@ -411,7 +411,7 @@ class Coordinator:
             self.dispatcher.acked_ddl(action.ddl)
             self._maybe_save(force=True)
         else:  # pragma: no cover - the dispatcher only emits the three kinds
-            raise TypeError(f"unknown action {action!r}")
+            raise InvalidArgument(f"unknown action {action!r}")
 
     def _send_queued(self) -> None:
         """Hand each worker its queued Sends as one call (parts stay in commit order)."""

@@ -96,7 +96,7 @@ from tidb_binlog.drainer.sinks.mysql.progress import (
     progress_load_statement,
     progress_upsert_statement,
 )
-from tidb_binlog.errors import DownstreamError, TransientDownstreamError
+from tidb_binlog.errors import DownstreamError, InvalidArgument, TransientDownstreamError
 from tidb_binlog.logs import txn
 
 __all__ = [
@@ -155,8 +155,8 @@ class LoaderConfig:
 
     def __post_init__(self) -> None:
         if self.txn_batch < 1 or self.rows_per_statement < 1:
-            raise ValueError(f"txn_batch ({self.txn_batch}) and rows_per_statement "
-                             f"({self.rows_per_statement}) must be >= 1")
+            raise InvalidArgument(f"txn_batch ({self.txn_batch}) and rows_per_statement "
+                                  f"({self.rows_per_statement}) must be >= 1")
 
     @classmethod
     def from_settings(cls, settings, worker: int, **overrides) -> LoaderConfig:

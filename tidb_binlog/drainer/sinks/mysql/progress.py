@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from tidb_binlog.drainer.apply.sql import Statement, quote_table
 from tidb_binlog.drainer.checkpoint.checkpoint import CHECKPOINT_SCHEMA
+from tidb_binlog.errors import InvalidArgument
 
 __all__ = [
     "PROGRESS_TABLE",
@@ -97,7 +98,7 @@ class ReplayGuard:
     def __init__(self, *, exactly_once: bool, safe_mode: bool = False, started_at_s: float = 0.0,
                  safe_mode_window_s: float = SAFE_MODE_WINDOW_S, safe_mode_until_ts: int = 0):
         if safe_mode_window_s < 0:
-            raise ValueError(f"safe_mode_window_s must be >= 0, got {safe_mode_window_s}")
+            raise InvalidArgument(f"safe_mode_window_s must be >= 0, got {safe_mode_window_s}")
         self.exactly_once = exactly_once
         self.configured_safe_mode = safe_mode
         # A replay window by commit_ts (the worker-count change after a crash): rows

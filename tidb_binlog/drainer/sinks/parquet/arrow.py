@@ -60,6 +60,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tidb_binlog.errors import DownstreamError, SchemaError
 from tidb_binlog.model.consts import Flag, TypeCode
 
 __all__ = ["ColumnSpec", "TableSpec", "arrow_type", "converter", "change_schema",
@@ -176,9 +177,9 @@ def _text_number(col: ColumnSpec) -> Callable[[Any], Any] | None:
             try:
                 d = Decimal(v.strip())
             except InvalidOperation:
-                raise ValueError(f"{v!r} is not a number") from None
+                raise DownstreamError(f"{v!r} is not a number") from None
             if d != d.to_integral_value():
-                raise ValueError(f"{v!r} is not an integer")
+                raise DownstreamError(f"{v!r} is not an integer")
             return int(d)
         return integer
     if col.tp in (TypeCode.FLOAT, TypeCode.DOUBLE):
@@ -188,8 +189,8 @@ def _text_number(col: ColumnSpec) -> Callable[[Any], Any] | None:
 
 def default_json(col: ColumnSpec, arg: Any) -> Any:
     """A fill value (a SQL argument, as :attr:`ColumnSpec.default`) as the manifest holds
-    it: the value the lake stores, in JSON (module doc). ValueError when it is not a
-    value of the column's type."""
+    it: the value the lake stores, in JSON (module doc). DownstreamError (or Arrow's
+    ArrowInvalid, a ValueError) when it is not a value of the column's type."""
     if arg is None:
         return None
     number = _text_number(col)
@@ -201,7 +202,8 @@ def default_json(col: ColumnSpec, arg: Any) -> Any:
     except _ZeroDate:
         return None
     except (TypeError, IndexError, OverflowError, ArithmeticError) as exc:
-        raise ValueError(f"{arg!r} is not a value of {mysql_type_name(col)} ({exc})") from None
+        raise DownstreamError(f"{arg!r} is not a value of {mysql_type_name(col)} "
+                              f"({exc})") from None
     pa.array([value], arrow_type(col))  # it must fit the column's Arrow type
     if isinstance(value, bool):
         return int(value)
@@ -217,7 +219,7 @@ def default_json(col: ColumnSpec, arg: Any) -> Any:
         return value // datetime.timedelta(microseconds=1)
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
-    raise ValueError(f"{arg!r} is not a value of {mysql_type_name(col)}")
+    raise DownstreamError(f"{arg!r} is not a value of {mysql_type_name(col)}")
 
 
 def column_entry(col: ColumnSpec) -> dict:
@@ -228,7 +230,7 @@ def column_entry(col: ColumnSpec) -> dict:
     if col.default is not DEFAULT_UNKNOWN:
         try:
             entry["default"] = default_json(col, col.default)
-        except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        except (DownstreamError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
             pass  # unknown to readers, as in an entry of an older sink
     return entry
 
@@ -283,8 +285,8 @@ def arrow_type(col: ColumnSpec) -> pa.DataType:
         return pa.string()
     if tp == TypeCode.NULL:
         return pa.null()
-    raise ValueError(f"column {col.name!r} has MySQL type code {tp}, which the Parquet sink "
-                     "does not know; report it with the table's CREATE TABLE")
+    raise SchemaError(f"column {col.name!r} has MySQL type code {tp}, which the Parquet sink "
+                      "does not know; report it with the table's CREATE TABLE")
 
 
 class _ZeroDate(Exception):
@@ -359,10 +361,10 @@ def converter(col: ColumnSpec) -> Callable[[Any], Any] | None:
                 try:
                     return v.decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    raise ValueError(f"column {name!r} is a text column but holds bytes that "
-                                     f"are not UTF-8 ({exc}); the Parquet sink stores text as "
-                                     "UTF-8 strings; make the column binary or fix the "
-                                     "value upstream") from None
+                    raise DownstreamError(f"column {name!r} is a text column but holds bytes "
+                                          f"that are not UTF-8 ({exc}); the Parquet sink stores "
+                                          "text as UTF-8 strings; make the column binary or fix "
+                                          "the value upstream") from None
             return v
         return text
     if tp in _TEXT_TYPES or tp == TypeCode.GEOMETRY:
@@ -447,13 +449,14 @@ class BatchBuilder:
         """A numeric column holding text too: a default the translator filled in for a
         row written before the column was added is the TableInfo's text (``"33"``)."""
         number = _text_number(self.spec.columns[i])
-        try:
-            if number is None:
-                raise ValueError(exc)
-            return pa.array([number(v) for v in values], field.type)
-        except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            raise ValueError(f"column {field.name!r} of {self.spec.qualified_name} "
-                             f"({field.type}): a value does not fit: {exc}") from exc
+        if number is not None:
+            try:
+                return pa.array([number(v) for v in values], field.type)
+            except (DownstreamError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError,
+                    OverflowError):
+                pass  # (float() of text that is no number raises ValueError)
+        raise DownstreamError(f"column {field.name!r} of {self.spec.qualified_name} "
+                              f"({field.type}): a value does not fit: {exc}") from exc
 
     def _convert_one(self, conv, v):
         if v is None:

@@ -43,7 +43,7 @@ from tidb_binlog.drainer.sinks.parquet.manifest import (
     read_manifest,
     write_manifest,
 )
-from tidb_binlog.errors import StorageError
+from tidb_binlog.errors import InvalidArgument, StorageError
 
 __all__ = ["LakeLock", "CompactResult", "compact", "plan_runs", "LOCK_NAME",
            "TARGET_BYTES", "GRACE_S"]
@@ -147,7 +147,7 @@ def compact(directory: str | os.PathLike, *, target_bytes: int = TARGET_BYTES,
     lake's lock. ``dry_run``: plan and report only."""
     directory = Path(directory)
     if target_bytes < 1:
-        raise ValueError(f"target_bytes must be >= 1, got {target_bytes}")
+        raise InvalidArgument(f"target_bytes must be >= 1, got {target_bytes}")
     with LakeLock(directory, "tidb-binlog parquet-compact"):
         manifest = read_manifest(directory)
         if manifest is None:

@@ -63,6 +63,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from tidb_binlog.errors import StorageError
+
 __all__ = ["FORMAT", "REVISION", "MANIFEST_NAME", "Manifest", "read_manifest",
            "write_manifest", "committed_files", "remove_unlisted", "fsync_dir",
            "column_default"]
@@ -97,12 +99,12 @@ class Manifest:
         try:
             doc = json.loads(text)
         except ValueError as exc:
-            raise ValueError(f"{where} is not JSON ({exc}); it is the Parquet lake's manifest: "
-                             "restore it from a backup or start a new directory") from None
+            raise StorageError(f"{where} is not JSON ({exc}); it is the Parquet lake's manifest: "
+                               "restore it from a backup or start a new directory") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-            raise ValueError(f"{where} has format {got!r}, expected {FORMAT!r}; this directory "
-                             "was not written by this Parquet sink")
+            raise StorageError(f"{where} has format {got!r}, expected {FORMAT!r}; this directory "
+                               "was not written by this Parquet sink")
         return cls(int(doc["commit_ts"]), int(doc.get("schema_version", 0)),
                    list(doc.get("files", [])), list(doc.get("schemas", [])),
                    list(doc.get("ddls", [])), list(doc.get("retired", [])),
