@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tidb_binlog.errors import ProtocolError
 from tidb_binlog.pump.storage.sorter import COMMIT, PREWRITE, ROLLBACK, Sorter
 
 
@@ -65,7 +66,7 @@ def test_resolved_commit_counts_at_prewrite_position():
 def test_unsupported_type_is_rejected():
     import pytest
 
-    with pytest.raises(ValueError, match="unsupported binlog type 3"):
+    with pytest.raises(ProtocolError, match="unsupported binlog type 3"):
         Sorter().push(1, 2, 3)
 
 

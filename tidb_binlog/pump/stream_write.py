@@ -30,7 +30,7 @@ from pathlib import Path
 
 import google_crc32c
 
-from tidb_binlog.errors import ProtocolError
+from tidb_binlog.errors import ProtocolError, StateError
 from tidb_binlog.proto import pump_stream_pb2
 from tidb_binlog.pump.storage.protowire import fields
 from tidb_binlog.pump.storage.vlog_segment import FileRange
@@ -75,12 +75,16 @@ def parse_chunk(message: bytes) -> Chunk:
                     crc = value & 0xFFFFFFFF
             elif number == 4 and wire == 2:
                 data = memoryview(message)[value[0]:value[1]]
-            else:
-                raise ValueError(f"field {number}")
-    except ValueError:
-        m = pump_stream_pb2.BinlogChunk.FromString(message)
-        return Chunk(m.clusterID, m.total_size, m.crc32c, memoryview(m.data))
+            else:  # another field: protobuf's parse
+                return _parsed_chunk(message)
+    except ProtocolError:  # malformed: protobuf's parse says how
+        return _parsed_chunk(message)
     return Chunk(cluster_id, total, crc, data)
+
+
+def _parsed_chunk(message: bytes) -> Chunk:
+    m = pump_stream_pb2.BinlogChunk.FromString(message)
+    return Chunk(m.clusterID, m.total_size, m.crc32c, memoryview(m.data))
 
 
 def looks_like_prewrite(head) -> bool:
@@ -185,7 +189,7 @@ class SpillFile:
 
     def _require(self) -> _OwnedFd:
         if self._fd is None:
-            raise ValueError("spill file already discarded")
+            raise StateError("spill file already discarded")
         return self._fd
 
 

@@ -31,6 +31,7 @@ durable): zero bytes.
 from __future__ import annotations
 
 from tidb_binlog import binlog as bl
+from tidb_binlog.errors import ProtocolError
 from tidb_binlog.proto import pump_pb2
 from tidb_binlog.pump.storage.protowire import BINLOG_WIRE_TYPES, fields
 from tidb_binlog.pump.storage.reader import LARGE_PAYLOAD_BYTES as _STORAGE_LARGE_BYTES
@@ -157,9 +158,9 @@ def parse_write_request(data: bytes):
                 cluster_id = value
             elif number == 2 and wire == 2:
                 payload = memoryview(data)[value[0]:value[1]]
-            else:
-                raise ValueError(f"field {number}")
-    except ValueError:
+            else:  # another field: protobuf's parse
+                return pump_pb2.WriteBinlogReq.FromString(data)
+    except ProtocolError:  # malformed: protobuf's parse says how
         return pump_pb2.WriteBinlogReq.FromString(data)
     return WriteRequest(cluster_id, payload)
 
@@ -183,14 +184,15 @@ def binlog_header(payload) -> bl.Binlog:
     try:
         for number, wire, value in fields(payload):
             if BINLOG_WIRE_TYPES.get(number) != wire:
-                raise ValueError(f"field {number}")
+                tp = None
+                break
             if number == 1:
                 tp = value
             elif number == 2:
                 start_ts = _int64(value)
             elif number == 3:
                 commit_ts = _int64(value)
-    except ValueError:
+    except ProtocolError:
         tp = None
     if tp is None or tp not in _BINLOG_TYPES:
         full = bl.decode(payload)

@@ -6,6 +6,8 @@ Commit with its large Prewrite) and the pump's request path (:mod:`tidb_binlog.p
 
 from __future__ import annotations
 
+from tidb_binlog.errors import ProtocolError
+
 __all__ = ["BINLOG_WIRE_TYPES", "fields", "read_varint", "varint"]
 
 _U64 = (1 << 64) - 1
@@ -48,24 +50,24 @@ read_varint = _read_varint  # for walkers over a window of a larger buffer (payl
 
 def fields(buf):
     """Yield ``(field number, wire type, value or (start, end))`` of a message's
-    top-level fields (varint and length-delimited only); raise ValueError on anything
+    top-level fields (varint and length-delimited only); raise ProtocolError on anything
     else, a truncated field included."""
     pos, end = 0, len(buf)
     while pos < end:
         tag, pos = _read_varint(buf, pos)
         if tag < 0:
-            raise ValueError("truncated tag")
+            raise ProtocolError("truncated tag")
         number, wire = tag >> 3, tag & 7
         if wire == 0:
             value, pos = _read_varint(buf, pos)
             if value < 0:
-                raise ValueError("truncated varint")
+                raise ProtocolError("truncated varint")
             yield number, wire, value
         elif wire == 2:
             length, pos = _read_varint(buf, pos)
             if length < 0 or pos + length > end:
-                raise ValueError("truncated bytes field")
+                raise ProtocolError("truncated bytes field")
             yield number, wire, (pos, pos + length)
             pos += length
         else:
-            raise ValueError(f"wire type {wire}")
+            raise ProtocolError(f"wire type {wire}")

@@ -116,7 +116,7 @@ def spliced_commit(c: bl.Binlog, raw: bytes) -> bytes | None:
             if BINLOG_WIRE_TYPES.get(number, wire) != wire:
                 return None  # protobuf refuses it: the caller reports the damage
             p[number] = value  # last one wins, as protobuf's parse
-    except ValueError:
+    except ProtocolError:
         return None
     if p.get(1, 0) != bl.BinlogType.PREWRITE or p.get(2, 0) & ((1 << 64) - 1) \
             != c.start_ts & ((1 << 64) - 1):

@@ -34,6 +34,7 @@ from collections import deque
 from typing import NamedTuple
 
 from tidb_binlog.binlog import BinlogType
+from tidb_binlog.errors import ProtocolError
 
 __all__ = ["PREWRITE", "COMMIT", "ROLLBACK", "PendingPrewrite", "Sorter"]
 
@@ -76,7 +77,7 @@ class Sorter:
             self._items.append((start_ts, 0, PREWRITE, pos))
             return
         if tp not in (COMMIT, ROLLBACK):
-            raise ValueError(f"sorter: unsupported binlog type {tp} (start_ts {start_ts})")
+            raise ProtocolError(f"sorter: unsupported binlog type {tp} (start_ts {start_ts})")
         self._waiting.pop(start_ts, None)
         self._items.append((start_ts, commit_ts, tp, pos))
 
