@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
 
+from tidb_binlog.errors import InvalidArgument
 from tidb_binlog.node import OFFLINE, ONLINE, NodeStatus
 from tidb_binlog.pump_client.selector import Selector
 
@@ -47,7 +48,7 @@ class PumpBook:
     def __init__(self, selector: Selector, *,
                  unavailable_after_errors: int = DEFAULT_UNAVAILABLE_AFTER_ERRORS):
         if unavailable_after_errors < 1:
-            raise ValueError("unavailable_after_errors must be at least 1")
+            raise InvalidArgument("unavailable_after_errors must be at least 1")
         self._selector = selector
         self._threshold = unavailable_after_errors
         self._pumps: dict[str, PumpEntry] = {}

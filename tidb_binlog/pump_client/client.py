@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from tidb_binlog.binlog import Binlog, BinlogType, encode
+from tidb_binlog.errors import InvalidArgument
 from tidb_binlog.node import PUMP, NodeStatus, RegistryClient
 from tidb_binlog.pump_client import metrics
 from tidb_binlog.pump_client.batch import (
@@ -103,20 +104,22 @@ class PumpClient(WritePath, Membership):
                  tls: PumpTLS | None = None, async_workers: int = 4,
                  rng: random.Random | None = None):
         if strategy == LOCAL and not local_socket:
-            raise ValueError("strategy 'local' needs local_socket (the pump's unix socket path)")
+            raise InvalidArgument("strategy 'local' needs local_socket (the pump's unix socket "
+                                  "path)")
         if registry is None and not pumps and strategy != LOCAL:
-            raise ValueError("PumpClient needs a registry, a static pumps list or a local_socket")
+            raise InvalidArgument("PumpClient needs a registry, a static pumps list or a "
+                                  "local_socket")
         if not min_write_bytes_per_s > 0:
-            raise ValueError(f"min_write_bytes_per_s must be positive (bytes per second the "
-                             f"deadlines of big payloads are scaled by), got "
-                             f"{min_write_bytes_per_s!r}")
+            raise InvalidArgument(f"min_write_bytes_per_s must be positive (bytes per second "
+                                  f"the deadlines of big payloads are scaled by), got "
+                                  f"{min_write_bytes_per_s!r}")
         if stream_above_bytes < 0:
-            raise ValueError(f"stream_above_bytes must be 0 (never stream) or the payload size "
-                             f"from which a binlog is streamed in chunks, got "
-                             f"{stream_above_bytes!r}")
+            raise InvalidArgument(f"stream_above_bytes must be 0 (never stream) or the payload "
+                                  f"size from which a binlog is streamed in chunks, got "
+                                  f"{stream_above_bytes!r}")
         if cluster_id is None:
             if registry is None:
-                raise ValueError("cluster_id is required when there is no registry")
+                raise InvalidArgument("cluster_id is required when there is no registry")
             cluster_id = registry.cluster_id()
         self.cluster_id = cluster_id
         self.write_timeout_s = write_timeout_s
@@ -175,8 +178,8 @@ class PumpClient(WritePath, Membership):
         A large one is written straight into the request being built (its header
         first), so the request is the only copy of the payload; a caller that frees
         what it wrote as it goes (the upstream drops each row image once written)
-        never holds its data twice. Raises ValueError when ``fill`` wrote another size
-        (nothing is sent)."""
+        never holds its data twice. Raises InvalidArgument (a ValueError) when ``fill``
+        wrote another size (nothing is sent)."""
         started = time.monotonic()
         try:
             self._check_size(start_ts, size)
@@ -186,8 +189,8 @@ class PumpClient(WritePath, Membership):
             out.write(head)
             fill(out)
             if out.tell() != len(head) + size:
-                raise ValueError(f"prewrite of start_ts={start_ts}: fill wrote "
-                                 f"{out.tell() - len(head)} bytes, not the {size} announced")
+                raise InvalidArgument(f"prewrite of start_ts={start_ts}: fill wrote "
+                                      f"{out.tell() - len(head)} bytes, not the {size} announced")
             data = out.getvalue()  # the stream's own buffer, not a copy
             out.close()
             payload = SerializedRequest(data, size) if large else data

@@ -28,6 +28,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence, Set
 
+from tidb_binlog.errors import InvalidArgument
+
 __all__ = ["RANGE", "HASH", "SCORE", "LOCAL", "STRATEGIES", "Selector", "new_selector"]
 
 RANGE = "range"
@@ -101,7 +103,8 @@ class LocalSelector(Selector):
 
 
 def new_selector(strategy: str, *, rng: random.Random | None = None) -> Selector:
-    """The selector of a strategy name; ValueError names the supported ones."""
+    """The selector of a strategy name; InvalidArgument (a ValueError) names the supported
+    ones."""
     if strategy == RANGE:
         return RangeSelector()
     if strategy == HASH:
@@ -110,5 +113,5 @@ def new_selector(strategy: str, *, rng: random.Random | None = None) -> Selector
         return ScoreSelector(rng)
     if strategy == LOCAL:
         return LocalSelector()
-    raise ValueError(f"unknown pump selection strategy {strategy!r}; "
-                     f"choose one of {', '.join(STRATEGIES)}")
+    raise InvalidArgument(f"unknown pump selection strategy {strategy!r}; "
+                          f"choose one of {', '.join(STRATEGIES)}")
