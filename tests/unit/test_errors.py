@@ -30,13 +30,6 @@ BARE = ("Exception", "BaseException", "ValueError", "TypeError", "RuntimeError",
 # its file raises the tree's classes (the count must match, so a stale entry fails too).
 PENDING_BARE = {
     # not converted yet:
-    "tidb_binlog/reparo/apply.py": {"TypeError": 1},
-    "tidb_binlog/reparo/decode.py": {"ValueError": 1},
-    "tidb_binlog/upstream/catalog.py": {"ValueError": 1},
-    "tidb_binlog/upstream/core.py": {"ValueError": 2},
-    "tidb_binlog/upstream/faults.py": {"ValueError": 1},
-    "tidb_binlog/upstream/tso_batch.py": {"ValueError": 1},
-    "tidb_binlog/upstream/workload.py": {"ValueError": 2},
     "actors/drainer.py": {"ValueError": 1},
     "actors/pump.py": {"ValueError": 1},
     "actors/ray_calls.py": {"ValueError": 1},

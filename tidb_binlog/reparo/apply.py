@@ -47,7 +47,7 @@ from tidb_binlog.drainer.checkpoint.checkpoint import Advancer, Checkpoint
 from tidb_binlog.drainer.sinks.mysql.downstream import Downstream, DownstreamConfig
 from tidb_binlog.drainer.sinks.mysql.loader import Loader, LoaderConfig
 from tidb_binlog.drainer.sinks.mysql.plan import Part
-from tidb_binlog.errors import DownstreamError, SchemaError
+from tidb_binlog.errors import DownstreamError, InvalidArgument, SchemaError
 
 __all__ = ["MysqlApplier", "TableShape", "read_table_schema"]
 
@@ -216,7 +216,7 @@ class MysqlApplier:
             self._shapes.clear()  # the DDL may have changed any table's columns or keys
             self.ddls += 1
         else:  # pragma: no cover - the dispatcher emits only these
-            raise TypeError(f"unknown dispatcher action {action!r}")
+            raise InvalidArgument(f"unknown dispatcher action {action!r}")
 
     def _reap(self, *, block: bool) -> None:
         """Ack finished batches (raising the first failure); wait for the oldest when

@@ -58,7 +58,7 @@ from tidb_binlog.drainer.translate.pb_wire import (
     read_ddl_query,
     read_record_head,
 )
-from tidb_binlog.errors import CodecError, ProtocolError
+from tidb_binlog.errors import CodecError, InvalidArgument, ProtocolError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
 
 __all__ = ["decode_binlog", "parse_binlog", "binlog_to_txn", "column_value", "split_ddl_query",
@@ -296,7 +296,7 @@ class LargeRecord:
     def chunks(self, rows: int):
         """:meth:`dmls` in tuples of at most ``rows``."""
         if rows < 1:
-            raise ValueError(f"rows must be >= 1, got {rows}")
+            raise InvalidArgument(f"rows must be >= 1, got {rows}")
         chunk: list[DML] = []
         for dml in self.dmls():
             chunk.append(dml)

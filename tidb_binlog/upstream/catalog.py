@@ -43,7 +43,7 @@ import random
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from tidb_binlog.errors import ClusterIDMismatch, UpstreamSchemaError
+from tidb_binlog.errors import ClusterIDMismatch, InvalidArgument, UpstreamSchemaError
 from tidb_binlog.model import DBInfo, Job, TableInfo
 
 __all__ = ["CATALOG_DB", "Catalog", "Snapshot", "META_GLOBAL_ID", "META_SCHEMA_VERSION",
@@ -129,7 +129,7 @@ class Catalog:
         its own, and a different ``cluster_id`` is refused, since pumps and drainers
         of one cluster must all agree on it."""
         if cluster_id is not None and not 0 < cluster_id < 1 << 64:
-            raise ValueError(f"cluster_id must be in [1, 2**64), got {cluster_id}")
+            raise InvalidArgument(f"cluster_id must be in [1, 2**64), got {cluster_id}")
         for stmt in _DDL:
             cur.execute(stmt)
         wanted = cluster_id or random.SystemRandom().randrange(1, 1 << 62)

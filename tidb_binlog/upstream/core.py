@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import pymysql
 
-from tidb_binlog.errors import FinishTimeout, UpstreamError
+from tidb_binlog.errors import FinishTimeout, InvalidArgument, UpstreamError
 from tidb_binlog.model import Job, TableInfo
 from tidb_binlog.upstream.catalog import Catalog, Snapshot
 from tidb_binlog.upstream.conn import connect, translate
@@ -228,7 +228,7 @@ class _FinishDirect:
 
 def _check_timeout(timeout: float) -> float:
     if not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        raise InvalidArgument(f"timeout must be a positive number of seconds, got {timeout!r}")
     return float(timeout)
 
 
@@ -240,8 +240,8 @@ class Upstream:
                  faults: Faults | None = None, tz: datetime.tzinfo = datetime.UTC,
                  check_schema_at_commit: bool = True, cluster_id: int | None = None):
         if clustered_index not in (CLUSTERED_ON, CLUSTERED_INT_ONLY):
-            raise ValueError(f"clustered_index must be {CLUSTERED_ON!r} or "
-                             f"{CLUSTERED_INT_ONLY!r}, got {clustered_index!r}")
+            raise InvalidArgument(f"clustered_index must be {CLUSTERED_ON!r} or "
+                                  f"{CLUSTERED_INT_ONLY!r}, got {clustered_index!r}")
         self.params = dict(params)
         self.writer = writer
         self.get_ts = get_ts

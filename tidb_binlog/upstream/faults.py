@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 
-from tidb_binlog.errors import UpstreamError
+from tidb_binlog.errors import InvalidArgument, UpstreamError
 
 __all__ = ["Faults", "SimulatedCrash", "KNOBS"]
 
@@ -46,7 +46,7 @@ class Faults:
     def arm(self, **counts: int) -> Faults:
         unknown = set(counts) - set(KNOBS)
         if unknown:
-            raise ValueError(f"unknown fault knob(s) {sorted(unknown)}; known: {list(KNOBS)}")
+            raise InvalidArgument(f"unknown fault knob(s) {sorted(unknown)}; known: {list(KNOBS)}")
         with self._lock:
             self._counts.update(counts)
         return self

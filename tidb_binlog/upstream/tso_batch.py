@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from tidb_binlog.errors import TSOError
+from tidb_binlog.errors import InvalidArgument, TSOError
 
 __all__ = ["TsoBatcher", "DEFAULT_MAX_BATCH"]
 
@@ -56,7 +56,7 @@ class TsoBatcher:
 
     def __init__(self, source: Callable[[int], int], *, max_batch: int = DEFAULT_MAX_BATCH):
         if max_batch < 1:
-            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+            raise InvalidArgument(f"max_batch must be at least 1, got {max_batch}")
         self._source = source
         self._max_batch = max_batch
         self._cv = threading.Condition()

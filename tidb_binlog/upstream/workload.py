@@ -38,7 +38,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tidb_binlog.errors import DDLNotRecorded, PumpUnavailable, UpstreamError
+from tidb_binlog.errors import DDLNotRecorded, InvalidArgument, PumpUnavailable, UpstreamError
 from tidb_binlog.upstream.txn import Raw
 
 __all__ = ["WorkloadStats", "run", "retryable", "KINDS", "SBTEST_DDL", "ALL_TYPES_DDL"]
@@ -180,7 +180,7 @@ class _Runner:
                 return t.replace("ddlt", [{"id": rng.randrange(200), "v": n}])
             if k == "large":
                 return t.insert("sbtest", (_sb_row(rng) for _ in range(self.rows_per_txn)))
-        raise ValueError(k)
+        raise InvalidArgument(f"unknown workload kind {k!r}")
 
 
 def run(upstream, kind: str, *, sessions: int = 4, ops: int | None = 1000,
@@ -188,7 +188,7 @@ def run(upstream, kind: str, *, sessions: int = 4, ops: int | None = 1000,
         database: str | None = None) -> WorkloadStats:
     """Run ``kind`` (see the module docstring) and return its stats."""
     if kind not in KINDS:
-        raise ValueError(f"unknown workload {kind!r}; choose one of {KINDS}")
+        raise InvalidArgument(f"unknown workload {kind!r}; choose one of {KINDS}")
     if kind == "large":
         sessions = 1
     ddl = {"all_types": ALL_TYPES_DDL, "random_dml": _TABLES["rnd"], "no_pk": _TABLES["nopk"],
