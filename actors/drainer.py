@@ -65,6 +65,7 @@ from tidb_binlog.drainer.relay.log import RelayLog
 from tidb_binlog.drainer.service.node import ServiceSettings
 from tidb_binlog.drainer.sinks.mysql.coordinator import Coordinator
 from tidb_binlog.drainer.translate.row_keeper import RowKeeper
+from tidb_binlog.errors import InvalidArgument
 from tidb_binlog.node import PAUSED
 from tidb_binlog.upstream.meta import UpstreamMeta
 
@@ -74,7 +75,7 @@ __all__ = ["CoordinatorActor", "KeeperShell", "MergerActor", "SchemaKeeperActor"
 def lookup_workers(settings: TaskSettings) -> list:
     """The SQL workers of the named task ``settings.task``, by name."""
     if not settings.task:
-        raise ValueError("no worker handles and no task name to look them up by")
+        raise InvalidArgument("no worker handles and no task name to look them up by")
     return [RayCalls.lookup(worker_actor_name(settings.task, i), settings.namespace)
             for i in range(settings.worker_count)]
 

@@ -70,6 +70,7 @@ import pickle
 from actors.process import setup_actor_logging
 from actors.ray_calls import RayCalls, mirror_metrics
 from tidb_binlog.drainer.pipeline.names import pump_actor_name
+from tidb_binlog.errors import InvalidArgument
 from tidb_binlog.node import NodeStatus
 from tidb_binlog.packed import pack
 from tidb_binlog.pump.server import open_pump
@@ -151,7 +152,7 @@ def start_pump_actor(config, *, name: str | None = None, namespace: str | None =
     ``resources`` (custom resources, e.g. ``{"pump-host-1": 1}``), placed on a node
     offering them (see the module doc: the way to survive a node's death)."""
     if resources and node_id is not None:
-        raise ValueError("place a pump either by node_id or by resources, not both")
+        raise InvalidArgument("place a pump either by node_id or by resources, not both")
     return RayCalls.start_actor(
         PumpActor, config, registry=registry, resolver=resolver,
         storage_factory=storage_factory, options=dict(

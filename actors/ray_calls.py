@@ -27,7 +27,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.pipeline.names import pump_actor_name
-from tidb_binlog.errors import BinlogError, ProtocolError, UnavailableError
+from tidb_binlog.errors import BinlogError, InvalidArgument, ProtocolError, UnavailableError
 from tidb_binlog.metrics_mirror import MetricsMirror
 from tidb_binlog.packed import unpack
 
@@ -446,7 +446,7 @@ class PumpPayloadSource:
     def read(self, offset: int, n: int):
         n = max(0, min(n, self.size - offset))
         if offset < 0 or offset > self.size:
-            raise ValueError(f"{self._what(offset, n)}: outside its {self.size} bytes")
+            raise InvalidArgument(f"{self._what(offset, n)}: outside its {self.size} bytes")
         if not n:
             return b""
         actor = self._actor

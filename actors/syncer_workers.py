@@ -54,6 +54,7 @@ from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.drainer.sinks.mysql.downstream import DownstreamConfig
 from tidb_binlog.drainer.sinks.mysql.loader import Ack, Loader, LoaderConfig
 from tidb_binlog.drainer.sinks.mysql.metrics import LoaderMetrics
+from tidb_binlog.errors import InvalidArgument
 from tidb_binlog.packed import unpack
 
 __all__ = ["SqlWorkerActor", "start_sql_worker", "start_sql_workers", "process_metrics",
@@ -142,7 +143,7 @@ def start_sql_workers(settings: TaskSettings, *, name_prefix: str | None = None,
     """``settings.worker_count`` workers of a task (downstream and loader settings from its
     TaskSettings); with ``name_prefix`` (the task name) they are ``<task>-worker-<i>``."""
     if settings.downstream is None:
-        raise ValueError("SQL workers need a downstream; this task has none (a file sink?)")
+        raise InvalidArgument("SQL workers need a downstream; this task has none (a file sink?)")
     workers = []
     for worker in range(settings.worker_count):
         config = LoaderConfig.from_settings(settings, worker, **loader_overrides)

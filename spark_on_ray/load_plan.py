@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from spark_on_ray.diff_plan import KeyRange, quote_ident, range_predicate
+from tidb_binlog.errors import InvalidArgument
 
 __all__ = ["ROWID", "CopyUnit", "unit_rows", "downstream_ddl", "defer_indexes", "schedule",
            "select_sql", "insert_sql", "tsv_select_sql", "tsv_group_select_sql", "load_data_sql",
@@ -199,7 +200,8 @@ def _field(name: str, data_type: str, var: str) -> tuple[str, str, str | None]:
 
 def _fields(unit: CopyUnit) -> list[tuple[str, str, str | None]]:
     if len(unit.types) != len(unit.columns):
-        raise ValueError(f"copy unit {unit.qualified} has no column types; LOAD DATA needs them")
+        raise InvalidArgument(f"copy unit {unit.qualified} has no column types; LOAD DATA "
+                              "needs them")
     return [_field(c, t, f"@v{i}") for i, (c, t) in
             enumerate(zip(unit.columns, unit.types, strict=True))]
 
@@ -218,7 +220,7 @@ def tsv_group_select_sql(unit: CopyUnit, literal) -> str:
     a single integer key and rows of bounded size (:func:`group_rows`); ``lines`` is the
     group's row count, which the copy checks against what LOAD DATA loaded."""
     if len(unit.key) != 1 or unit.group_rows < 1:
-        raise ValueError(f"copy unit {unit.qualified} cannot be read in line groups")
+        raise InvalidArgument(f"copy unit {unit.qualified} cannot be read in line groups")
     exprs = ", ".join(f"IFNULL({sel}, {_NULL})" for sel, _, _ in _fields(unit))
     where = range_predicate(unit.key, unit.range, literal)
     key = quote_ident(unit.key[0])

@@ -41,6 +41,7 @@ import time
 
 import pymysql
 
+from spark_on_ray.errors import SparkJobError
 from spark_on_ray.load_plan import (
     GROUP_BYTES,
     CopyUnit,
@@ -93,8 +94,9 @@ def copy_task(index: int, units: list[CopyUnit], up: DatabaseConfig, down: Datab
             # A user lock is not part of the transaction: the read view stays as it is.
             cur.execute(f"SELECT GET_LOCK({literal(view_lock)}, 0)")
             if cur.fetchone()[0] not in (1, b"1", "1"):
-                raise RuntimeError(f"copy task {index} could not take its view lock "
-                                   f"{view_lock!r} (another session holds it)")
+                raise SparkJobError(f"copy task {index} could not take its view lock "
+                                    f"{view_lock!r} (another session holds it)",
+                                    where=up.where())
         rows: dict[str, int] = {}
         started = time.monotonic()
         for unit in units:
@@ -183,7 +185,7 @@ class _Feeder(threading.Thread):
             warnings = cur.fetchall()
         if warnings:
             shown = "; ".join(" ".join(str(x) for x in w) for w in warnings)
-            raise RuntimeError(f"the upstream warned while rendering line groups: {shown}")
+            raise SparkJobError(f"the upstream warned while rendering line groups: {shown}")
 
     def _open(self) -> int | None:
         while not self._give_up.is_set():
@@ -220,16 +222,17 @@ def load_unit(unit: CopyUnit, up_conn, down_conn, literal) -> int:
                 feeder.release()
                 feeder.join()
             if feeder.error is not None:
-                raise RuntimeError(f"reading {unit.qualified} from the upstream failed after "
-                                   f"{feeder.lines} rows: {type(feeder.error).__name__}: "
-                                   f"{feeder.error}") from feeder.error
+                raise SparkJobError(f"reading {unit.qualified} from the upstream failed after "
+                                    f"{feeder.lines} rows: {type(feeder.error).__name__}: "
+                                    f"{feeder.error}", where=unit.qualified) from feeder.error
             loaded = dst.rowcount
             dst.execute("SHOW WARNINGS LIMIT 5")
             warnings = dst.fetchall()
         if loaded != feeder.lines or warnings:
             shown = "; ".join(" ".join(str(x) for x in w) for w in warnings)
-            raise RuntimeError(f"LOAD DATA into {unit.qualified} loaded {loaded} of "
-                               f"{feeder.lines} rows; warnings: {shown or 'none'}")
+            raise SparkJobError(f"LOAD DATA into {unit.qualified} loaded {loaded} of "
+                                f"{feeder.lines} rows; warnings: {shown or 'none'}",
+                                where=unit.qualified)
         return feeder.lines
     finally:
         shutil.rmtree(work, ignore_errors=True)

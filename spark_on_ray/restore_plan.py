@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from tidb_binlog.drainer.apply.causality import row_keys, stable_hash
 from tidb_binlog.drainer.apply.dml import DDL, DML, Txn
+from tidb_binlog.errors import InvalidArgument
 
 __all__ = ["Stretch", "split_stretches", "partition_rows", "group_txns"]
 
@@ -74,7 +75,7 @@ def partition_rows(rows: Sequence[tuple[int, DML]], partitions: int
     lists, keeping every component of linked keys in one list, in the input order (see
     the module doc)."""
     if partitions < 1:
-        raise ValueError(f"partitions must be >= 1, got {partitions}")
+        raise InvalidArgument(f"partitions must be >= 1, got {partitions}")
     parent: dict[str, str] = {}
 
     def find(key: str) -> str:

@@ -47,6 +47,7 @@ from tidb_binlog.config.spark import (
     SparkConfig,
     resolve_jdbc_jar,
 )
+from tidb_binlog.errors import InvalidArgument
 
 __all__ = ["SparkHandle", "PendingSpark", "start_spark", "start_spark_soon", "java_version", "jdbc_url", "check_java",
            "JAVA17_OPTIONS", "SUPPORTED_JAVA"]  # fmt: skip
@@ -173,8 +174,8 @@ class SparkHandle:
         ``sync(message) -> [every task's message]`` waits for all of them (Spark's
         ``allGather``). A failed task fails the stage; the error is raised here."""
         if not 0 < len(payloads) <= self.slots:
-            raise ValueError(f"{len(payloads)} barrier tasks; this Spark has {self.slots} "
-                             "task slots")
+            raise InvalidArgument(f"{len(payloads)} barrier tasks; this Spark has {self.slots} "
+                                  "task slots")
         rdd = self.spark.sparkContext.parallelize(list(enumerate(payloads)), len(payloads))
         done = rdd.barrier().mapPartitions(functools.partial(_barrier_partition, fn)).collect()
         return [result for _, result in sorted(done, key=lambda item: item[0])]

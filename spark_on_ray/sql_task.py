@@ -10,6 +10,16 @@ A task whose query fails (a server error, a lost connection, a value the driver 
 decode) does not fail the others: :func:`run_tasks` puts a :class:`QueryFailed` in its
 slot, so the diff can name the one table it could not compare and still give every other
 table its verdict (a raised error would fail the whole Spark job, after Spark's retries).
+
+This module is the Spark jobs' pymysql boundary, the third beside the upstream
+emulator's (``tidb_binlog.upstream.conn.translate``) and the downstream's
+(``tidb_binlog.drainer.sinks.mysql.downstream.translate_error``): the jobs open their own
+sessions to both sides, on the driver and in executors, and need neither of those
+layers. On the driver, :func:`run_query` raises :func:`translate`'s
+:class:`~spark_on_ray.errors.SparkJobError` naming the server and the statement (the
+diff's ``open_checked`` does so for a connect). In a Spark task a failure is data
+(:class:`QueryFailed`), or, for the load's copy tasks (``load_task``), crosses Spark as
+the task's failure, which the driver reports as the copy's ``SparkJobError``.
 """
 
 from __future__ import annotations
@@ -19,10 +29,11 @@ from dataclasses import dataclass
 import pymysql
 from pymysql.converters import conversions
 
+from spark_on_ray.errors import SparkJobError
 from tidb_binlog.config.spark import DatabaseConfig
 from tidb_binlog.security import mysql_ssl
 
-__all__ = ["QueryFailed", "connect", "run_query", "run_task", "run_tasks"]
+__all__ = ["QueryFailed", "connect", "run_query", "run_task", "run_tasks", "translate"]
 
 # What a task's query may fail with that is about the data or the server, not a bug here:
 # the driver's errors, socket errors, and ValueError (UnicodeDecodeError: a text value that
@@ -61,10 +72,36 @@ def connect(db: DatabaseConfig, timeout_s: float = 10.0, database: str | None = 
     return conn
 
 
+def translate(exc: BaseException, where: str, sql: str = "") -> SparkJobError:
+    """A failed query of a job (``exc``: pymysql's error, a socket's, a value Python
+    cannot decode) on the server ``where`` (``user@host:port``) as the job's error."""
+    code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args \
+        and isinstance(exc.args[0], int) else None
+    text = exc.args[1] if code is not None and len(exc.args) > 1 else str(exc)
+    statement = f" (statement: {sql[:300]!r})" if sql else ""
+    return SparkJobError(f"{where}: {type(exc).__name__}"
+                         f"{f' {code}' if code is not None else ''}: {text}{statement}",
+                         where=where)
+
+
 def run_query(conn, sql: str) -> list[tuple]:
+    """``sql``'s rows, on the driver: a failure is :func:`translate`'s SparkJobError."""
+    try:
+        return _rows(conn, sql)
+    except _QUERY_ERRORS as exc:
+        raise translate(exc, _where(conn), sql) from exc
+
+
+def _rows(conn, sql: str) -> list[tuple]:
     with conn.cursor() as cur:
         cur.execute(sql)
         return [tuple(r) for r in cur.fetchall()]
+
+
+def _where(conn) -> str:
+    """``user@host:port`` of a pymysql connection (as ``DatabaseConfig.where()``)."""
+    user = conn.user.decode() if isinstance(conn.user, bytes) else conn.user
+    return f"{user}@{conn.host}:{conn.port}"
 
 
 def run_task(task: tuple[DatabaseConfig, str]) -> list[tuple]:
@@ -72,7 +109,7 @@ def run_task(task: tuple[DatabaseConfig, str]) -> list[tuple]:
     db, sql = task
     conn = connect(db)
     try:
-        return run_query(conn, sql)
+        return _rows(conn, sql)
     finally:
         conn.close()
 
@@ -119,7 +156,7 @@ def run_tasks(tasks: list[tuple[DatabaseConfig, str]]) -> list[list[tuple] | Que
                     out.append(unreachable[db])
                     continue
             try:
-                out.append(run_query(conns[db], sql))
+                out.append(_rows(conns[db], sql))
             except _QUERY_ERRORS as exc:
                 out.append(QueryFailed(db.where(), _describe(exc)))
                 _drop(conns.pop(db))

@@ -22,6 +22,7 @@ import pytest
 
 from spark_on_ray.diff import literal
 from spark_on_ray.diff_plan import KeyRange
+from spark_on_ray.errors import SparkJobError
 from spark_on_ray.load_plan import CopyUnit
 from spark_on_ray.load_task import insert_unit, load_unit
 from spark_on_ray.sql_task import connect
@@ -156,7 +157,7 @@ def test_load_data_refuses_a_changed_value_and_insert_path_still_works(mariadb_p
         with down_conn.cursor() as cur:
             cur.execute("SET SESSION sql_mode = ''")  # warn instead of failing the statement
         down_conn.autocommit(False)
-        with pytest.raises(RuntimeError, match=r"LOAD DATA into `.*`\.`t` loaded 2 of 2 rows; "
+        with pytest.raises(SparkJobError, match=r"LOAD DATA into `.*`\.`t` loaded 2 of 2 rows; "
                                                r"warnings: .*Data truncated"):
             load_unit(unit, up_conn, down_conn, literal)
         down_conn.rollback()
@@ -166,7 +167,7 @@ def test_load_data_refuses_a_changed_value_and_insert_path_still_works(mariadb_p
         with up_conn.cursor() as cur:
             cur.execute("SET SESSION group_concat_max_len = 8")
         try:
-            with pytest.raises(RuntimeError, match=r"reading `.*`\.`t` from the upstream "
+            with pytest.raises(SparkJobError, match=r"reading `.*`\.`t` from the upstream "
                                                    r"failed .*warned.*cut by GROUP_CONCAT"):
                 load_unit(grouped, up_conn, down_conn, literal)
         finally:
@@ -178,7 +179,7 @@ def test_load_data_refuses_a_changed_value_and_insert_path_still_works(mariadb_p
         with down_conn.cursor() as cur:
             cur.execute(f"CREATE TABLE `{db}`.missing LIKE `{db}`.t")
         gone = CopyUnit(db, "missing", unit.columns, (), KeyRange(), 0, unit.types)
-        with pytest.raises(RuntimeError, match=r"reading `.*`\.`missing` from the upstream "
+        with pytest.raises(SparkJobError, match=r"reading `.*`\.`missing` from the upstream "
                                                r"failed after 0 rows: .*doesn't exist"):
             load_unit(gone, up_conn, down_conn, literal)
         down_conn.rollback()

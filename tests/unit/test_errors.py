@@ -29,15 +29,6 @@ BARE = ("Exception", "BaseException", "ValueError", "TypeError", "RuntimeError",
 # Bare raises in files being reworked by other changes in flight; each entry goes once
 # its file raises the tree's classes (the count must match, so a stale entry fails too).
 PENDING_BARE = {
-    # not converted yet:
-    "actors/drainer.py": {"ValueError": 1},
-    "actors/pump.py": {"ValueError": 1},
-    "actors/ray_calls.py": {"ValueError": 1},
-    "actors/syncer_workers.py": {"ValueError": 1},
-    "spark_on_ray/load_plan.py": {"ValueError": 2},
-    "spark_on_ray/load_task.py": {"RuntimeError": 4},
-    "spark_on_ray/restore_plan.py": {"ValueError": 1},
-    "spark_on_ray/session.py": {"ValueError": 1},
     # being reworked elsewhere:
     "tidb_binlog/chaos/schedule.py": {"ValueError": 2},
     "tidb_binlog/testing/mariadb.py": {"ValueError": 1},
