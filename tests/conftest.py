@@ -17,6 +17,13 @@ Fixtures:
 - ``ray_local``: a session-scoped local Ray (4 CPUs, ~300 MB object store, namespace
   ``tidb-binlog-test``), shut down at session end; yields the ``ray`` module.
 - ``free_port``: ``free_port() -> int``, a currently free TCP port on 127.0.0.1.
+- ``stack``: a :class:`~tidb_binlog.testing.stack.TestStack` (upstream and downstream
+  MariaDB, a LocalCluster of pumps on ``ray_local``, the upstream writing through it),
+  one per test module, shaped by the module's ``STACK = StackSpec(...)`` (else the
+  ``stack_spec`` fixture, which a directory's conftest may override), given to each
+  test with a clean slate (``begin_test``: earlier tests' databases dropped, its own
+  ``start_ts`` for the drainer's initial-commit-ts, ``data_dir`` of its own); a stack a
+  test broke is opened again for the next.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ from typing import NamedTuple
 
 import pytest
 
+from tidb_binlog.node import ONLINE, PUMP
 from tidb_binlog.testing.mariadb import MariaDBServer
+from tidb_binlog.testing.stack import StackSpec, TestStack
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -205,3 +214,77 @@ def _wait_for_new_incarnation(actor, old_pid, timeout_s=120.0):
 def new_incarnation(ray_local):
     """``new_incarnation(actor, old_pid)``: wait until Ray's restart of an actor answers."""
     return _wait_for_new_incarnation
+
+
+# -- the shared replication stack (tidb_binlog/testing/stack.py) ------------------------------
+def _make_cluster(work_dir, spec: StackSpec, upstream_params: dict):
+    from cluster.launch import LocalCluster, PumpOptions  # Ray: only tests with a stack
+    from tidb_binlog.drainer.pipeline.names import DEFAULT_NAMESPACE
+
+    return LocalCluster(work_dir, pumps=spec.pumps, upstream_params=upstream_params,
+                        namespace=spec.namespace or DEFAULT_NAMESPACE,
+                        pump_options=spec.pump_options or PumpOptions()).start()
+
+
+def _check_cluster(cluster) -> str | None:
+    """Why the cluster cannot serve another test: a pump or the registry that does not
+    answer, or a pump the registry does not hold online."""
+    from actors.ray_calls import RayCalls  # Ray: only tests with a stack
+
+    if cluster.registry is None or len(cluster.pumps) != cluster.pump_count:
+        return "the cluster was stopped, or a test removed a pump"
+    for actor in cluster.pumps.values():
+        RayCalls.call_within(actor, "address", timeout_s=15)
+    states = {n.node_id: n.state for n in cluster.registry.nodes(PUMP)}
+    offline = {n: states.get(n) for n in cluster.pumps if states.get(n) != ONLINE}
+    return f"pumps not online: {offline}" if offline else None
+
+
+class _StackHolder:
+    def __init__(self, spec: StackSpec, base_dir: Path):
+        self.spec = spec
+        self.base_dir = base_dir
+        self.opened = 0
+        self.stack: TestStack | None = None
+
+    def get(self) -> TestStack:
+        if self.stack is not None:
+            why = self.stack.healthy()
+            if why is not None:  # a test broke it: the next one gets a new stack
+                self.close()
+        if self.stack is None:
+            self.opened += 1
+            self.stack = TestStack.open(self.spec, self.base_dir / f"stack-{self.opened}",
+                                        make_server=lambda name, d: _started(MariaDBServer(
+                                            name=name, base_dir=d)),
+                                        make_cluster=_make_cluster,
+                                        check_cluster=_check_cluster)
+        return self.stack
+
+    def close(self) -> None:
+        if self.stack is not None:
+            self.stack.close()
+            self.stack = None
+
+
+@pytest.fixture(scope="module")
+def stack_spec() -> StackSpec:
+    """The stack of a module without its own ``STACK`` (a directory's conftest may
+    override this fixture)."""
+    return StackSpec()
+
+
+@pytest.fixture(scope="module")
+def _stack_holder(request, ray_local, tmp_path_factory, stack_spec):
+    holder = _StackHolder(getattr(request.module, "STACK", None) or stack_spec,
+                          tmp_path_factory.mktemp("stack"))
+    yield holder
+    holder.close()
+
+
+@pytest.fixture
+def stack(_stack_holder, tmp_path) -> TestStack:
+    st = _stack_holder.get()
+    st.begin_test(tmp_path / "data")
+    yield st
+    st.end_test()

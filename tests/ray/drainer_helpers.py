@@ -6,32 +6,25 @@ from __future__ import annotations
 
 import time
 
-from cluster.launch import LocalCluster
 from tidb_binlog.config import load_drainer_config
-from tidb_binlog.upstream import Upstream
+from tidb_binlog.testing.stack import StackSpec, TestStack
 
-__all__ = ["shop_stack", "drainer_config", "query", "rows", "wait_until", "write"]
+__all__ = ["SHOP", "SHOP_DDL", "drainer_config", "query", "rows", "wait_until", "write"]
 
-
-def shop_stack(mariadb_factory, tmp_path, **cluster_kw):
-    """Fixture body: upstream and downstream MariaDB, a LocalCluster with one pump, an
-    Upstream with ``shop.t (id INT PRIMARY KEY, v VARCHAR(16))``; yields
-    ``(up_db, down_db, cluster, upstream)`` and tears them down."""
-    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=1, upstream_params=up_db.params(),
-                           **cluster_kw).start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    upstream.ddl("CREATE DATABASE shop")
-    upstream.ddl("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(16))")
-    yield up_db, down_db, cluster, upstream
-    upstream.close()
-    cluster.stop()
+SHOP_DDL = ("CREATE DATABASE shop", "CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(16))")
+SHOP = StackSpec(pumps=1, ddl=SHOP_DDL)
+"""The shop stack (``STACK = SHOP`` in a test module): one pump, and at each test's start
+``shop.t (id INT PRIMARY KEY, v VARCHAR(16))`` through the upstream."""
 
 
-def drainer_config(downstream, **extra):
+def drainer_config(target, **extra):
+    """A drainer.toml into ``target``: a :class:`TestStack` (its downstream, from the
+    test's ``start_ts``) or a MariaDB server (from commit_ts 0)."""
+    downstream = target.down_db if isinstance(target, TestStack) else target
+    start = target.start_ts if isinstance(target, TestStack) else 0
     overrides = {"syncer.to.host": downstream.host, "syncer.to.port": downstream.port,
                  "syncer.to.user": downstream.user, "syncer.to.password": downstream.password,
-                 "syncer.worker-count": 2, "initial-commit-ts": 0, "detect-interval": 30,
+                 "syncer.worker-count": 2, "initial-commit-ts": start, "detect-interval": 30,
                  "addr": "127.0.0.1:0"}
     overrides.update(extra)
     return load_drainer_config(None, overrides)

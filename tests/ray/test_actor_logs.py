@@ -9,7 +9,7 @@ import os
 import re
 
 import pytest
-from drainer_helpers import rows, shop_stack, wait_until, write
+from drainer_helpers import SHOP, rows, wait_until, write
 
 from cluster.api import connect
 
@@ -18,9 +18,7 @@ pytestmark = [pytest.mark.timeout(600)]
 SECRET = "Zq-s3cret-4417"
 
 
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    yield from shop_stack(mariadb_factory, tmp_path)
+STACK = SHOP
 
 
 def _session_logs(ray) -> dict[str, str]:
@@ -51,7 +49,7 @@ def test_actor_lines_carry_node_ids_and_no_password(stack, ray_local):
     task = api.submit("logs", {
         "syncer.to.host": down_db.host, "syncer.to.port": down_db.port,
         "syncer.to.user": "binlog", "syncer.to.password": SECRET,
-        "syncer.worker-count": 1, "initial-commit-ts": 0, "detect-interval": 30,
+        "syncer.worker-count": 1, "initial-commit-ts": stack.start_ts, "detect-interval": 30,
         "addr": "127.0.0.1:0"})
     try:
         write(upstream, 0, 3)

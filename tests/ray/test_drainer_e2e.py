@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cluster.drainer import Drainer
-from cluster.launch import LocalCluster
 from tidb_binlog.config import load_drainer_config
-from tidb_binlog.upstream import Upstream
+from tidb_binlog.testing.stack import StackSpec
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -23,26 +22,19 @@ def table_rows(server, database, table, order_by="1"):
         conn.close()
 
 
-def drainer_config(downstream, workers=4, **extra):
+# Not the default namespace: the drainer must find the PumpActors through the registry
+# client's namespace (else it pulls them over gRPC, several times slower).
+STACK = StackSpec(pumps=2, namespace="e2e-cluster")
+
+
+def drainer_config(stack, workers=4, **extra):
+    downstream = stack.down_db
     overrides = {"syncer.to.host": downstream.host, "syncer.to.port": downstream.port,
                  "syncer.to.user": downstream.user, "syncer.to.password": downstream.password,
                  "syncer.worker-count": workers, "syncer.txn-batch": 20,
-                 "initial-commit-ts": 0}
+                 "initial-commit-ts": stack.start_ts}
     overrides.update(extra)
     return load_drainer_config(None, overrides)
-
-
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    # Not the default namespace: the drainer must find the PumpActors through the
-    # registry client's namespace (else it pulls them over gRPC, several times slower).
-    cluster = LocalCluster(tmp_path / "cluster", pumps=2, upstream_params=up_db.params(),
-                           namespace="e2e-cluster").start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    yield up_db, down_db, cluster, upstream
-    upstream.close()
-    cluster.stop()
 
 
 def test_dml_and_ddl_replicate_in_commit_order(stack):
@@ -50,7 +42,7 @@ def test_dml_and_ddl_replicate_in_commit_order(stack):
     upstream.ddl("CREATE DATABASE shop")
     upstream.ddl("CREATE TABLE shop.users (id BIGINT PRIMARY KEY, name VARCHAR(32), "
                  "amount DECIMAL(10,2), uk INT, UNIQUE KEY uk (uk))")
-    drainer = Drainer.start(drainer_config(down_db), registry=cluster.registry)
+    drainer = Drainer.start(drainer_config(stack), registry=cluster.registry)
     try:
         with upstream.session("shop") as s:
             for i in range(30):
@@ -118,7 +110,7 @@ def test_a_checkpoint_database_of_its_own_is_where_the_task_saves_and_resumes(
             conn.close()
 
     for ids in (range(20), range(20, 40)):  # the second run resumes from the saved row
-        drainer = Drainer.start(drainer_config(down_db, **extra), registry=cluster.registry)
+        drainer = Drainer.start(drainer_config(stack, **extra), registry=cluster.registry)
         try:
             write(ids)
             drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)

@@ -49,7 +49,7 @@ from cluster.launch import LocalCluster
 from tidb_binlog.compare import compare_databases
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.errors import BinlogError
-from tidb_binlog.upstream import Upstream
+from tidb_binlog.testing.stack import StackSpec
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -62,11 +62,16 @@ TABLES = {
 KEY_OF = {"acct": "id", "notes": "token"}
 
 
-def drainer_config(downstream, **extra):
+STACK = StackSpec(pumps=2, ddl=(f"CREATE DATABASE {DB}",
+                                *((ddl, DB) for ddl in TABLES.values())))
+
+
+def drainer_config(stack, **extra):
+    downstream = stack.down_db
     overrides = {"syncer.to.host": downstream.host, "syncer.to.port": downstream.port,
                  "syncer.to.user": downstream.user, "syncer.to.password": downstream.password,
-                 "syncer.worker-count": 4, "syncer.txn-batch": 50, "initial-commit-ts": 0,
-                 "addr": "127.0.0.1:0"}
+                 "syncer.worker-count": 4, "syncer.txn-batch": 50,
+                 "initial-commit-ts": stack.start_ts, "addr": "127.0.0.1:0"}
     overrides.update(extra)
     return load_drainer_config(None, overrides)
 
@@ -214,24 +219,6 @@ class Writer:
 
 
 # -- fixtures and helpers --------------------------------------------------------------
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=2,
-                           upstream_params=up_db.params()).start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    upstream.ddl(f"CREATE DATABASE {DB}")
-    for ddl in TABLES.values():
-        upstream.ddl(ddl, DB)
-    started: list[Drainer] = []
-    yield up_db, down_db, cluster, upstream, started
-    for drainer in started:  # a failed test leaves its task running: end its actors
-        for actor in [drainer.merger, drainer.keeper, drainer.coordinator, *drainer.workers]:
-            ray_local.kill(actor, no_restart=True)
-    upstream.close()
-    cluster.stop()
-
-
 def status(ray, drainer, timeout_s: float = 60) -> dict:
     """The task's status, waiting while a restarted actor comes back."""
     deadline = time.monotonic() + timeout_s
@@ -268,10 +255,10 @@ def assert_identical(up_db, down_db) -> None:
 
 def start_synced(stack, config: dict | None = None, **settings) -> Drainer:
     """Start the task and wait until the tables exist downstream; install the triggers."""
-    up_db, down_db, cluster, upstream, started = stack
-    drainer = Drainer.start(drainer_config(down_db, **(config or {})),
+    up_db, down_db, cluster, upstream = stack
+    drainer = Drainer.start(drainer_config(stack, **(config or {})),
                             registry=cluster.registry, **settings)
-    started.append(drainer)
+    stack.started.append(drainer)
     drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
     install_write_log(down_db)
     return drainer
@@ -307,7 +294,7 @@ def kill_target(ray, kind: str, drainer: Drainer, cluster: LocalCluster) -> None
 
 def run_kill(ray, stack, kind: str, config: dict | None = None,
              **settings) -> tuple[Drainer, Writer, dict]:
-    up_db, down_db, cluster, upstream, started = stack
+    up_db, down_db, cluster, upstream = stack
     drainer = start_synced(stack, config, **settings)
     writer = Writer(upstream).start()
     try:
@@ -333,7 +320,7 @@ DEFAULT_KILLS = {"coordinator", "worker"}
 @pytest.mark.parametrize("kind", [k if k in DEFAULT_KILLS else pytest.param(
     k, marks=pytest.mark.slow) for k in KILL_KINDS])
 def test_kill_an_actor_mid_load_converges_without_writing_twice(ray_local, stack, kind):
-    up_db, down_db, cluster, upstream, started = stack
+    up_db, down_db, cluster, upstream = stack
     drainer, writer, st = run_kill(ray_local, stack, kind)
     try:
         assert written_twice(down_db) == []
@@ -348,7 +335,7 @@ def test_kill_an_actor_mid_load_converges_without_writing_twice(ray_local, stack
 @pytest.mark.slow
 def test_without_exactly_once_a_replay_writes_twice(ray_local, stack):
     """Control: the duplicate detector sees a replay (exactly-once off, safe mode)."""
-    up_db, down_db, cluster, upstream, started = stack
+    up_db, down_db, cluster, upstream = stack
     # exactly-once off in the config (the workers read it too); the checkpoint is saved
     # only after DDLs, so the replay covers everything since the tables were created
     drainer, writer, st = run_kill(ray_local, stack, "worker",
@@ -365,7 +352,7 @@ def test_without_exactly_once_a_replay_writes_twice(ray_local, stack):
 
 
 def test_downstream_down_for_20_s_mid_load_resumes_and_converges(ray_local, stack):
-    up_db, down_db, cluster, upstream, started = stack
+    up_db, down_db, cluster, upstream = stack
     drainer = start_synced(stack)
     writer = Writer(upstream).start()
     try:
@@ -391,7 +378,7 @@ def test_downstream_down_for_20_s_mid_load_resumes_and_converges(ray_local, stac
 
 
 def test_a_refused_ddl_stops_the_task_and_ignore_txn_commit_ts_skips_it(ray_local, stack):
-    up_db, down_db, cluster, upstream, started = stack
+    up_db, down_db, cluster, upstream = stack
     drainer = start_synced(stack)
     with upstream.session(DB) as s, s.begin() as t:
         t.insert("acct", [{"id": i, "u": i, "token": i, "v": f"v{i}"} for i in (1, 2, 3)])
@@ -413,9 +400,9 @@ def test_a_refused_ddl_stops_the_task_and_ignore_txn_commit_ts_skips_it(ray_loca
     # The operator's fix: remove the stray row, build the key by hand, skip the DDL.
     sql(down_db, [f"DELETE FROM {DB}.acct WHERE id = 99",
                   f"ALTER TABLE {DB}.acct ADD UNIQUE KEY uv (v)"])
-    cfg = drainer_config(down_db, **{"syncer.ignore-txn-commit-ts": [ddl_ts]})
+    cfg = drainer_config(stack, **{"syncer.ignore-txn-commit-ts": [ddl_ts]})
     drainer = Drainer.start(cfg, registry=cluster.registry)
-    started.append(drainer)
+    stack.started.append(drainer)
     try:
         with upstream.session(DB) as s, s.begin() as t:
             t.insert("acct", [{"id": 4, "u": 4, "token": 4, "v": "v4"}])

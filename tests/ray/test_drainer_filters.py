@@ -11,12 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from cluster.drainer import Drainer
-from cluster.launch import LocalCluster
 from tidb_binlog.binlogfile import WalkStats, walk
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.sinks.parquet.manifest import read_manifest
 from tidb_binlog.proto import pb_binlog_pb2 as pb
-from tidb_binlog.upstream import Upstream
+from tidb_binlog.testing.stack import StackSpec
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -127,34 +126,25 @@ def workload(upstream):
     upstream.flush()
 
 
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=1, upstream_params=up_db.params(),
-                           namespace="filters").start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    started: list[Drainer] = []
-    yield up_db, down_db, cluster, upstream, started
-    for drainer in started:
-        drainer.stop()
-    upstream.close()
-    cluster.stop()
+STACK = StackSpec(pumps=1, namespace="filters")
 
 
-def config(tmp_path, **overrides):
+def config(stack, tmp_path, **overrides):
     path = tmp_path / "drainer.toml"
     path.write_text(CONFIG)
-    return load_drainer_config(path, {"initial-commit-ts": 0, "addr": "127.0.0.1:0",
-                                      "detect-interval": 30, **overrides})
+    return load_drainer_config(path, {"initial-commit-ts": stack.start_ts,
+                                      "addr": "127.0.0.1:0", "detect-interval": 30,
+                                      **overrides})
 
 
 def test_every_rule_into_mysql_then_into_files(stack, tmp_path):
-    up_db, down_db, cluster, upstream, started = stack
+    up_db, down_db, cluster, upstream = stack
+    started = stack.started
     workload(upstream)
     # bank: only bank.accounts passes (do-table), and a do-table rule cannot pass
     # CREATE DATABASE bank (as in TiDB Binlog), so the database is made by hand
     query(down_db, "CREATE DATABASE bank")
-    drainer = Drainer.start(config(tmp_path, **{
+    drainer = Drainer.start(config(stack, tmp_path, **{
         "syncer.to.host": down_db.host, "syncer.to.port": down_db.port,
         "syncer.to.user": down_db.user, "syncer.to.password": down_db.password,
         "syncer.worker-count": 2}), registry=cluster.registry)
@@ -186,7 +176,7 @@ def test_every_rule_into_mysql_then_into_files(stack, tmp_path):
 
     # the file sink: the same choices, and records carry the routed names
     data_dir = tmp_path / "files"
-    drainer = Drainer.start(config(tmp_path, **{"syncer.db-type": "file",
+    drainer = Drainer.start(config(stack, tmp_path, **{"syncer.db-type": "file",
                                                 "data-dir": str(data_dir)}),
                             registry=cluster.registry)
     started.append(drainer)
@@ -215,7 +205,7 @@ def test_every_rule_into_mysql_then_into_files(stack, tmp_path):
 
     # the Parquet lake: the same choices, the files and DDLs under the routed names
     lake = tmp_path / "lake"
-    drainer = Drainer.start(config(tmp_path, **{"syncer.db-type": "parquet",
+    drainer = Drainer.start(config(stack, tmp_path, **{"syncer.db-type": "parquet",
                                                 "data-dir": str(lake)}),
                             registry=cluster.registry)
     started.append(drainer)

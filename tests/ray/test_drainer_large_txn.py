@@ -19,9 +19,8 @@ import pytest
 from drainer_helpers import drainer_config, query, rows, wait_until
 
 from cluster.drainer import Drainer
-from cluster.launch import LocalCluster
 from tidb_binlog.compare import compare_databases
-from tidb_binlog.upstream import Upstream
+from tidb_binlog.testing.stack import StackSpec
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -33,27 +32,15 @@ def ref_stats(ray_local, drainer) -> dict:
     return ray_local.get(drainer.keeper.ref_stats.remote(), timeout=60)
 
 
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    # not the default namespace: an unnamed task's keeper finds the pumps in the registry's
-    cluster = LocalCluster(tmp_path / "cluster", pumps=1, upstream_params=up_db.params(),
-                           namespace="large-txn-test").start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    upstream.ddl("CREATE DATABASE big")
-    upstream.ddl("CREATE TABLE big.t (id INT PRIMARY KEY, v VARCHAR(32))")
-    started: list[Drainer] = []
-    yield up_db, down_db, cluster, upstream, started
-    for drainer in started:
-        for actor in [drainer.merger, drainer.keeper, drainer.coordinator, *drainer.workers]:
-            ray_local.kill(actor, no_restart=True)
-    upstream.close()
-    cluster.stop()
+# not the default namespace: an unnamed task's keeper finds the pumps in the registry's
+STACK = StackSpec(pumps=1, namespace="large-txn-test", ddl=(
+    "CREATE DATABASE big", "CREATE TABLE big.t (id INT PRIMARY KEY, v VARCHAR(32))"))
 
 
 def start(stack, exactly_once: bool, **extra) -> Drainer:
-    up_db, down_db, cluster, upstream, started = stack
-    cfg = drainer_config(down_db, **{"syncer.txn-chunk-rows": CHUNK,
+    up_db, down_db, cluster, upstream = stack
+    started = stack.started
+    cfg = drainer_config(stack, **{"syncer.txn-chunk-rows": CHUNK,
                                      "syncer.exactly-once": exactly_once,
                                      "syncer.worker-count": 3,
                                      "syncer.large-binlog-bytes": REF_ABOVE, **extra})
@@ -128,7 +115,7 @@ def test_a_large_transaction_arrives_whole_and_the_checkpoint_waits_for_it(
     """``exactly-once-relay``: a relay log turns the keeper's routing off; the
     coordinator applies the chunks atomically (one worker, one open downstream
     transaction), each chunk in the relay log first."""
-    up_db, down_db, cluster, upstream, started = stack
+    up_db, down_db, cluster, upstream = stack
     extra = {"syncer.relay.log-dir": str(tmp_path / "relay")} if relay else {}
     drainer = start(stack, exactly_once, **extra)
     write_small(upstream, 1_000_000, 20)
@@ -161,7 +148,7 @@ def test_a_kill_mid_transaction_converges_without_loss_or_doubles(ray_local, sta
     the one holding chunks open meets the replay's first chunk (it rolls them back);
     ``pump``: the PumpActor the keeper reads the transaction from (by reference), Ray
     restarts it: the keeper's read fails, the pipeline resets and reads it again."""
-    up_db, down_db, cluster, upstream, started = stack
+    up_db, down_db, cluster, upstream = stack
     drainer = start(stack, exactly_once=True)
     write_small(upstream, 1_000_000, 5)
     drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)

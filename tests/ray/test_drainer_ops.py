@@ -10,7 +10,7 @@ import time
 import urllib.request
 
 import pytest
-from drainer_helpers import drainer_config, query, rows, shop_stack, wait_until, write
+from drainer_helpers import SHOP, drainer_config, query, rows, wait_until, write
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.drainer import Drainer
@@ -45,9 +45,7 @@ class HeartbeatsFailWhenFlagged:
 
 
 
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    yield from shop_stack(mariadb_factory, tmp_path)
+STACK = SHOP
 
 
 def test_the_task_fails_when_the_registry_stops_answering_heartbeats(stack):
@@ -55,7 +53,7 @@ def test_the_task_fails_when_the_registry_stops_answering_heartbeats(stack):
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     up_db, down_db, cluster, upstream = stack
     registry = HeartbeatsFailWhenFlagged(cluster.registry)
-    drainer = Drainer.start(drainer_config(down_db), registry=registry)
+    drainer = Drainer.start(drainer_config(stack), registry=registry)
     try:
         write(upstream, 0, 5)
         drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
@@ -84,7 +82,7 @@ def test_a_restarted_drainer_pulls_the_tail_of_a_pump_that_went_offline_after_it
         stack):
     ray = pytest.importorskip("ray")
     up_db, down_db, cluster, upstream = stack
-    cfg = drainer_config(down_db)
+    cfg = drainer_config(stack)
     drainer = Drainer.start(cfg, registry=cluster.registry)
     try:
         write(upstream, 0, 5)
@@ -130,7 +128,7 @@ def scrape(status_addr) -> dict:
 
 def test_get_metrics_shows_every_series_a_run_with_a_ddl_produces(stack):
     up_db, down_db, cluster, upstream = stack
-    drainer = Drainer.start(drainer_config(down_db), registry=cluster.registry)
+    drainer = Drainer.start(drainer_config(stack), registry=cluster.registry)
     try:
         write(upstream, 0, 10)
         upstream.ddl("ALTER TABLE shop.t ADD COLUMN w INT")
@@ -192,7 +190,7 @@ def test_a_crash_with_4_workers_and_a_restart_with_2_loses_no_row(stack):
                    and any(worker_of(j, 4) == worker_of(i, 4) - 2 for j in later))
     slow = worker_of(blocked, 4)
     query(down_db, "SET GLOBAL innodb_lock_wait_timeout = 600")   # the worker waits, not fails
-    drainer = Drainer.start(drainer_config(down_db, **{"syncer.worker-count": 4}),
+    drainer = Drainer.start(drainer_config(stack, **{"syncer.worker-count": 4}),
                             registry=cluster.registry)
     lock = None
     try:
@@ -224,7 +222,7 @@ def test_a_crash_with_4_workers_and_a_restart_with_2_loses_no_row(stack):
     text = query(down_db, "SELECT checkPoint FROM tidb_binlog.checkpoint")[0][0]
     assert '"consistent":false' in text
 
-    drainer = Drainer.start(drainer_config(down_db, **{"syncer.worker-count": 2}),
+    drainer = Drainer.start(drainer_config(stack, **{"syncer.worker-count": 2}),
                             registry=cluster.registry)
     try:
         drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)

@@ -10,13 +10,14 @@ import urllib.error
 import urllib.request
 
 import pytest
-from drainer_helpers import drainer_config, rows, shop_stack, wait_until, write
+from drainer_helpers import SHOP_DDL, drainer_config, rows, wait_until, write
 
 from cluster.drainer import Drainer
 from cluster.launch import PumpOptions
 from tidb_binlog import binlog as bl
 from tidb_binlog.node import DRAINER, OFFLINE, ONLINE, PAUSED, PUMP
 from tidb_binlog.pump.server import open_pump
+from tidb_binlog.testing.stack import StackSpec
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,16 +39,14 @@ def http(method, url):
         return exc.code, exc.read()
 
 
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    options = PumpOptions(extra={"gc": "1s"})  # GC right behind now unless held back
-    yield from shop_stack(mariadb_factory, tmp_path, pump_options=options)
+# GC right behind now unless held back
+STACK = StackSpec(pumps=1, ddl=SHOP_DDL, pump_options=PumpOptions(extra={"gc": "1s"}))
 
 
 def test_pumps_join_and_leave_while_running_and_the_paused_drainer_holds_back_gc(stack):
     ray = pytest.importorskip("ray")
     up_db, down_db, cluster, upstream = stack
-    drainer = Drainer.start(drainer_config(down_db), registry=cluster.registry)
+    drainer = Drainer.start(drainer_config(stack), registry=cluster.registry)
     try:
         write(upstream, 0, 10)
         drainer.wait_for_checkpoint(cluster.get_ts(), timeout_s=120)
@@ -94,7 +93,7 @@ def test_pumps_join_and_leave_while_running_and_the_paused_drainer_holds_back_gc
 
 def test_registry_record_http_api_and_a_standalone_pump_over_grpc(stack):
     up_db, down_db, cluster, upstream = stack
-    drainer = Drainer.start(drainer_config(down_db, **{"node-id": "drainer-a"}),
+    drainer = Drainer.start(drainer_config(stack, **{"node-id": "drainer-a"}),
                             registry=cluster.registry)
     base = f"http://{drainer.status_addr}"
     standalone = None

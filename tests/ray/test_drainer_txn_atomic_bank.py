@@ -23,10 +23,9 @@ import pymysql
 import pytest
 
 from cluster.drainer import Drainer
-from cluster.launch import LocalCluster
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.errors import UpstreamError
-from tidb_binlog.upstream import Upstream
+from tidb_binlog.testing.stack import StackSpec
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -35,15 +34,7 @@ INITIAL = 1000
 TRANSFERS_PER_THREAD = 150
 
 
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=1,
-                           upstream_params=up_db.params()).start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    yield up_db, down_db, cluster, upstream
-    upstream.close()
-    cluster.stop()
+STACK = StackSpec(pumps=1)
 
 
 def transfers(upstream, seed: int, count: int) -> int:
@@ -121,7 +112,7 @@ def test_reader_never_sees_the_balance_sum_change(stack, exactly_once):
         "syncer.to.host": down_db.host, "syncer.to.port": down_db.port,
         "syncer.to.user": down_db.user, "syncer.to.password": down_db.password,
         "syncer.worker-count": 4, "syncer.txn-batch": 8, "syncer.txn-atomic": True,
-        "syncer.exactly-once": exactly_once, "initial-commit-ts": 0,
+        "syncer.exactly-once": exactly_once, "initial-commit-ts": stack.start_ts,
         "syncer.txn-chunk-rows": 50_000 if exactly_once else 3,
         "addr": "127.0.0.1:0"})
     reader = SumReader(down_db)

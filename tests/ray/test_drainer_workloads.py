@@ -16,34 +16,27 @@ import threading
 import pytest
 
 from cluster.drainer import Drainer
-from cluster.launch import LocalCluster
 from tidb_binlog.compare import compare_databases
 from tidb_binlog.config import load_drainer_config
-from tidb_binlog.upstream import Upstream, workload
+from tidb_binlog.testing.stack import StackSpec
+from tidb_binlog.upstream import workload
 
 pytestmark = pytest.mark.timeout(600)
 
 DATABASE = "wl"
 
 
-def drainer_config(downstream, **extra):
+STACK = StackSpec(pumps=2)
+
+
+def drainer_config(stack, **extra):
+    downstream = stack.down_db
     overrides = {"syncer.to.host": downstream.host, "syncer.to.port": downstream.port,
                  "syncer.to.user": downstream.user, "syncer.to.password": downstream.password,
-                 "syncer.worker-count": 4, "syncer.txn-batch": 100, "initial-commit-ts": 0,
-                 "addr": "127.0.0.1:0"}
+                 "syncer.worker-count": 4, "syncer.txn-batch": 100,
+                 "initial-commit-ts": stack.start_ts, "addr": "127.0.0.1:0"}
     overrides.update(extra)
     return load_drainer_config(None, overrides)
-
-
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=2,
-                           upstream_params=up_db.params()).start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    yield up_db, down_db, cluster, upstream
-    upstream.close()
-    cluster.stop()
 
 
 def run_concurrently(upstream, plan: dict[str, dict]) -> dict:
@@ -77,7 +70,7 @@ def assert_identical(up_db, down_db):
 def replicate_workloads(stack, large_rows: int) -> None:
     up_db, down_db, cluster, upstream = stack
     upstream.ddl(f"CREATE DATABASE {DATABASE}")
-    drainer = Drainer.start(drainer_config(down_db), registry=cluster.registry)
+    drainer = Drainer.start(drainer_config(stack), registry=cluster.registry)
     try:
         stats = run_concurrently(upstream, {
             "all_types": dict(sessions=2, ops=150),

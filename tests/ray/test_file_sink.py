@@ -15,7 +15,6 @@ import time
 import pytest
 
 from cluster.drainer import Drainer
-from cluster.launch import LocalCluster
 from tidb_binlog.binlogfile import WalkStats, walk
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.checkpoint.store import FileCheckpointStore
@@ -23,33 +22,23 @@ from tidb_binlog.drainer.pipeline.gate import PipelineReset
 from tidb_binlog.drainer.translate.pb import decode_columns
 from tidb_binlog.errors import UnavailableError, UpstreamError
 from tidb_binlog.proto import pb_binlog_pb2 as pb
-from tidb_binlog.upstream import Upstream, workload
+from tidb_binlog.testing.stack import StackSpec
+from tidb_binlog.upstream import workload
 
 pytestmark = pytest.mark.timeout(400)
 
 
-def file_config(data_dir, **extra):
-    overrides = {"syncer.db-type": "file", "data-dir": str(data_dir), "initial-commit-ts": 0,
-                 "addr": "127.0.0.1:0"}
+SHOP_T_DDL = ("CREATE DATABASE shop",
+              "CREATE TABLE shop.t (id INT PRIMARY KEY, name VARCHAR(32), amount DECIMAL(10,2))")
+STACK = StackSpec(pumps=2, namespace="file-sink", downstream=False, ddl=SHOP_T_DDL)
+
+
+def file_config(stack, **extra):
+    """db-type file into the test's ``data_dir``, from its ``start_ts``."""
+    overrides = {"syncer.db-type": "file", "data-dir": str(stack.data_dir),
+                 "initial-commit-ts": stack.start_ts, "addr": "127.0.0.1:0"}
     overrides.update(extra)
     return load_drainer_config(None, overrides)
-
-
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    up_db = mariadb_factory("up")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=2, upstream_params=up_db.params(),
-                           namespace="file-sink").start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    upstream.ddl("CREATE DATABASE shop")
-    upstream.ddl("CREATE TABLE shop.t (id INT PRIMARY KEY, name VARCHAR(32), "
-                 "amount DECIMAL(10,2))")
-    started: list[Drainer] = []
-    yield up_db, cluster, upstream, started, tmp_path / "drainer"
-    for drainer in started:  # a failed test leaves its task running
-        drainer.stop()
-    upstream.close()
-    cluster.stop()
 
 
 class Writer:
@@ -160,12 +149,13 @@ def check_shop(recs, up_db):
 
 
 def test_workload_through_two_pumps_into_files(stack, ray_local):
-    up_db, cluster, upstream, started, data_dir = stack
+    up_db, _, cluster, upstream = stack
+    started, data_dir = stack.started, stack.data_dir
     upstream.ddl("CREATE DATABASE wl")
     # small chunks: the large transaction below reaches the files in record parts; and
     # a small large-binlog-bytes: it reaches the pb keeper by reference, read from its
     # PumpActor in ranges (the workload's transactions are all far smaller)
-    drainer = Drainer.start(file_config(data_dir, **{"syncer.txn-chunk-rows": 25,
+    drainer = Drainer.start(file_config(stack, **{"syncer.txn-chunk-rows": 25,
                                                      "syncer.large-binlog-bytes": 8 << 10}),
                             registry=cluster.registry)
     started.append(drainer)
@@ -221,9 +211,10 @@ def test_workload_through_two_pumps_into_files(stack, ray_local):
 
 
 def test_sink_actor_killed_mid_load_loses_and_duplicates_nothing(stack, ray_local):
-    up_db, cluster, upstream, started, data_dir = stack
+    up_db, _, cluster, upstream = stack
+    started, data_dir = stack.started, stack.data_dir
     # A long save interval: at each kill the files hold records above the savepoint.
-    drainer = Drainer.start(file_config(data_dir), registry=cluster.registry,
+    drainer = Drainer.start(file_config(stack), registry=cluster.registry,
                             save_interval_s=30.0)
     started.append(drainer)
     writer = Writer(upstream).start()

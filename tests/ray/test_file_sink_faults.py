@@ -11,30 +11,22 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_file_sink import Writer, check_once_in_order, check_shop, file_config, read_records
+from test_file_sink import (
+    SHOP_T_DDL,
+    Writer,
+    check_once_in_order,
+    check_shop,
+    file_config,
+    read_records,
+)
 
 from cluster.drainer import Drainer
-from cluster.launch import LocalCluster
-from tidb_binlog.upstream import Upstream
+from tidb_binlog.testing.stack import StackSpec
 
 pytestmark = pytest.mark.timeout(400)
 
 
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    up_db = mariadb_factory("up")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=2, upstream_params=up_db.params(),
-                           namespace="file-sink-faults").start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    upstream.ddl("CREATE DATABASE shop")
-    upstream.ddl("CREATE TABLE shop.t (id INT PRIMARY KEY, name VARCHAR(32), "
-                 "amount DECIMAL(10,2))")
-    started: list[Drainer] = []
-    yield up_db, cluster, upstream, started, tmp_path / "drainer"
-    for drainer in started:  # a failed test leaves its task running
-        drainer.stop()
-    upstream.close()
-    cluster.stop()
+STACK = StackSpec(pumps=2, namespace="file-sink-faults", downstream=False, ddl=SHOP_T_DDL)
 
 
 def wait_status(ray, drainer, ok, timeout_s: float = 180) -> dict:
@@ -57,10 +49,11 @@ def wait_status(ray, drainer, ok, timeout_s: float = 180) -> dict:
 
 @pytest.mark.parametrize("kind", ["merger", "keeper", "pump"])
 def test_pipeline_actor_killed_mid_load_keeps_the_files_exact(stack, ray_local, kind):
-    up_db, cluster, upstream, started, data_dir = stack
+    up_db, _, cluster, upstream = stack
+    started, data_dir = stack.started, stack.data_dir
     # A long save interval: at the kill the files hold records above the savepoint, which
     # the replay writes again unless the sink cut them first.
-    drainer = Drainer.start(file_config(data_dir), registry=cluster.registry,
+    drainer = Drainer.start(file_config(stack), registry=cluster.registry,
                             save_interval_s=30.0)
     started.append(drainer)
     writer = Writer(upstream).start()

@@ -13,39 +13,26 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
-from test_file_sink import Writer, _sink_pid, _wait_checkpoint, upstream_rows
+from test_file_sink import SHOP_T_DDL, Writer, _sink_pid, _wait_checkpoint, upstream_rows
 
 from cluster.drainer import Drainer
-from cluster.launch import LocalCluster
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.sinks.parquet.manifest import committed_files, read_manifest
-from tidb_binlog.upstream import Upstream, workload
+from tidb_binlog.testing.stack import StackSpec
+from tidb_binlog.upstream import workload
 
 pytestmark = pytest.mark.timeout(400)
 
 
-def parquet_config(lake_dir, **extra):
-    overrides = {"syncer.db-type": "parquet", "data-dir": str(lake_dir), "initial-commit-ts": 0,
-                 "addr": "127.0.0.1:0"}
+STACK = StackSpec(pumps=2, namespace="parquet-sink", downstream=False, ddl=SHOP_T_DDL)
+
+
+def parquet_config(stack, **extra):
+    """db-type parquet into the test's ``data_dir`` (the lake), from its ``start_ts``."""
+    overrides = {"syncer.db-type": "parquet", "data-dir": str(stack.data_dir),
+                 "initial-commit-ts": stack.start_ts, "addr": "127.0.0.1:0"}
     overrides.update(extra)
     return load_drainer_config(None, overrides)
-
-
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    up_db = mariadb_factory("up")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=2, upstream_params=up_db.params(),
-                           namespace="parquet-sink").start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    upstream.ddl("CREATE DATABASE shop")
-    upstream.ddl("CREATE TABLE shop.t (id INT PRIMARY KEY, name VARCHAR(32), "
-                 "amount DECIMAL(10,2))")
-    started: list[Drainer] = []
-    yield up_db, cluster, upstream, started, tmp_path / "lake"
-    for drainer in started:  # a failed test leaves its task running
-        drainer.stop()
-    upstream.close()
-    cluster.stop()
 
 
 def changes(lake, database: str, table: str) -> list[dict]:
@@ -85,13 +72,14 @@ ALL_COLUMNS = ("id", "b", "t", "tu", "s", "m", "i", "iu", "bi", "bu", "f", "d", 
 
 
 def test_workload_with_all_types_and_ddl_into_the_lake(stack, ray_local):
-    up_db, cluster, upstream, started, lake = stack
+    up_db, _, cluster, upstream = stack
+    started, lake = stack.started, stack.data_dir
     upstream.ddl("CREATE DATABASE wl")
     # txn-chunk-rows 20: the larger transactions stream through the keeper and the sink in
     # chunks, spilled (flush-rows 30) and listed only with their last chunk; a binlog of
     # 2 KiB or more (the large transaction below) reaches the keeper by reference, read
     # from its PumpActor in ranges
-    drainer = Drainer.start(parquet_config(lake, **{"syncer.txn-chunk-rows": 20,
+    drainer = Drainer.start(parquet_config(stack, **{"syncer.txn-chunk-rows": 20,
                                                     "syncer.to.parquet.flush-rows": 30,
                                                     "syncer.large-binlog-bytes": 2 << 10}),
                             registry=cluster.registry)
@@ -159,8 +147,9 @@ def test_workload_with_all_types_and_ddl_into_the_lake(stack, ray_local):
 
 
 def test_sink_killed_mid_load_loses_and_duplicates_nothing(stack, ray_local):
-    up_db, cluster, upstream, started, lake = stack
-    cfg = parquet_config(lake, **{"syncer.to.parquet.flush-interval": 0.2,
+    up_db, _, cluster, upstream = stack
+    started, lake = stack.started, stack.data_dir
+    cfg = parquet_config(stack, **{"syncer.to.parquet.flush-interval": 0.2,
                                   "syncer.to.parquet.flush-rows": 40})
     drainer = Drainer.start(cfg, registry=cluster.registry)
     started.append(drainer)

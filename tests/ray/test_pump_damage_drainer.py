@@ -5,7 +5,7 @@ in its status, never replicate past it (it used to skip the transaction silently
 from __future__ import annotations
 
 import pytest
-from drainer_helpers import drainer_config, rows, shop_stack, wait_until, write
+from drainer_helpers import SHOP_DDL, drainer_config, rows, wait_until, write
 
 from cluster.drainer import Drainer
 from cluster.launch import PumpOptions
@@ -13,15 +13,14 @@ from tidb_binlog import binlog as bl
 from tidb_binlog.pump.storage import Storage, StorageOptions
 from tidb_binlog.pump.storage.metrics import StorageMetrics
 from tidb_binlog.pump.storage.vlog_record import FILE_END_MAGIC, ScanResult, scan_segment
+from tidb_binlog.testing.stack import StackSpec
 
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    # small value-log files: the writes below fill and seal several
-    options = PumpOptions(extra={"storage.value-log-file-size": 2048})
-    yield from shop_stack(mariadb_factory, tmp_path, pump_options=options)
+# small value-log files: the writes below fill and seal several
+STACK = StackSpec(pumps=1, ddl=SHOP_DDL,
+                  pump_options=PumpOptions(extra={"storage.value-log-file-size": 2048}))
 
 
 def _stored_commits(data_dir) -> list[tuple[int, bl.Binlog]]:
@@ -40,7 +39,7 @@ def test_drainer_stops_before_a_damaged_binlog_and_says_so(ray_local, stack, tmp
     pump = cluster.pumps["pump-0"]
     ray_local.get(pump.stop.remote())
     ray_local.kill(pump, no_restart=True)
-    data_dir = tmp_path / "cluster" / "pump-0"
+    data_dir = cluster.work_dir / "pump-0"
     commits = _stored_commits(data_dir)
     sealed = [p for p in sorted((data_dir / "value").glob("*.vlog"))
               if int.from_bytes(p.read_bytes()[-4:], "little") == FILE_END_MAGIC]
@@ -58,7 +57,7 @@ def test_drainer_stops_before_a_damaged_binlog_and_says_so(ray_local, stack, tmp
     assert 0 < dml_before < 40
 
     cluster.start_pump("pump-0")
-    drainer = Drainer.start(drainer_config(down_db), registry=cluster.registry)
+    drainer = Drainer.start(drainer_config(stack), registry=cluster.registry)
     try:
         st = wait_until(lambda: (s := drainer.status())["state"] == "failed" and s,
                         timeout_s=180, what="the task to stop at the damaged binlog")

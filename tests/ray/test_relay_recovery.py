@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from drainer_helpers import drainer_config, query, shop_stack, wait_until
+from drainer_helpers import SHOP, drainer_config, query, wait_until
 
 from cluster.drainer import Drainer
 from tidb_binlog.binlogfile import walk
@@ -45,9 +45,7 @@ BIG_FIRST_ID = 1_000_000  # the large transaction's rows (exactly-once-chunks)
 BIG_ROWS = 3000
 
 
-@pytest.fixture
-def stack(mariadb_factory, tmp_path):
-    yield from shop_stack(mariadb_factory, tmp_path)
+STACK = SHOP
 
 
 def write_workload(upstream, txns: int) -> list[tuple[int, dict, list]]:
@@ -127,7 +125,7 @@ def test_recovery_from_the_relay_log_after_kill_9_of_task_pumps_and_registry(
     relay = tmp_path / "relay"
     mode = ({"syncer.exactly-once": True, "syncer.txn-chunk-rows": 100} if chunks
             else {"syncer.exactly-once": False})
-    cfg = drainer_config(down_db, **{"syncer.relay.log-dir": str(relay),
+    cfg = drainer_config(stack, **{"syncer.relay.log-dir": str(relay),
                                      "syncer.relay.max-file-size": 8192,
                                      "syncer.txn-batch": 2, **mode})
     drainer = Drainer.start(cfg, registry=cluster.registry, save_interval_s=0.3)

@@ -22,7 +22,7 @@ import urllib.request
 
 import pytest
 import yaml
-from drainer_helpers import query, rows, shop_stack, wait_until, write
+from drainer_helpers import SHOP, query, rows, wait_until, write
 
 from cluster.api import connect
 from cluster.drainer import Drainer
@@ -40,9 +40,7 @@ def task_keys(db) -> dict:
             "addr": "127.0.0.1:0"}
 
 
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    yield from shop_stack(mariadb_factory, tmp_path)
+STACK = SHOP
 
 
 def _get(url: str) -> bytes:

@@ -5,7 +5,7 @@ reloads them from the registry's KV. Real Ray, real MariaDB, real pump."""
 from __future__ import annotations
 
 import pytest
-from drainer_helpers import rows, shop_stack, wait_until, write
+from drainer_helpers import SHOP, rows, wait_until, write
 
 from cluster.api import connect
 from tidb_binlog.errors import UnavailableError
@@ -13,9 +13,7 @@ from tidb_binlog.errors import UnavailableError
 pytestmark = [pytest.mark.timeout(600)]
 
 
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    yield from shop_stack(mariadb_factory, tmp_path)
+STACK = SHOP
 
 
 def test_paused_and_updated_task_survives_a_restart_of_its_record(stack, ray_local):
@@ -25,7 +23,7 @@ def test_paused_and_updated_task_survives_a_restart_of_its_record(stack, ray_loc
     task = api.submit("rec", {
         "syncer.to.host": down_db.host, "syncer.to.port": down_db.port,
         "syncer.to.user": down_db.user, "syncer.to.password": down_db.password,
-        "syncer.worker-count": 2, "initial-commit-ts": 0, "detect-interval": 30,
+        "syncer.worker-count": 2, "initial-commit-ts": stack.start_ts, "detect-interval": 30,
         "addr": "127.0.0.1:0"})
     try:
         write(upstream, 0, 3)

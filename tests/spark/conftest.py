@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.launch import LocalCluster
 from tidb_binlog.config.spark import SparkConfig
-from tidb_binlog.upstream import Upstream
+from tidb_binlog.testing.stack import StackSpec
 
 
 @pytest.fixture(scope="session")
@@ -25,15 +24,8 @@ def spark_handle(ray_local, tmp_path_factory):
     handle.stop()
 
 
-
-@pytest.fixture
-def stack(ray_local, mariadb_factory, tmp_path):
-    """``(upstream MariaDB, downstream MariaDB, LocalCluster with one pump, Upstream)``: the
-    emulator writing binlogs to a real pump, for the jobs that meet a drainer."""
-    up_db, down_db = mariadb_factory("up"), mariadb_factory("down")
-    cluster = LocalCluster(tmp_path / "cluster", pumps=1, upstream_params=up_db.params(),
-                           namespace="spark-stack").start()
-    upstream = Upstream(up_db.params(), cluster.pump_client(), cluster.get_ts)
-    yield up_db, down_db, cluster, upstream
-    upstream.close()
-    cluster.stop()
+@pytest.fixture(scope="module")
+def stack_spec() -> StackSpec:
+    """The Spark modules' ``stack`` (tests/conftest.py): upstream and downstream MariaDB,
+    one pump, the emulator writing binlogs to it, for the jobs that meet a drainer."""
+    return StackSpec(pumps=1, namespace="spark-stack")

@@ -24,8 +24,8 @@ def test_snapshot_at_and_stats_read_the_parquet_lake(spark_handle, stack, tmp_pa
     up_db, _down_db, cluster, upstream = stack
     lake_dir = tmp_path / "lake-in"
     drainer = Drainer.start(load_drainer_config(None, {
-        "syncer.db-type": "parquet", "data-dir": str(lake_dir), "initial-commit-ts": 0,
-        "addr": "127.0.0.1:0"}), registry=cluster.registry)
+        "syncer.db-type": "parquet", "data-dir": str(lake_dir),
+        "initial-commit-ts": stack.start_ts, "addr": "127.0.0.1:0"}), registry=cluster.registry)
     try:
         upstream.ddl("CREATE DATABASE shop")
         workload.run(upstream, "mixed", database="shop", sessions=2, ops=100, seed=1)
