@@ -1,8 +1,19 @@
 """One exception tree for the whole project.
 
-Every error we raise derives from :class:`BinlogError`. Foreign errors (pymysql,
-grpc, plyvel, OS) are translated into this tree at the one boundary that talks to
-the foreign library, with the original kept as ``__cause__``.
+Every error we raise derives from :class:`BinlogError`. Foreign errors are translated
+into this tree at the one boundary that talks to the foreign library, with the original
+kept as ``__cause__``:
+
+- gRPC: :mod:`tidb_binlog.grpc_errors`, one function per side: ``from_rpc_error`` for
+  the callers (pump client, the drainer's pull, the pump's Notify), ``abort`` for the
+  servers (the pump's ``binlog.Pump``, the drainer's Cistern);
+- pymysql: one boundary per role, since each server is a different party and its
+  errors different classes: ``upstream.conn.translate`` (the emulated TiDB's MariaDB:
+  :class:`UpstreamError`), ``drainer.sinks.mysql.downstream.translate_error`` (the
+  downstream: :class:`DownstreamError`), ``spark_on_ray.sql_task.translate`` (the Spark
+  jobs' own sessions: :class:`SparkJobError`); the throwaway test servers'
+  (``testing.mariadb``) are :class:`LocalServerError`;
+- OS and storage libraries: in the storage or file module that opened the file.
 
 ::
 

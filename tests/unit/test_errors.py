@@ -349,3 +349,70 @@ def test_the_private_exception_check_can_fail():
     assert _imports("spark_on_ray/x.py", tree) == {
         ("tidb_binlog.config._kinds", "_Bad"), ("spark_on_ray", "x"),
         ("tidb_binlog.codec.primitives", "Malformed")}
+
+
+# -- pymysql: one boundary per role ---------------------------------------------------------
+
+# Every module that imports pymysql, and what ties it to its boundary (errors.py lists the
+# three): the boundary itself, or the call that hands the error to it.
+PYMYSQL_MODULES = {
+    # the upstream emulator's MariaDB: UpstreamError
+    "tidb_binlog/upstream/conn.py": "def translate(",
+    "tidb_binlog/upstream/core.py": "translate(exc",
+    "tidb_binlog/upstream/ddl.py": "translate(exc",
+    "tidb_binlog/upstream/meta.py": "translate(exc",
+    "tidb_binlog/upstream/txn.py": "translate(exc",
+    # the downstream: DownstreamError
+    "tidb_binlog/drainer/sinks/mysql/downstream.py": "def translate_error(",
+    "tidb_binlog/drainer/sinks/mysql/emulated.py": "translate_error(exc",
+    "tidb_binlog/drainer/apply/sql.py": "LiteralRenderer",  # pymysql's escaping, no errors
+    # the Spark jobs' own sessions: SparkJobError (QueryFailed in a task)
+    "spark_on_ray/sql_task.py": "def translate(",
+    "spark_on_ray/diff.py": "raise SparkJobError(",
+    "spark_on_ray/load_task.py": "pymysql.cursors.SSCursor",  # a copy task's failure crosses Spark
+    # the throwaway test servers: LocalServerError
+    "tidb_binlog/testing/mariadb.py": "LocalServerError(",
+}
+
+
+def _imports_pymysql(tree: ast.Module) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "pymysql"
+                                                for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "pymysql":
+            return True
+    return False
+
+
+def test_pymysql_is_used_only_at_its_boundaries():
+    importing = {rel for rel, tree in _sources().items() if _imports_pymysql(tree)}
+    assert importing == set(PYMYSQL_MODULES), (
+        "a new module talks to pymysql: translate its errors at one of the boundaries "
+        "errors.py names and list it in PYMYSQL_MODULES")
+    for rel, marker in PYMYSQL_MODULES.items():
+        assert marker in (ROOT / rel).read_text(), (rel, marker)
+
+
+def test_the_pymysql_check_can_fail():
+    assert _imports_pymysql(ast.parse("from pymysql.constants import CLIENT\n"))
+    assert _imports_pymysql(ast.parse("def f():\n    import pymysql.err\n"))
+    assert not _imports_pymysql(ast.parse("import pymysqlx\n"))
+
+
+def test_each_pymysql_boundary_gives_its_class():
+    import pymysql
+
+    from spark_on_ray.errors import SparkJobError
+    from spark_on_ray.sql_task import translate as spark_translate
+    from tidb_binlog.drainer.sinks.mysql.downstream import translate_error
+    from tidb_binlog.upstream.conn import translate as upstream_translate
+
+    lost = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+    assert isinstance(upstream_translate(lost, "SELECT 1"), errors.UpstreamUnreachable)
+    assert isinstance(translate_error(lost, "SELECT 1", "downstream h:1"),
+                      errors.TransientDownstreamError)
+    err = spark_translate(lost, "root@h:1", "SELECT 1")
+    assert isinstance(err, SparkJobError)
+    assert err.where == "root@h:1" and "OperationalError 2013: Lost connection" in str(err)
+    assert "(statement: 'SELECT 1')" in str(err)

@@ -27,7 +27,9 @@
     unknowingly); a wrong cluster id aborts with ``FAILED_PRECONDITION``; a damaged
     acknowledged binlog aborts with ``DATA_LOSS`` and the storage's message naming its
     ts, after everything before it was sent (TiDB's pump also ends the stream with an
-    error when it cannot read; the drainer stops there instead of skipping it).
+    error when it cannot read; the drainer stops there instead of skipping it). The
+    codes are :func:`tidb_binlog.grpc_errors.status_of` of the errors, which the
+    drainer's :func:`~tidb_binlog.grpc_errors.from_rpc_error` turns back into them.
 
 ``binlog_stream.PumpStream/WriteBinlogChunks(stream BinlogChunk) -> WriteBinlogChunksResp``
     Our own client-streaming write (pump_stream.proto) for large binlogs, used by our
@@ -72,7 +74,14 @@ from pathlib import Path
 
 import grpc
 
-from tidb_binlog.errors import BinlogError, ConfigError, DamagedBinlog, PurgedError
+from tidb_binlog.errors import (
+    BinlogError,
+    ClusterIDMismatch,
+    ConfigError,
+    DamagedBinlog,
+    PurgedError,
+)
+from tidb_binlog.grpc_errors import abort
 from tidb_binlog.proto import pump_pb2
 from tidb_binlog.pump.stream_write import (
     SPILL_DIR_NAME,
@@ -262,11 +271,11 @@ class PumpServicer:
         """Yields serialized responses (see :mod:`.wire`); the read of the next batch
         runs on a prefetch thread while this one is sent."""
         start_s = time.perf_counter()
-        if request.clusterID != self.node.cluster_id:
+        try:
+            self.node.check_cluster(request.clusterID)
+        except ClusterIDMismatch as exc:
             self._pull_done(start_s, "fail")
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f"cluster ID are mismatch, {request.clusterID} vs "
-                                f"{self.node.cluster_id}")
+            await abort(context, exc)
         last = request.startFrom.offset
         log.info("PullBinlogs from %s starting after commit_ts %d", context.peer(), last)
         loop = asyncio.get_running_loop()
@@ -280,10 +289,10 @@ class PumpServicer:
                 except PurgedError as exc:
                     log.error("drainer %s requested a purged binlog ts: %s", context.peer(), exc)
                     ahead = None
-                    await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
+                    await abort(context, exc)
                 except DamagedBinlog as exc:   # logged by the storage
                     ahead = None
-                    await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+                    await abort(context, exc)
                 ahead = loop.run_in_executor(prefetch, read, last)
                 for message in messages:
                     yield message

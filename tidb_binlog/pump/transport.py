@@ -10,7 +10,8 @@
 - :func:`open_channel`: a client channel, TLS when ``security`` names a CA,
   with ``max_message_size_bytes`` as both the send and receive limit (gRPC's
   own ceiling is 2 GiB - 1, :data:`MAX_GRPC_MESSAGE_BYTES`).
-- :func:`notify_drainer`: one ``Cistern.Notify`` call (raises ``grpc.RpcError``).
+- :func:`notify_drainer`: one ``Cistern.Notify`` call; a failed one raises
+  :func:`tidb_binlog.grpc_errors.from_rpc_error`'s error (``UnavailableError`` mostly).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from pathlib import Path
 import grpc
 
 from tidb_binlog.errors import ConfigError
+from tidb_binlog.grpc_errors import from_rpc_error
 from tidb_binlog.proto import cistern_pb2, cistern_pb2_grpc
+from tidb_binlog.security import tls_enabled
 
 __all__ = [
     "MAX_GRPC_MESSAGE_BYTES",
@@ -95,9 +98,15 @@ def open_channel(addr: str, security=None, max_message_size_bytes: int = MAX_GRP
 
 
 def notify_drainer(addr: str, security=None, timeout_s: float = 3.0) -> None:
-    """Call ``Cistern.Notify`` on the drainer at ``addr``; raises grpc.RpcError."""
+    """Call ``Cistern.Notify`` on the drainer at ``addr``; a failure is our error."""
     with open_channel(addr, security) as channel:
-        cistern_pb2_grpc.CisternStub(channel).Notify(cistern_pb2.NotifyReq(), timeout=timeout_s)
+        try:
+            cistern_pb2_grpc.CisternStub(channel).Notify(cistern_pb2.NotifyReq(),
+                                                         timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, f"drainer at {addr}", addr,
+                                 client_tls=tls_enabled(security),
+                                 client_cert=bool(getattr(security, "ssl_cert", ""))) from exc
 
 
 def make_notifier(security=None, timeout_s: float = 3.0):

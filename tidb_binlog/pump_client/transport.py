@@ -1,11 +1,14 @@
-"""One gRPC channel per pump, and the one place grpc errors become ours.
+"""One gRPC channel per pump, the pump client's one place grpc errors become ours.
 
 :class:`PumpChannel` speaks TiDB's ``binlog.Pump/WriteBinlog``: it returns the
-pump's ``errmsg`` ("" = stored) or raises:
+pump's ``errmsg`` ("" = stored) or raises (through
+:func:`tidb_binlog.grpc_errors.from_rpc_error`):
 
 - :class:`~tidb_binlog.errors.ProtocolError` for ``RESOURCE_EXHAUSTED`` and
   ``INVALID_ARGUMENT`` (the message is too large or malformed: another pump
   would refuse it too, so the client does not retry it elsewhere);
+- :class:`~tidb_binlog.errors.Unimplemented` (an ``UnavailableError``) for
+  ``UNIMPLEMENTED``: not a pump, or one of another build (see below);
 - :class:`~tidb_binlog.errors.UnavailableError` for everything else (refused,
   reset, deadline exceeded, ...). On ``UNAVAILABLE`` the channel is dropped and
   the next call dials afresh, so a restarted pump is found at once instead of
@@ -24,8 +27,8 @@ Large binlogs (:meth:`PumpChannel.write_stream`) go through our own client-strea
 ``binlog_stream.PumpStream/WriteBinlogChunks`` (pump_stream.proto) in chunks of 4 MiB
 sliced from the caller's buffer, so gRPC never copies the binlog whole; a pump that
 answers ``UNIMPLEMENTED`` (another build, TiDB's) raises
-:class:`~tidb_binlog.errors.Unimplemented` (an ``UnavailableError``) and
-the channel remembers it until it is reset (the client then uses ``WriteBinlog``).
+:class:`~tidb_binlog.errors.Unimplemented` and the channel remembers it until it is
+reset (the client then uses ``WriteBinlog``).
 
 Addresses are ``host:port`` or a unix socket (``unix:/path`` or a bare absolute
 path). TLS is optional (:class:`PumpTLS`); message size limits apply to both
@@ -41,12 +44,13 @@ from pathlib import Path
 
 import grpc
 
-from tidb_binlog.errors import ConfigError, ProtocolError, UnavailableError, Unimplemented
+from tidb_binlog.errors import BinlogError, ConfigError, UnavailableError, Unimplemented
+from tidb_binlog.grpc_errors import from_rpc_error
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
-from tidb_binlog.security import client_tls_paths, tls_hint
+from tidb_binlog.security import client_tls_paths
 
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE_BYTES", "PumpTLS", "PumpChannel", "grpc_target",
-           "channel_options", "translate_error", "close_in_background", "write_request_bytes",
+           "channel_options", "close_in_background", "write_request_bytes",
            "write_request_head", "chunk_messages", "STREAM_CHUNK_BYTES"]
 
 # gRPC's largest message (a signed 32-bit length); TiDB's own limit is the same order.
@@ -54,7 +58,6 @@ DEFAULT_MAX_MESSAGE_SIZE_BYTES = (1 << 31) - 1
 
 log = logging.getLogger("tidb_binlog.pump_client")
 
-_NOT_RETRYABLE = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT)
 _WRITE_METHOD = "/binlog.Pump/WriteBinlog"
 _STREAM_METHOD = "/binlog_stream.PumpStream/WriteBinlogChunks"
 STREAM_CHUNK_BYTES = 4 << 20  # data per BinlogChunk (pump_stream.proto)
@@ -157,22 +160,6 @@ def channel_options(max_message_size_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
-def translate_error(exc: grpc.RpcError, node_id: str, addr: str,
-                    tls: PumpTLS | None = None) -> ProtocolError | UnavailableError:
-    """A failed WriteBinlog as our error: ProtocolError when no pump would take it. An
-    unreachable pump's error says what to set when TLS looks like the cause (``tls``:
-    what this client used)."""
-    code = exc.code() if hasattr(exc, "code") else None
-    detail = exc.details() if hasattr(exc, "details") else str(exc)
-    where = f"pump {node_id} at {addr}"
-    name = code.name if code is not None else "UNKNOWN"
-    if code in _NOT_RETRYABLE:
-        return ProtocolError(f"{where} refused the binlog: {name}: {detail}")
-    hint = tls_hint(addr, detail, client_tls=tls is not None,
-                    client_cert=tls is not None and tls.cert_path is not None)
-    return UnavailableError(f"{where}: {name}: {detail}{hint}")
-
-
 class PumpChannel:
     """A lazily dialled, resettable channel to one pump."""
 
@@ -252,13 +239,11 @@ class PumpChannel:
         try:
             return call(chunk_messages(cluster_id, payload, crc32c), timeout=timeout_s).errmsg
         except grpc.RpcError as exc:
-            if hasattr(exc, "code") and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            err = self.translate(exc)
+            if isinstance(err, Unimplemented):
                 self.streams = False
-                log.info("pump %s at %s does not serve WriteBinlogChunks (%s); large binlogs "
-                         "go through WriteBinlog", self.node_id, self.addr, exc.details())
-                raise Unimplemented(f"pump {self.node_id} at {self.addr} does not serve "
-                                    f"WriteBinlogChunks: {exc.details()}") from exc
-            raise self.translate(exc) from exc
+                log.info("%s (WriteBinlogChunks); large binlogs go through WriteBinlog", err)
+            raise err from exc
         except ValueError as exc:  # grpc: "Cannot invoke RPC on closed channel!"
             raise self._reset_race(exc) from exc
 
@@ -293,10 +278,16 @@ class PumpChannel:
         return UnavailableError(f"pump {self.node_id} at {self.addr}: the channel was reset "
                                 f"during the call ({exc}); the next attempt dials again")
 
-    def translate(self, exc: grpc.RpcError) -> ProtocolError | UnavailableError:
+    def translate(self, exc: grpc.RpcError) -> BinlogError:
+        """A failed call as our error (:func:`~tidb_binlog.grpc_errors.from_rpc_error`):
+        ProtocolError when no pump would take the binlog, Unimplemented for a method the
+        pump lacks, UnavailableError otherwise (the channel is dropped on UNAVAILABLE)."""
         if hasattr(exc, "code") and exc.code() == grpc.StatusCode.UNAVAILABLE:
             self.reset()
-        return translate_error(exc, self.node_id, self.addr, self._tls)
+        tls = self._tls
+        return from_rpc_error(exc, f"pump {self.node_id} at {self.addr}", self.addr,
+                              client_tls=tls is not None,
+                              client_cert=tls is not None and tls.cert_path is not None)
 
     def reset(self) -> threading.Thread | None:
         """Drop the channel; the next call dials again. Never blocks: safe on gRPC's

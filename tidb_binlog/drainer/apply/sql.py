@@ -61,7 +61,7 @@ from pymysql import converters
 from pymysql.constants import SERVER_STATUS
 
 from tidb_binlog.drainer.apply.dml import DDL, DML, DMLType, TableSchema
-from tidb_binlog.errors import SchemaError
+from tidb_binlog.errors import InvalidArgument, SchemaError
 
 __all__ = [
     "Statement",
@@ -299,5 +299,6 @@ class LiteralRenderer:
                     if type(a) is str and search(a) is None else get(type(a), escape)(a)
                     for a in stmt.args])
             return stmt.sql % tuple([get(type(a), escape)(a) for a in stmt.args])
-        except TypeError as exc:  # what pymysql raises for a placeholder/argument mismatch
-            raise pymysql.err.ProgrammingError(str(exc)) from exc
+        except TypeError as exc:  # what % raises for a placeholder/argument mismatch
+            raise InvalidArgument(f"the statement's placeholders and its {len(stmt.args)} "
+                                  f"arguments do not match ({exc})") from exc

@@ -13,6 +13,9 @@
 ``DumpBinlog`` / ``DumpDDLJobs``
     Stubs in TiDB Binlog too: ``UNIMPLEMENTED`` with a message saying so.
 
+Errors are answered through :func:`tidb_binlog.grpc_errors.abort` (an
+``UnavailableError`` is ``UNAVAILABLE``, an ``Unimplemented`` ``UNIMPLEMENTED``).
+
 :func:`serve_cistern` binds the drainer's ``addr`` (``host:port``; port 0
 picks one) with TLS when ``security`` names a certificate, like the pump, and with
 ``cert-allowed-cn`` refuses every call of a TLS peer whose certificate's common name is
@@ -29,7 +32,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from tidb_binlog.errors import BinlogError, ConfigError, UnavailableError
+from tidb_binlog.errors import BinlogError, ConfigError, UnavailableError, Unimplemented
+from tidb_binlog.grpc_errors import abort
 from tidb_binlog.proto import cistern_pb2, cistern_pb2_grpc
 from tidb_binlog.pump.transport import server_credentials
 from tidb_binlog.security import refused_peer, server_allowed_cn
@@ -65,18 +69,17 @@ class CisternServicer(cistern_pb2_grpc.CisternServicer):
             self.on_notify()
         except BinlogError as exc:
             log.warning("Notify from %s failed: %s", peer, exc)
-            context.abort(grpc.StatusCode.UNAVAILABLE,
-                          f"drainer could not merge the new pump: {exc}")
+            abort(context, UnavailableError(f"drainer could not merge the new pump: {exc}"))
         self.notifications += 1
         return cistern_pb2.NotifyResp()
 
     def DumpBinlog(self, request, context):
         self._check_peer(context)
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, _UNIMPLEMENTED.format(name="DumpBinlog"))
+        abort(context, Unimplemented(_UNIMPLEMENTED.format(name="DumpBinlog")))
 
     def DumpDDLJobs(self, request, context):
         self._check_peer(context)
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, _UNIMPLEMENTED.format(name="DumpDDLJobs"))
+        abort(context, Unimplemented(_UNIMPLEMENTED.format(name="DumpDDLJobs")))
 
 
 def collector_notifier(collector, timeout_s: float = 10.0) -> Callable[[], None]:

@@ -51,7 +51,7 @@ def _damaged(metrics, node_id: str, exc: DamagedBinlog) -> DamagedBinlog:
     cause = getattr(exc, "cause", None) or exc  # a RayTaskError(DamagedBinlog) wraps it
     metrics.error_count.labels("pump_damaged_binlog").inc()
     err = cause if str(cause).startswith(f"pump {node_id}") else damaged_error(
-        node_id, "", cause.message, ts=cause.ts, path=cause.path, offset=cause.offset)
+        f"pump {node_id}", cause.message, ts=cause.ts, path=cause.path, offset=cause.offset)
     log.error("%s", err)
     return err
 

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 import time
 from collections import deque
@@ -71,9 +70,10 @@ from tidb_binlog.errors import (
     ProtocolError,
     PurgedError,
 )
+from tidb_binlog.grpc_errors import damaged_error, from_rpc_error
 from tidb_binlog.proto import pump_pb2, pump_pb2_grpc
 from tidb_binlog.pump.transport import open_channel
-from tidb_binlog.security import tls_enabled, tls_hint
+from tidb_binlog.security import tls_enabled
 
 __all__ = [
     "Items",
@@ -91,6 +91,8 @@ log = logging.getLogger(__name__)
 Items = list[tuple[int, bytes]]
 DEFAULT_MAX_BYTES = 4 << 20
 _LARGE_BINLOG_BYTES = 10 << 20   # logged, as TiDB does
+# What ends a gRPC pull for good (raised by fetch); any other stream error reconnects.
+_FATAL = (ClusterIDMismatch, PurgedError, DamagedBinlog)
 
 
 class PumpSource(Protocol):
@@ -114,20 +116,6 @@ def _observe(metrics, node_id: str, items: Items, wall_clock: Callable[[], float
     now_s = wall_clock()
     for commit_ts, payload in items:
         metrics.observe_binlog(node_id, commit_ts, len(payload), now_s)
-
-
-def damaged_error(node_id: str, addr: str, detail: str, *, ts: int | None = None,
-                  path: str | None = None, offset: int | None = None) -> DamagedBinlog:
-    """The drainer's error for a pump that cannot serve an acknowledged binlog (its
-    storage's message names the ts): the merge stops before it, never past it."""
-    if ts is None:
-        m = re.search(r"binlog at ts (\d+)", detail)
-        ts = int(m.group(1)) if m else None
-    where = f"pump {node_id}" + (f" at {addr}" if addr and addr != node_id else "")
-    return DamagedBinlog(f"{where} cannot serve an acknowledged binlog: {detail}; the drainer "
-                         "stops before it (its checkpoint stays below it); after the pump's "
-                         "storage is repaired, start the drainer again", path=path,
-                         offset=offset, ts=ts)
 
 
 # -- the actor source's calls --------------------------------------------------------------
@@ -405,15 +393,18 @@ class GrpcPumpSource:
             fatal = None
             try:
                 self._stream(gen, start_ts)
-                reason = "stream ended"
+                reason = f"{self._where}: stream ended"
             except grpc.RpcError as exc:
                 if self._closed.is_set() or gen != self._gen:
                     continue
-                fatal = self._fatal_rpc_error(exc, start_ts)
-                if fatal is None:
-                    reason = f"{exc.code().name}: {exc.details()}" + tls_hint(
-                        self.addr, exc.details() or "", client_tls=tls_enabled(self.tls),
-                        client_cert=bool(getattr(self.tls, "ssl_cert", "")))
+                err = from_rpc_error(exc, self._where, self.addr,
+                                     client_tls=tls_enabled(self.tls),
+                                     client_cert=bool(getattr(self.tls, "ssl_cert", "")),
+                                     cluster_id=self.cluster_id, since_ts=start_ts)
+                if isinstance(err, _FATAL):
+                    fatal = err
+                else:
+                    reason = str(err)
             except BinlogError as exc:
                 fatal = exc
             if fatal is not None:
@@ -424,25 +415,14 @@ class GrpcPumpSource:
                 continue
             with self._lock:
                 resume = self._resume_ts
-            log.warning("pump %s at %s: %s; reconnecting in %.1f s from commit_ts %d",
-                        self.node_id, self.addr, reason, self.reconnect_interval_s, resume)
+            log.warning("%s; reconnecting in %.1f s from commit_ts %d", reason,
+                        self.reconnect_interval_s, resume)
             self.reconnects += 1
             self._wakeup.wait(self.reconnect_interval_s)
 
-    def _fatal_rpc_error(self, exc: grpc.RpcError, start_ts: int) -> BinlogError | None:
-        code = exc.code()
-        if code == grpc.StatusCode.FAILED_PRECONDITION:
-            return ClusterIDMismatch(f"pump {self.node_id} at {self.addr} refused cluster id "
-                                     f"{self.cluster_id}: {exc.details()}; check the drainer's "
-                                     "cluster-id", expected=None, got=self.cluster_id)
-        if code == grpc.StatusCode.DATA_LOSS:
-            return damaged_error(self.node_id, self.addr, exc.details())
-        if code == grpc.StatusCode.OUT_OF_RANGE:
-            return PurgedError(f"pump {self.node_id} at {self.addr} has purged binlogs after "
-                               f"commit_ts {start_ts}: {exc.details()}; restart the drainer "
-                               "from a newer initial-commit-ts (and re-sync the downstream)",
-                               requested_ts=start_ts, gc_ts=None)
-        return None
+    @property
+    def _where(self) -> str:
+        return f"pump {self.node_id}" + (f" at {self.addr}" if self.addr != self.node_id else "")
 
     def _stream(self, gen: int, start_ts: int) -> None:
 

@@ -64,7 +64,12 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from tidb_binlog.drainer.apply.sql import LiteralRenderer, Statement
-from tidb_binlog.errors import ConfigError, DownstreamError, TransientDownstreamError
+from tidb_binlog.errors import (
+    ConfigError,
+    DownstreamError,
+    InvalidArgument,
+    TransientDownstreamError,
+)
 from tidb_binlog.security import mysql_ssl, mysql_tls_hint
 
 __all__ = [
@@ -276,7 +281,7 @@ class Downstream:
         self.connection()
         try:
             return self._literals.render(stmt)
-        except pymysql.err.MySQLError as exc:  # a value MySQL cannot take (inf, nan)
+        except (pymysql.err.MySQLError, InvalidArgument) as exc:  # inf, nan; args not matching
             raise translate_error(exc, stmt.sql, f"rendering for {self.config.address}") from exc
 
     def execute(self, stmt: Statement) -> int:
@@ -287,7 +292,7 @@ class Downstream:
             with conn.cursor() as cur:
                 self.round_trips += 1
                 return cur.execute(text)
-        except (pymysql.err.MySQLError, OSError) as exc:
+        except (pymysql.err.MySQLError, InvalidArgument, OSError) as exc:
             err = translate_error(exc, stmt.sql, f"downstream {self.config.address}")
             if isinstance(err, TransientDownstreamError):
                 self.reset()
