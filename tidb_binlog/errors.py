@@ -65,7 +65,7 @@ package-private ones never escape their package: the byte readers' ``Malformed``
 (``codec.primitives``, the drainer's ``translate.wire_fields``) become a
 :class:`CodecError` or :class:`ProtocolError` naming the offset, the config readers'
 ``_Bad`` (``config._kinds``) a :class:`ConfigError` naming the key.
-``tests/unit/test_errors.py`` holds the source to all of this: no bare
+``tests/unit/test_errors.py`` checks all of this against the source: no bare
 ``raise ValueError(...)`` (or TypeError, RuntimeError, ...), no exception class outside
 the tree, no private one imported from outside its module or package.
 
