@@ -68,7 +68,13 @@ from tidb_binlog.chaos import (
 from tidb_binlog.cli.console import make_console
 from tidb_binlog.compare import compare_databases
 from tidb_binlog.config import load_drainer_config
-from tidb_binlog.errors import BinlogError, SchemaChanged, UpstreamError
+from tidb_binlog.errors import (
+    BinlogError,
+    InvalidArgument,
+    SchemaChanged,
+    UnavailableError,
+    UpstreamError,
+)
 from tidb_binlog.testing.mariadb import MariaDBServer
 from tidb_binlog.tso import extract_physical
 from tidb_binlog.upstream import Upstream, workload
@@ -121,7 +127,8 @@ def actor_pid(actor, timeout_s: float = 60.0) -> int:
         if state == "ALIVE" and pid:
             return pid
         if time.monotonic() > deadline:
-            raise TimeoutError(f"actor {RayCalls.actor_id(actor)} is not alive: {state}")
+            raise UnavailableError(f"actor {RayCalls.actor_id(actor)} is not alive after "
+                                   f"{timeout_s:g} s: {state}")
         time.sleep(0.2)
 
 
@@ -329,7 +336,7 @@ def inject(stack: _Stack, fault: Fault, note) -> float:
         RayCalls.restart(actor)
         note(f"{target} restarted to resume it")
     else:  # pragma: no cover - parse_kinds refuses unknown kinds
-        raise ValueError(kind)
+        raise InvalidArgument(f"unknown fault kind {kind!r}")
     return ended
 
 
@@ -383,7 +390,7 @@ def wait_recovered(stack: _Stack, since: float, threshold_s: float, timeout_s: f
         if took > SLOW_POLL_S:
             log.info("chaos: a drainer status read took %.2f s (%s)", took, state)
         if state.startswith("failed"):
-            raise RuntimeError(f"replication task {state}")
+            raise UnavailableError(f"replication task {state}")
         if lag is not None and lag < threshold_s:
             return time.monotonic() - since
         time.sleep(POLL_S)

@@ -22,6 +22,7 @@ from tidb_binlog.chaos import (
     schedule_from_json,
     schedule_to_json,
 )
+from tidb_binlog.errors import ConfigError
 
 
 def test_same_seed_same_schedule_other_seed_other_schedule():
@@ -65,7 +66,7 @@ def test_only_the_kinds_asked_for():
     assert kinds == ("kill9-pump", "pause-pump")
     assert {f.kind for f in make_schedule(1, 30, kinds=kinds)} == set(kinds)
     assert parse_kinds(None) == FAULT_KINDS
-    with pytest.raises(ValueError, match=r"unknown fault kind\(s\) \['kill9-db'\]; choose from"):
+    with pytest.raises(ConfigError, match=r"unknown fault kind\(s\) \['kill9-db'\]; choose from"):
         parse_kinds("kill9-db")
 
 

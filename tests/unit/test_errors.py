@@ -26,18 +26,9 @@ PACKAGES = ("tidb_binlog", "actors", "cluster", "spark_on_ray")
 BARE = ("Exception", "BaseException", "ValueError", "TypeError", "RuntimeError", "KeyError",
         "IndexError", "LookupError", "AttributeError", "TimeoutError")
 
-# Bare raises in files being reworked by other changes in flight; each entry goes once
-# its file raises the tree's classes (the count must match, so a stale entry fails too).
-PENDING_BARE = {
-    # parse_kinds: ConfigError (a --faults value; cli/chaos.py then catches that);
-    # make_schedule's pumps/workers: InvalidArgument
-    "tidb_binlog/chaos/schedule.py": {"ValueError": 2},
-    # MariaDBServer's server_id: InvalidArgument (still a ValueError)
-    "tidb_binlog/testing/mariadb.py": {"ValueError": 1},
-    # the actor that is not alive, the failed task: UnavailableError (as cluster/demo.py
-    # says a failed task); the unreachable fault kind: InvalidArgument
-    "cluster/chaos.py": {"TimeoutError": 1, "RuntimeError": 1, "ValueError": 1},
-}
+# Bare raises allowed per file while a change converts them (none today); an entry must
+# match the file's count exactly, so a stale one fails too.
+PENDING_BARE: dict[str, dict[str, int]] = {}
 
 # Package-private control-flow exceptions: raised and caught inside their package, which
 # translates them (CodecError / ProtocolError naming the offset, ConfigError naming the

@@ -20,6 +20,8 @@ import json
 import random
 from dataclasses import asdict, dataclass
 
+from tidb_binlog.errors import ConfigError, InvalidArgument
+
 __all__ = ["Fault", "FAULT_KINDS", "ACTOR_KINDS", "make_schedule", "parse_kinds",
            "schedule_to_json", "schedule_from_json"]
 
@@ -62,13 +64,14 @@ class Fault:
 
 
 def parse_kinds(text: str | None) -> tuple[str, ...]:
-    """``"kill9-pump,pause-pump"`` → the kinds; ValueError naming an unknown one."""
+    """``"kill9-pump,pause-pump"`` → the kinds; ConfigError naming an unknown one."""
     if not text:
         return FAULT_KINDS
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     unknown = [k for k in kinds if k not in FAULT_KINDS]
     if unknown or not kinds:
-        raise ValueError(f"unknown fault kind(s) {unknown}; choose from {', '.join(FAULT_KINDS)}")
+        raise ConfigError(f"unknown fault kind(s) {unknown}; choose from "
+                          f"{', '.join(FAULT_KINDS)}", key="--faults")
     return kinds
 
 
@@ -90,7 +93,8 @@ def make_schedule(seed: int, count: int, *, kinds: tuple[str, ...] = FAULT_KINDS
                   ) -> list[Fault]:
     """``count`` faults for ``seed`` (see the module docstring)."""
     if pumps < 1 or workers < 1:
-        raise ValueError(f"need at least one pump and one worker, got {pumps} and {workers}")
+        raise InvalidArgument(f"need at least one pump and one worker, got {pumps} and "
+                              f"{workers}")
     rng = random.Random(seed)
     faults: list[Fault] = []
     deck: list[str] = []

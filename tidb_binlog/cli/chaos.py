@@ -8,13 +8,14 @@ import argparse
 
 from tidb_binlog.chaos import FAULT_KINDS, parse_kinds
 from tidb_binlog.cli.demo import positive_int, positive_seconds
+from tidb_binlog.errors import ConfigError
 
 
 def fault_kinds(text: str) -> tuple[str, ...]:
     try:
         return parse_kinds(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def register(sub) -> None:

@@ -57,7 +57,7 @@ from pathlib import Path
 
 import pymysql
 
-from tidb_binlog.errors import LocalServerError
+from tidb_binlog.errors import InvalidArgument, LocalServerError
 
 __all__ = ["MariaDBServer", "find_binaries", "SETUP_HINT"]
 
@@ -196,7 +196,7 @@ class MariaDBServer:
                  start_timeout_s: float = 60.0, tls=None, log_bin: bool = False,
                  server_id: int | None = None):
         if server_id is not None and not 1 <= server_id <= 0xFFFFFFFF:
-            raise ValueError(f"server_id must be in 1..4294967295, not {server_id}")
+            raise InvalidArgument(f"server_id must be in 1..4294967295, not {server_id}")
         self.name = name
         self.log_bin = log_bin
         self.server_id = server_id
