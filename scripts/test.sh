@@ -16,7 +16,12 @@ echo "test: ruff check ${lint_paths[*]}"
 # The generated stubs (*_pb2*.pyi) are grpcio-tools output, like the excluded *_pb2*.py.
 .venv/bin/ruff check --extend-exclude 'tidb_binlog/proto/*_pb2*.pyi' "${lint_paths[@]}"
 
-# --durations: the slowest tests at the end of every run, so the suite's time budget
-# (25 minutes on 2 cores) can be watched from CI's output.
-echo "test: pytest -m '' --durations=25 tests $*"
-exec .venv/bin/pytest -m "" --durations=25 tests "$@"
+# Two pytest-xdist workers (TEST_WORKERS, 0 = one process): most tests wait on servers,
+# Ray actors and checkpoints, so two of them share 2 cores well. --dist loadgroup keeps
+# a module's tests on one worker (its shared stack) and all Spark tests on one (one Spark
+# session), longest groups first (tests/conftest.py); each worker has its own Ray under
+# /tmp/ray-<worker>. --durations: the slowest tests at the end of every
+# run, so the suite's time budget (15 minutes on 2 cores) can be watched from CI's output.
+workers="${TEST_WORKERS:-2}"
+echo "test: pytest -m '' -n $workers --dist loadgroup --durations=25 tests $*"
+exec .venv/bin/pytest -m "" -n "$workers" --dist loadgroup --durations=25 tests "$@"

@@ -57,15 +57,31 @@ _MARKER_BY_DIR = {"integration": "integration", "ray": "ray", "spark": "spark"}
 _RAY_OBJECT_STORE_BYTES = 300 * 1024 * 1024
 
 
+# The order pytest-xdist hands out work in (scripts/test.sh: --dist loadgroup), longest
+# first, so the last groups to run are short and both workers finish together: the Spark
+# tests (one group: one Spark per run), the Ray tests, the integration tests, then the
+# unit tests, whose many small files fill the gaps.
+_DIR_RANK = {"spark": 0, "ray": 1, "integration": 2, "unit": 3}
+
+
+def _top_dir(item) -> str:
+    try:
+        return Path(item.path).resolve().relative_to(TESTS_DIR).parts[0]
+    except (ValueError, IndexError):
+        return ""
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        try:
-            top = Path(item.path).resolve().relative_to(TESTS_DIR).parts[0]
-        except (ValueError, IndexError):
-            continue
+        top = _top_dir(item)
         marker = _MARKER_BY_DIR.get(top)
         if marker is not None:
             item.add_marker(getattr(pytest.mark, marker))
+        # one xdist group per module (its shared stack and module fixtures stay on one
+        # worker), and one for all of tests/spark (the session's Spark starts once)
+        group = "spark" if top == "spark" else Path(item.path).stem + ":" + top
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: _DIR_RANK.get(_top_dir(item), len(_DIR_RANK)))  # stable
 
 
 class MariaDBPair(NamedTuple):
