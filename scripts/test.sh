@@ -17,11 +17,11 @@ echo "test: ruff check ${lint_paths[*]}"
 .venv/bin/ruff check --extend-exclude 'tidb_binlog/proto/*_pb2*.pyi' "${lint_paths[@]}"
 
 # Two pytest-xdist workers (TEST_WORKERS, 0 = one process): most tests wait on servers,
-# Ray actors and checkpoints, so two of them share 2 cores well. --dist loadgroup keeps
+# Ray actors and checkpoints, so two of them share 2 cores well. --dist loadfile keeps
 # a module's tests on one worker (its shared stack) and all Spark tests on one (one Spark
-# session), longest groups first (tests/conftest.py); each worker has its own Ray under
-# /tmp/ray-<worker>. --durations: the slowest tests at the end of every
+# session), longest first (tests/conftest.py's scheduler); each worker has its own Ray
+# under /tmp/ray-<worker>. --durations: the slowest tests at the end of every
 # run, so the suite's time budget (15 minutes on 2 cores) can be watched from CI's output.
 workers="${TEST_WORKERS:-2}"
-echo "test: pytest -m '' -n $workers --dist loadgroup --durations=25 tests $*"
-exec .venv/bin/pytest -m "" -n "$workers" --dist loadgroup --durations=25 tests "$@"
+echo "test: pytest -m '' -n $workers --dist loadfile --durations=25 tests $*"
+exec .venv/bin/pytest -m "" -n "$workers" --dist loadfile --durations=25 tests "$@"

@@ -31,6 +31,7 @@ from pymysql.converters import conversions
 
 from spark_on_ray.errors import SparkJobError
 from tidb_binlog.config.spark import DatabaseConfig
+from tidb_binlog.mysql_errors import error_code, error_text
 from tidb_binlog.security import mysql_ssl
 
 __all__ = ["QueryFailed", "connect", "run_query", "run_task", "run_tasks", "translate"]
@@ -75,9 +76,8 @@ def connect(db: DatabaseConfig, timeout_s: float = 10.0, database: str | None = 
 def translate(exc: BaseException, where: str, sql: str = "") -> SparkJobError:
     """A failed query of a job (``exc``: pymysql's error, a socket's, a value Python
     cannot decode) on the server ``where`` (``user@host:port``) as the job's error."""
-    code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args \
-        and isinstance(exc.args[0], int) else None
-    text = exc.args[1] if code is not None and len(exc.args) > 1 else str(exc)
+    code = error_code(exc) if isinstance(exc, pymysql.err.MySQLError) else None
+    text = error_text(exc) if code is not None else str(exc)
     statement = f" (statement: {sql[:300]!r})" if sql else ""
     return SparkJobError(f"{where}: {type(exc).__name__}"
                          f"{f' {code}' if code is not None else ''}: {text}{statement}",

@@ -57,10 +57,11 @@ _MARKER_BY_DIR = {"integration": "integration", "ray": "ray", "spark": "spark"}
 _RAY_OBJECT_STORE_BYTES = 300 * 1024 * 1024
 
 
-# The order pytest-xdist hands out work in (scripts/test.sh: --dist loadgroup), longest
-# first, so the last groups to run are short and both workers finish together: the Spark
-# tests (one group: one Spark per run), the Ray tests, the integration tests, then the
-# unit tests, whose many small files fill the gaps.
+# How pytest-xdist hands out work (scripts/test.sh: -n 2 --dist loadfile): one module at a
+# time, so its shared stack and module fixtures stay on one worker, and all of tests/spark
+# as one unit (the session's Spark starts once); longest first, so the last units to run
+# are short and both workers finish together: the Spark tests, the Ray tests, the
+# integration tests, then the unit tests, whose many small files fill the gaps.
 _DIR_RANK = {"spark": 0, "ray": 1, "integration": 2, "unit": 3}
 
 
@@ -73,15 +74,25 @@ def _top_dir(item) -> str:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        top = _top_dir(item)
-        marker = _MARKER_BY_DIR.get(top)
+        marker = _MARKER_BY_DIR.get(_top_dir(item))
         if marker is not None:
             item.add_marker(getattr(pytest.mark, marker))
-        # one xdist group per module (its shared stack and module fixtures stay on one
-        # worker), and one for all of tests/spark (the session's Spark starts once)
-        group = "spark" if top == "spark" else Path(item.path).stem + ":" + top
-        item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: _DIR_RANK.get(_top_dir(item), len(_DIR_RANK)))  # stable
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with tests/spark as one unit (see above); other modes as
+    pytest-xdist has them."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # only under pytest-xdist
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/spark" if path.startswith("tests/spark/") else path
+
+    return ModuleScheduling(config, log)
 
 
 class MariaDBPair(NamedTuple):

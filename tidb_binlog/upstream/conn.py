@@ -19,25 +19,16 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from tidb_binlog.errors import TxnConflict, UpstreamError, UpstreamUnreachable
+from tidb_binlog.mysql_errors import CONFLICT_CODES, CONNECTION_LOST_CODES, error_code, error_text
 
 __all__ = ["CONFLICT_CODES", "CONNECTION_LOST_CODES", "connect", "translate"]
 
-# MariaDB's "this transaction lost a lock conflict and was rolled back" codes: deadlock
-# victim, lock wait timeout (the whole transaction is rolled back for 1205 only with
-# innodb_rollback_on_timeout; callers roll back themselves before retrying).
-CONFLICT_CODES = (1213, 1205)
-# The server is gone or unreachable: can't connect (2002 socket, 2003 TCP), gone away
-# (2006), lost during a query (2013, 2055), shutting down (1053), connection killed
-# (1927), dropped for inactivity (4031). pymysql's InterfaceError (a use of a connection
-# it already closed) is counted with them.
-CONNECTION_LOST_CODES = (2002, 2003, 2006, 2013, 2055, 1053, 1927, 4031)
 
 
 def translate(exc: pymysql.err.MySQLError, sql: str = "") -> UpstreamError:
     """pymysql's error → our tree (the one boundary where MariaDB errors cross): a
     deadlock or lock wait timeout is a :class:`TxnConflict` (retryable)."""
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-    msg = exc.args[1] if len(exc.args) > 1 else str(exc)
+    code, msg = error_code(exc), error_text(exc)
     if code in CONFLICT_CODES:
         cls = TxnConflict
     elif code in CONNECTION_LOST_CODES or isinstance(exc, pymysql.err.InterfaceError):

@@ -70,6 +70,7 @@ from tidb_binlog.errors import (
     InvalidArgument,
     TransientDownstreamError,
 )
+from tidb_binlog.mysql_errors import CONNECTION_LOST_CODES, TRANSIENT_CODES, error_code, error_text
 from tidb_binlog.security import mysql_ssl, mysql_tls_hint
 
 __all__ = [
@@ -90,30 +91,8 @@ log = logging.getLogger(__name__)
 SQL_SHOWN_CHARS = 300
 """How much of a statement an error message quotes."""
 
-CONNECTION_CODES = frozenset({
-    2002,  # can't connect through the socket
-    2003,  # can't connect to server
-    2006,  # server has gone away
-    2013,  # lost connection during query
-    2055,  # lost connection at '...', system error
-})
-"""Client-side codes: the connection is gone; reconnect before anything else."""
-
-TRANSIENT_CODES = CONNECTION_CODES | frozenset({
-    1040,  # too many connections
-    1053,  # server shutdown in progress
-    1152, 1153, 1154, 1155, 1156, 1157, 1158, 1159, 1160, 1161,  # net read/write errors
-    1205,  # lock wait timeout
-    1213,  # deadlock
-    1290,  # --read-only (a failover in progress)
-    1317,  # query execution was interrupted (KILL QUERY)
-    1836,  # read-only mode
-    1927,  # connection was killed (MariaDB)
-    8022,  # TiDB: transaction retry
-    8028,  # TiDB: information schema changed
-    9001, 9002, 9003, 9004, 9005, 9006, 9007,  # TiDB: PD/TiKV busy, timeout, conflict
-})
-"""Error codes after which the same statements may succeed on a new connection."""
+CONNECTION_CODES = CONNECTION_LOST_CODES
+"""The connection is gone; reconnect before anything else (tidb_binlog/mysql_errors.py)."""
 
 SCRIPT_CHARS = 1 << 20
 """Characters per multi-statement round trip (a bigger statement is sent alone): at
@@ -132,18 +111,11 @@ def shorten_sql(sql: str, limit: int = SQL_SHOWN_CHARS) -> str:
     return f"{one_line[:limit]}... ({len(one_line)} chars)"
 
 
-def _error_code(exc: BaseException) -> int | None:
-    args = getattr(exc, "args", ())
-    if args and isinstance(args[0], int):
-        return args[0]
-    return None
-
-
 def translate_error(exc: BaseException, sql: str | None, where: str) -> DownstreamError:
     """The project error for a pymysql/socket failure of ``sql`` (see the module doc)."""
-    code = _error_code(exc) if isinstance(exc, pymysql.err.MySQLError) else None
+    code = error_code(exc) if isinstance(exc, pymysql.err.MySQLError) else None
     shown = shorten_sql(sql) if sql else None
-    detail = exc.args[1] if len(getattr(exc, "args", ())) > 1 else str(exc) or type(exc).__name__
+    detail = error_text(exc)
     text = f"{where}: error {code}: {detail}" if code else f"{where}: {detail}"
     if shown:
         text += f" (statement: {shown})"
@@ -251,7 +223,7 @@ class Downstream:
                                    client_flag=CLIENT.MULTI_STATEMENTS
                                    if c.multi_statements else 0, ssl=c.ssl)
         except (pymysql.err.MySQLError, OSError) as exc:
-            code = _error_code(exc) if isinstance(exc, pymysql.err.MySQLError) else None
+            code = error_code(exc) if isinstance(exc, pymysql.err.MySQLError) else None
             hint = mysql_tls_hint(c.address, code, str(exc), ssl=c.ssl, section=c.tls_section)
             raise translate_error(exc, None, where + hint) from exc
         try:
