@@ -12,7 +12,9 @@ kept as ``__cause__``:
   :class:`UpstreamError`), ``drainer.sinks.mysql.downstream.translate_error`` (the
   downstream: :class:`DownstreamError`), ``spark_on_ray.sql_task.translate`` (the Spark
   jobs' own sessions: :class:`SparkJobError`); the throwaway test servers'
-  (``testing.mariadb``) are :class:`LocalServerError`;
+  (``testing.mariadb``) are :class:`LocalServerError`. All of them read an error's code
+  and text and classify it (connection lost, lock conflict, retryable) with
+  :mod:`tidb_binlog.mysql_errors`;
 - OS and storage libraries: in the storage or file module that opened the file.
 
 ::
