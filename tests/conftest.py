@@ -29,6 +29,7 @@ Fixtures:
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import re
 import socket
@@ -93,6 +94,16 @@ def pytest_xdist_make_scheduler(config, log):
             return "tests/spark" if path.startswith("tests/spark/") else path
 
     return ModuleScheduling(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _root_log_level():
+    """Each test starts at the root logger's level of the run: a CLI run in-process sets
+    it (tidb_binlog.logs.setup_logging), and the next test's caplog would see INFO lines."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
 
 
 class MariaDBPair(NamedTuple):
