@@ -32,7 +32,6 @@ import itertools
 import logging
 import os
 import re
-import socket
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -41,6 +40,7 @@ import pytest
 
 from tidb_binlog.node import ONLINE, PUMP
 from tidb_binlog.testing.mariadb import MariaDBServer
+from tidb_binlog.testing.ports import free_port as pick_free_port
 from tidb_binlog.testing.stack import StackSpec, TestStack
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -223,12 +223,9 @@ def ray_local():
 
 @pytest.fixture
 def free_port():
-    def pick() -> int:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-    return pick
+    """``free_port() -> int``: a port below the kernel's ephemeral range, in this xdist
+    worker's slice (tidb_binlog/testing/ports.py), so no other process takes it first."""
+    return pick_free_port
 
 
 def _wait_for_new_incarnation(actor, old_pid, timeout_s=120.0):

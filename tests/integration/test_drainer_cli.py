@@ -11,7 +11,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from cluster.registry import get_or_create_registry
 from tidb_binlog.binlogctl import Binlogctl, Options
 from tidb_binlog.binlogctl.report import format_ts_time
 from tidb_binlog.node import DRAINER, ONLINE, PAUSED
+from tidb_binlog.testing.ports import free_port
 from tidb_binlog.upstream import Upstream
 
 pytestmark = pytest.mark.timeout(400)
@@ -44,16 +44,7 @@ def run_cli(args, tmp_path, name):
 def free_port_pair() -> int:
     """A port p with p and p + 1 both free now: the drainer's HTTP status listens on the
     Cistern port + 1, which a plain free port says nothing about (shared, busy hosts)."""
-    for _ in range(100):
-        with socket.socket() as first, socket.socket() as second:
-            first.bind(("127.0.0.1", 0))
-            port = first.getsockname()[1]
-            try:
-                second.bind(("127.0.0.1", port + 1))
-            except (OSError, OverflowError):      # taken, or port 65535
-                continue
-            return port
-    raise AssertionError("no two consecutive free ports on 127.0.0.1 in 100 tries")
+    return free_port(consecutive=2)  # below the ephemeral range: nobody else takes them
 
 
 def wait_until(predicate, proc, log_path, timeout_s=120.0, what="condition"):

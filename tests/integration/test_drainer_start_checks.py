@@ -6,7 +6,6 @@ not answer is retried for a stated time, then the start fails naming the wait. T
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from cluster.drainer import Drainer, check_downstream
 from tidb_binlog.config import load_drainer_config
 from tidb_binlog.drainer.pipeline.settings import TaskSettings
 from tidb_binlog.errors import DownstreamError, UnavailableError
+from tidb_binlog.testing.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "not-the-password-4711"
@@ -38,9 +38,7 @@ password = "{password}"
 
 
 def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # nothing listens there, and nothing else picks it meanwhile
 
 
 def refusal(port: int) -> str:
