@@ -55,6 +55,7 @@ from pathlib import Path
 import tidb_binlog
 from tidb_binlog.config import PumpConfig, load_pump_config
 from tidb_binlog.errors import LocalServerError
+from tidb_binlog.testing.ports import free_port
 
 __all__ = ["PumpProcess", "two_free_ports"]
 
@@ -65,7 +66,10 @@ _live: set[PumpProcess] = set()
 
 
 def two_free_ports(host: str = "127.0.0.1", attempts: int = 50) -> int:
-    """A port ``p`` with ``p`` and ``p + 1`` free on ``host`` (gRPC and HTTP status)."""
+    """A port ``p`` with ``p`` and ``p + 1`` free on ``host`` (gRPC and HTTP status); on
+    127.0.0.1 from below the ephemeral range (:mod:`tidb_binlog.testing.ports`)."""
+    if host == "127.0.0.1":
+        return free_port(consecutive=2, attempts=attempts * 4)
     for _ in range(attempts):
         with socket.socket() as s:
             s.bind((host, 0))
