@@ -19,7 +19,9 @@ from tidb_binlog.errors import LocalServerError
 
 __all__ = ["free_port"]
 
-_LOWEST = 10_000  # below: well-known and registered services
+# below: registered services, and Ray's worker ports (10002-19999 by default), which a
+# `ray start` refuses to overlap with the ports it is given
+_LOWEST = 20_000
 
 
 def _ephemeral_start() -> int:
@@ -32,7 +34,7 @@ def _ephemeral_start() -> int:
 
 def _slice() -> range:
     start = _ephemeral_start()
-    if start - _LOWEST < 2_000:  # an unusual range: nothing safe below it
+    if start - _LOWEST < 1_000:  # an unusual range: nothing safe below it
         return range(0)
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
