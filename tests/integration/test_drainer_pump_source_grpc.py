@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from concurrent import futures
 
 import grpc
@@ -190,6 +191,21 @@ def test_rewinding_before_the_error_was_read_reads_again(fake_pump, sources):
     src = sources(fake_pump(_GarbagePump()), CLUSTER_ID, node_id="pump-x")
     assert [ts for ts, _ in src.fetch(0, 1 << 20, 5.0)[0]] == [11]
     items, watermark = src.fetch(0, 1 << 20, 5.0)    # rewind: the reader starts over
+    assert [ts for ts, _ in items] == [11]
+    with pytest.raises(ProtocolError, match="at commit_ts 13"):
+        drain(src, watermark, 1)
+
+
+def test_rewinding_after_the_error_was_read_ahead_reads_again(fake_pump, sources):
+    """The reader met the bad binlog before the consumer asked for it (read ahead): the
+    error stands at that position, and a rewind reads the good items again first."""
+    src = sources(fake_pump(_GarbagePump()), CLUSTER_ID, node_id="pump-x")
+    items, watermark = src.fetch(0, 1 << 20, 5.0)
+    assert [ts for ts, _ in items] == [11]
+    time.sleep(0.5)                                   # the reader has queued the error
+    with pytest.raises(ProtocolError, match="at commit_ts 13"):
+        drain(src, watermark, 1)
+    items, watermark = src.fetch(0, 1 << 20, 5.0)    # rewind: read again, then the error
     assert [ts for ts, _ in items] == [11]
     with pytest.raises(ProtocolError, match="at commit_ts 13"):
         drain(src, watermark, 1)

@@ -327,7 +327,11 @@ class GrpcPumpSource:
     def fetch(self, since_commit_ts: int, max_bytes: int = DEFAULT_MAX_BYTES,
               timeout_s: float = 1.0) -> tuple[Items, int]:
         if self._pending_error is not None:
-            raise self._pending_error
+            if since_commit_ts == self._delivered_ts:
+                raise self._pending_error
+            # a rewind: the error was read ahead of what was delivered; the stream is
+            # read again from since_commit_ts and meets it again in its place
+            self._pending_error = None
         if self._closed.is_set():
             raise BinlogError(f"pump source {self.node_id} is closed")
         if self._thread is None or since_commit_ts != self._delivered_ts:
